@@ -1,0 +1,165 @@
+//! Moving a tensor in and out of a vmap level: the primitive moves that `vmap` is built on,
+//! for [`Vmap<B>`] and for `Autodiff` stacked on it (where they are differentiable).
+
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{unary, Backward, Ops, OpsKind};
+use burn_autodiff::Autodiff;
+use burn_backend::backend::Backend;
+use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
+use burn_backend::{Shape, TensorMetadata};
+
+use crate::rules::helpers::{move_dim, Kind};
+use crate::tensor::{BatchDim, BatchDims, Level, VmapTensor};
+use crate::Vmap;
+
+/// A backend whose tensors can be batched at a vmap level: [`Vmap<B>`] and `Autodiff<B>` over
+/// such a backend. The transforms of this crate work on any `BatchOps` backend.
+///
+/// All axes are logical. `*_batch(t, axis, level)` turns logical axis `axis` of `t` into a batch
+/// dim at `level` (the function under vmap no longer sees it); `*_unbatch(t, level, size, axis)`
+/// turns the batch dim at `level` back into logical axis `axis`, broadcasting to `size` when `t`
+/// is not batched at `level`.
+pub trait BatchOps: Backend {
+    /// Batches logical `axis` of a float tensor at `level`.
+    fn float_batch(tensor: FloatTensor<Self>, axis: usize, level: Level) -> FloatTensor<Self>;
+    /// Unbatches `level` of a float tensor into logical `axis`.
+    fn float_unbatch(tensor: FloatTensor<Self>, level: Level, size: usize, axis: usize) -> FloatTensor<Self>;
+    /// Batch dims of a float tensor.
+    fn float_batch_dims(tensor: &FloatTensor<Self>) -> BatchDims;
+    /// Batches logical `axis` of an int tensor at `level`.
+    fn int_batch(tensor: IntTensor<Self>, axis: usize, level: Level) -> IntTensor<Self>;
+    /// Unbatches `level` of an int tensor into logical `axis`.
+    fn int_unbatch(tensor: IntTensor<Self>, level: Level, size: usize, axis: usize) -> IntTensor<Self>;
+    /// Batch dims of an int tensor.
+    fn int_batch_dims(tensor: &IntTensor<Self>) -> BatchDims;
+    /// Batches logical `axis` of a bool tensor at `level`.
+    fn bool_batch(tensor: BoolTensor<Self>, axis: usize, level: Level) -> BoolTensor<Self>;
+    /// Unbatches `level` of a bool tensor into logical `axis`.
+    fn bool_unbatch(tensor: BoolTensor<Self>, level: Level, size: usize, axis: usize) -> BoolTensor<Self>;
+    /// Batch dims of a bool tensor.
+    fn bool_batch_dims(tensor: &BoolTensor<Self>) -> BatchDims;
+}
+
+fn batch<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, axis: usize, level: Level) -> VmapTensor<K::P> {
+    let (inner, mut bdims) = t.into_parts();
+    let from = bdims.len() + axis;
+    let size = inner.shape()[from];
+    let pos = bdims.insert(BatchDim { level, size });
+    VmapTensor { inner: move_dim::<B, K>(inner, from, pos), bdims }
+}
+
+fn unbatch<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, level: Level, size: usize, axis: usize) -> VmapTensor<K::P> {
+    let (inner, mut bdims) = t.into_parts();
+    match bdims.remove(level) {
+        Some((pos, _)) => {
+            let to = bdims.len() + axis;
+            VmapTensor { inner: move_dim::<B, K>(inner, pos, to), bdims }
+        }
+        None => {
+            // Not batched at this level: every example has the same value; broadcast it.
+            let at = bdims.len() + axis;
+            let mut dims = inner.shape().to_vec();
+            dims.insert(at, 1);
+            let inner = K::reshape(inner, Shape::from(dims.clone()));
+            dims[at] = size;
+            VmapTensor { inner: K::expand(inner, Shape::from(dims)), bdims }
+        }
+    }
+}
+
+impl<B: Backend> BatchOps for Vmap<B> {
+    fn float_batch(tensor: FloatTensor<Self>, axis: usize, level: Level) -> FloatTensor<Self> {
+        batch::<B, Float>(tensor, axis, level)
+    }
+    fn float_unbatch(tensor: FloatTensor<Self>, level: Level, size: usize, axis: usize) -> FloatTensor<Self> {
+        unbatch::<B, Float>(tensor, level, size, axis)
+    }
+    fn float_batch_dims(tensor: &FloatTensor<Self>) -> BatchDims {
+        tensor.bdims.clone()
+    }
+    fn int_batch(tensor: IntTensor<Self>, axis: usize, level: Level) -> IntTensor<Self> {
+        batch::<B, Int>(tensor, axis, level)
+    }
+    fn int_unbatch(tensor: IntTensor<Self>, level: Level, size: usize, axis: usize) -> IntTensor<Self> {
+        unbatch::<B, Int>(tensor, level, size, axis)
+    }
+    fn int_batch_dims(tensor: &IntTensor<Self>) -> BatchDims {
+        tensor.bdims.clone()
+    }
+    fn bool_batch(tensor: BoolTensor<Self>, axis: usize, level: Level) -> BoolTensor<Self> {
+        batch::<B, Bool>(tensor, axis, level)
+    }
+    fn bool_unbatch(tensor: BoolTensor<Self>, level: Level, size: usize, axis: usize) -> BoolTensor<Self> {
+        unbatch::<B, Bool>(tensor, level, size, axis)
+    }
+    fn bool_batch_dims(tensor: &BoolTensor<Self>) -> BatchDims {
+        tensor.bdims.clone()
+    }
+}
+
+/// Backward of "batch": the gradient is unbatched back into the axis it came from.
+#[derive(Debug)]
+struct BatchBackward;
+
+impl<B: BatchOps> Backward<B, 1> for BatchBackward {
+    type State = (Level, usize, usize);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+        let (level, size, axis) = ops.state;
+        unary::<B, _>(ops.parents, ops.node, grads, |grad| B::float_unbatch(grad, level, size, axis));
+    }
+}
+
+/// Backward of "unbatch": the gradient is batched again at the same level.
+#[derive(Debug)]
+struct UnbatchBackward;
+
+impl<B: BatchOps> Backward<B, 1> for UnbatchBackward {
+    type State = (Level, usize);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+        let (level, axis) = ops.state;
+        unary::<B, _>(ops.parents, ops.node, grads, |grad| B::float_batch(grad, axis, level));
+    }
+}
+
+impl<B: BatchOps, C: CheckpointStrategy> BatchOps for Autodiff<B, C> {
+    fn float_batch(tensor: FloatTensor<Self>, axis: usize, level: Level) -> FloatTensor<Self> {
+        let size = tensor.primitive.shape()[axis];
+        let out = B::float_batch(tensor.primitive.clone(), axis, level);
+        match BatchBackward.prepare::<C>([tensor.node.clone()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((level, size, axis), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+    fn float_unbatch(tensor: FloatTensor<Self>, level: Level, size: usize, axis: usize) -> FloatTensor<Self> {
+        let out = B::float_unbatch(tensor.primitive.clone(), level, size, axis);
+        match UnbatchBackward.prepare::<C>([tensor.node.clone()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((level, axis), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+    fn float_batch_dims(tensor: &FloatTensor<Self>) -> BatchDims {
+        B::float_batch_dims(&tensor.primitive)
+    }
+    fn int_batch(tensor: IntTensor<Self>, axis: usize, level: Level) -> IntTensor<Self> {
+        B::int_batch(tensor, axis, level)
+    }
+    fn int_unbatch(tensor: IntTensor<Self>, level: Level, size: usize, axis: usize) -> IntTensor<Self> {
+        B::int_unbatch(tensor, level, size, axis)
+    }
+    fn int_batch_dims(tensor: &IntTensor<Self>) -> BatchDims {
+        B::int_batch_dims(tensor)
+    }
+    fn bool_batch(tensor: BoolTensor<Self>, axis: usize, level: Level) -> BoolTensor<Self> {
+        B::bool_batch(tensor, axis, level)
+    }
+    fn bool_unbatch(tensor: BoolTensor<Self>, level: Level, size: usize, axis: usize) -> BoolTensor<Self> {
+        B::bool_unbatch(tensor, level, size, axis)
+    }
+    fn bool_batch_dims(tensor: &BoolTensor<Self>) -> BatchDims {
+        B::bool_batch_dims(tensor)
+    }
+}

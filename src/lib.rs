@@ -1,0 +1,54 @@
+//! # burn-vmap
+//!
+//! JAX-style vectorizing maps and per-example gradients for [Burn](https://burn.dev).
+//!
+//! - [`Vmap<B>`]: a backend decorator (like `Autodiff<B>`) whose tensors carry batch dimensions;
+//!   every op applies a batching rule, so code written for one example runs on a batch.
+//! - [`vmap`]: map a function over a batch axis, with `in_axes` / `out_axes` and nesting.
+//! - Per-example gradients: stack `Autodiff` on top, `Autodiff<Vmap<B>>`, and call
+//!   `backward()` inside [`vmap`]: parameters that are not batched receive batched (per-example)
+//!   gradients, computed in one batched backward pass.
+//! - [`Tree`]: pytrees of tensors (tuples, arrays, `Vec`, `Option`, maps, [`Static`]).
+//!
+//! ```
+//! use burn::tensor::Tensor;
+//! use burn_vmap::{vmap, TestBackend, Vmap};
+//! type B = Vmap<TestBackend>;
+//! let device = Default::default();
+//!
+//! // Written for one vector: v * sum(v).
+//! let f = |v: Tensor<B, 1>| v.clone() * v.sum();
+//! let xs = Tensor::<B, 2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
+//! let ys: Tensor<B, 2> = vmap(f).call(xs).unwrap();
+//! assert_eq!(ys.into_data().to_vec::<f32>().unwrap(), vec![3.0, 6.0, 21.0, 28.0]);
+//! ```
+#![deny(missing_docs)]
+
+mod backend;
+mod batching;
+mod error;
+mod ops;
+pub(crate) mod rules;
+mod tensor;
+pub mod transform;
+pub mod tree;
+
+pub use backend::Vmap;
+pub use batching::BatchOps;
+pub use error::VmapError;
+pub use tensor::{BatchDim, BatchDims, Level, VmapTensor};
+pub use transform::vmap::{vmap, Axes, Vmapped};
+pub use tree::{Leaf, Spec, Static, Tree, TreeDef};
+
+/// The inner backend selected by the crate's cargo feature, for tests, examples and benches:
+/// `ndarray` (default), `wgpu` or `cuda`.
+#[cfg(feature = "cuda")]
+pub type TestBackend = burn::backend::Cuda;
+/// The inner backend selected by the crate's cargo feature, for tests, examples and benches:
+/// `ndarray` (default), `wgpu` or `cuda`.
+#[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+pub type TestBackend = burn::backend::Wgpu;
+/// The inner backend selected by the crate's cargo feature, for tests, examples and benches:
+/// `ndarray` (default), `wgpu` or `cuda`.
+#[cfg(all(feature = "ndarray", not(feature = "wgpu"), not(feature = "cuda")))]
+pub type TestBackend = burn::backend::NdArray;

@@ -1,0 +1,179 @@
+//! `FloatTensorOps` for `Vmap<B>`.
+
+use burn_backend::backend::{Backend, ExecutionError};
+use burn_backend::ops::FloatTensorOps;
+use burn_backend::tensor::{BoolTensor, Device, Float, FloatTensor, IntTensor};
+use burn_backend::{Distribution, FloatDType, IntDType, Scalar, Shape, Slice, TensorData};
+
+use super::assert_unbatched;
+use super::macros::*;
+use crate::rules::{elementwise, indexing, linalg, reduce, view};
+use crate::tensor::VmapTensor;
+use crate::Vmap;
+
+impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
+    // --- creation and transfer: new tensors are unbatched -----------------------------------
+    fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> {
+        VmapTensor::unbatched(B::float_from_data(data, device))
+    }
+
+    fn float_random(shape: Shape, distribution: Distribution, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        VmapTensor::unbatched(B::float_random(shape, distribution, device, dtype))
+    }
+
+    fn float_empty(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        VmapTensor::unbatched(B::float_empty(shape, device, dtype))
+    }
+
+    // Overridden (speed): the default builds zeros through `float_from_data` on the host.
+    fn float_zeros(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        VmapTensor::unbatched(B::float_zeros(shape, device, dtype))
+    }
+
+    // Overridden (speed): as `float_zeros`.
+    fn float_ones(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        VmapTensor::unbatched(B::float_ones(shape, device, dtype))
+    }
+
+    // Overridden (speed): as `float_zeros`.
+    fn float_full(shape: Shape, fill_value: Scalar, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        VmapTensor::unbatched(B::float_full(shape, fill_value, device, dtype))
+    }
+
+    fn float_into_data(tensor: FloatTensor<Self>) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
+        assert_unbatched(&tensor, "float_into_data");
+        B::float_into_data(tensor.inner)
+    }
+
+    fn float_device(tensor: &FloatTensor<Self>) -> Device<Self> {
+        B::float_device(&tensor.inner)
+    }
+
+    fn float_to_device(tensor: FloatTensor<Self>, device: &Device<Self>) -> FloatTensor<Self> {
+        elementwise::unary(tensor, |t| B::float_to_device(t, device))
+    }
+
+    // --- casts -----------------------------------------------------------------------------
+    fn float_into_int(tensor: FloatTensor<Self>, out_dtype: IntDType) -> IntTensor<Self> {
+        elementwise::unary(tensor, |t| B::float_into_int(t, out_dtype))
+    }
+
+    fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        elementwise::unary(tensor, |t| B::float_cast(t, dtype))
+    }
+
+    // --- elementwise -----------------------------------------------------------------------
+    broadcasting_ops!(FloatTensor, Float; float_add, float_sub, float_mul, float_div);
+    materializing_ops!(FloatTensor, Float; float_remainder, float_powf, float_atan2);
+    scalar_ops!(FloatTensor;
+        float_add_scalar, float_sub_scalar, float_mul_scalar, float_div_scalar,
+        float_remainder_scalar, float_powf_scalar_impl);
+    unary_ops!(FloatTensor;
+        float_recip, float_exp, float_log, float_log1p, float_sqrt, float_abs, float_cos,
+        float_sin, float_tan, float_cosh, float_sinh, float_tanh, float_acos, float_acosh,
+        float_asin, float_asinh, float_atan, float_atanh, float_round, float_floor, float_ceil,
+        float_trunc, float_erf);
+
+    // Overridden (speed): the default is `mul_scalar(-1)`, one more kernel for nothing.
+    fn float_neg(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        elementwise::unary(tensor, B::float_neg)
+    }
+
+    comparison_ops!(FloatTensor, Float;
+        float_equal, float_greater, float_greater_equal, float_lower, float_lower_equal);
+    comparison_scalar_ops!(FloatTensor;
+        float_equal_elem, float_greater_elem, float_greater_equal_elem, float_lower_elem,
+        float_lower_equal_elem);
+
+    // --- linear algebra ----------------------------------------------------------------------
+    fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        linalg::matmul::<B, Float>(lhs, rhs, B::float_matmul)
+    }
+
+    fn float_cross(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        elementwise::binary_materialized::<B, Float, Float, _>(lhs, rhs, |l, r, nb| B::float_cross(l, r, dim + nb))
+    }
+
+    // --- views -------------------------------------------------------------------------------
+    fn float_swap_dims(tensor: FloatTensor<Self>, dim1: usize, dim2: usize) -> FloatTensor<Self> {
+        view::swap_dims::<B, Float>(tensor, dim1, dim2, B::float_swap_dims)
+    }
+
+    fn float_permute(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self> {
+        view::permute::<B, Float>(tensor, axes)
+    }
+
+    fn float_flip(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self> {
+        view::flip(tensor, axes, B::float_flip)
+    }
+
+    fn float_reshape(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
+        view::reshape::<B, Float>(tensor, shape)
+    }
+
+    fn float_expand(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
+        view::expand::<B, Float>(tensor, shape)
+    }
+
+    fn float_slice(tensor: FloatTensor<Self>, slices: &[Slice]) -> FloatTensor<Self> {
+        view::slice::<B, Float>(tensor, slices)
+    }
+
+    fn float_unfold(tensor: FloatTensor<Self>, dim: usize, size: usize, step: usize) -> FloatTensor<Self> {
+        reduce::along_dim(tensor, dim, |t, d| B::float_unfold(t, d, size, step))
+    }
+
+    // Overridden (speed): the default assigns every input into an empty tensor.
+    fn float_cat(tensors: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
+        view::cat::<B, Float>(tensors, dim, B::float_cat)
+    }
+
+    // --- indexing ----------------------------------------------------------------------------
+    fn float_gather(dim: usize, tensor: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
+        indexing::gather::<B, Float>(dim, tensor, indices)
+    }
+
+    fn float_scatter_add(dim: usize, tensor: FloatTensor<Self>, indices: IntTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> {
+        indexing::scatter::<B, Float>(dim, tensor, indices, value, B::float_scatter_add)
+    }
+
+    fn float_select(tensor: FloatTensor<Self>, dim: usize, indices: IntTensor<Self>) -> FloatTensor<Self> {
+        indexing::select::<B, Float>(tensor, dim, indices)
+    }
+
+    fn float_select_add(tensor: FloatTensor<Self>, dim: usize, indices: IntTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> {
+        indexing::select_add::<B, Float>(tensor, dim, indices, value, B::float_select_add, B::float_scatter_add)
+    }
+
+    fn float_slice_assign(tensor: FloatTensor<Self>, slices: &[Slice], value: FloatTensor<Self>) -> FloatTensor<Self> {
+        indexing::slice_assign::<B, Float>(tensor, slices, value, B::float_slice_assign)
+    }
+
+    fn float_mask_where(tensor: FloatTensor<Self>, mask: BoolTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> {
+        indexing::mask_where::<B, Float>(tensor, mask, value, B::float_mask_where)
+    }
+
+    fn float_mask_fill(tensor: FloatTensor<Self>, mask: BoolTensor<Self>, value: Scalar) -> FloatTensor<Self> {
+        indexing::mask_fill::<B, Float>(tensor, mask, |t, m| B::float_mask_fill(t, m, value))
+    }
+
+    // --- reductions and scans ----------------------------------------------------------------
+    fn float_sum(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        reduce::all::<B, Float>(tensor, B::float_sum, B::float_sum_dim)
+    }
+
+    dim_ops!(FloatTensor;
+        float_sum_dim, float_mean_dim, float_cumsum, float_cumprod, float_cummin, float_cummax);
+
+    fn float_argmax(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
+        reduce::along_dim(tensor, dim, |t, d| B::float_argmax(t, d, out_dtype))
+    }
+
+    fn float_argmin(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
+        reduce::along_dim(tensor, dim, |t, d| B::float_argmin(t, d, out_dtype))
+    }
+
+    fn float_argtopk(tensor: FloatTensor<Self>, dim: usize, k: usize, out_dtype: IntDType) -> IntTensor<Self> {
+        reduce::along_dim(tensor, dim, |t, d| B::float_argtopk(t, d, k, out_dtype))
+    }
+}

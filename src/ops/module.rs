@@ -1,0 +1,248 @@
+//! `ModuleOps` for `Vmap<B>`.
+//!
+//! A batched input with unbatched weights folds the vmap batch into `N` (one large op). Batched
+//! weights, biases, offsets or attention masks beyond what folding covers are the layer issue's
+//! work: such calls panic with a `vmap: <op>: ...` message instead of computing something wrong.
+
+use burn_backend::backend::Backend;
+use burn_backend::ops::{
+    AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConv2dBackward, DeformConvOptions,
+    InterpolateOptions, MaxPool2dBackward, MaxPool2dWithIndices, ModuleOps,
+};
+use burn_backend::tensor::{BoolTensor, Bool, Float, FloatTensor, Int, IntTensor};
+
+use crate::rules::helpers::vmap_panic;
+use crate::rules::module::{fold_all, fold_to, unfold_out};
+use crate::rules::reduce::along_dim;
+use crate::tensor::{BatchDims, VmapTensor};
+use crate::Vmap;
+
+type FP<B> = <B as burn_backend::backend::BackendTypes>::FloatTensorPrimitive;
+
+/// Unwraps weights that must be unbatched.
+fn unbatched_weight<P>(op: &str, name: &str, t: VmapTensor<P>) -> P {
+    if t.is_batched() {
+        vmap_panic(
+            op,
+            &format!("`{name}` is batched (per-example weights)"),
+            "batched weights are not supported by this release; keep the weights outside vmap",
+        )
+    }
+    t.inner
+}
+
+fn unbatched_opt<P>(op: &str, name: &str, t: Option<VmapTensor<P>>) -> Option<P> {
+    t.map(|t| unbatched_weight(op, name, t))
+}
+
+/// One batched input `x`: fold into `N`.
+fn with_x<B: Backend>(x: FloatTensor<Vmap<B>>, f: impl FnOnce(FP<B>) -> FP<B>) -> FloatTensor<Vmap<B>> {
+    let (bdims, [x]) = fold_all::<B, Float, 1>([x]);
+    unfold_out::<B, Float>(f(x), &bdims)
+}
+
+/// Two inputs with a leading `N` (`x` and its gradient): fold both.
+fn with_x_grad<B: Backend>(
+    x: FloatTensor<Vmap<B>>,
+    grad: FloatTensor<Vmap<B>>,
+    f: impl FnOnce(FP<B>, FP<B>) -> FP<B>,
+) -> FloatTensor<Vmap<B>> {
+    let (bdims, [x, grad]) = fold_all::<B, Float, 2>([x, grad]);
+    unfold_out::<B, Float>(f(x, grad), &bdims)
+}
+
+impl<B: Backend> ModuleOps<Self> for Vmap<B> {
+    fn conv2d(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvOptions<2>) -> FloatTensor<Self> {
+        let w = unbatched_weight("conv2d", "weight", weight);
+        let b = unbatched_opt("conv2d", "bias", bias);
+        with_x::<B>(x, |x| B::conv2d(x, w, b, options))
+    }
+
+    fn conv3d(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvOptions<3>) -> FloatTensor<Self> {
+        let w = unbatched_weight("conv3d", "weight", weight);
+        let b = unbatched_opt("conv3d", "bias", bias);
+        with_x::<B>(x, |x| B::conv3d(x, w, b, options))
+    }
+
+    fn conv_transpose2d(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvTransposeOptions<2>) -> FloatTensor<Self> {
+        let w = unbatched_weight("conv_transpose2d", "weight", weight);
+        let b = unbatched_opt("conv_transpose2d", "bias", bias);
+        with_x::<B>(x, |x| B::conv_transpose2d(x, w, b, options))
+    }
+
+    fn conv_transpose3d(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvTransposeOptions<3>) -> FloatTensor<Self> {
+        let w = unbatched_weight("conv_transpose3d", "weight", weight);
+        let b = unbatched_opt("conv_transpose3d", "bias", bias);
+        with_x::<B>(x, |x| B::conv_transpose3d(x, w, b, options))
+    }
+
+    fn deform_conv2d(
+        x: FloatTensor<Self>,
+        offset: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        mask: Option<FloatTensor<Self>>,
+        bias: Option<FloatTensor<Self>>,
+        options: DeformConvOptions<2>,
+    ) -> FloatTensor<Self> {
+        let w = unbatched_weight("deform_conv2d", "weight", weight);
+        let b = unbatched_opt("deform_conv2d", "bias", bias);
+        match mask {
+            Some(mask) => {
+                let (bdims, [x, offset, mask]) = fold_all::<B, Float, 3>([x, offset, mask]);
+                unfold_out::<B, Float>(B::deform_conv2d(x, offset, w, Some(mask), b, options), &bdims)
+            }
+            None => {
+                let (bdims, [x, offset]) = fold_all::<B, Float, 2>([x, offset]);
+                unfold_out::<B, Float>(B::deform_conv2d(x, offset, w, None, b, options), &bdims)
+            }
+        }
+    }
+
+    fn deform_conv2d_backward(
+        x: FloatTensor<Self>,
+        offset: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        mask: Option<FloatTensor<Self>>,
+        bias: Option<FloatTensor<Self>>,
+        output_grad: FloatTensor<Self>,
+        options: DeformConvOptions<2>,
+    ) -> DeformConv2dBackward<Self> {
+        let batched = x.is_batched()
+            || offset.is_batched()
+            || weight.is_batched()
+            || output_grad.is_batched()
+            || mask.as_ref().is_some_and(|m| m.is_batched())
+            || bias.as_ref().is_some_and(|b| b.is_batched());
+        if batched {
+            vmap_panic(
+                "deform_conv2d_backward",
+                "per-example gradients of deformable convolutions are not supported by this release",
+                "compute them outside vmap",
+            )
+        }
+        let out = B::deform_conv2d_backward(
+            x.inner,
+            offset.inner,
+            weight.inner,
+            mask.map(|m| m.inner),
+            bias.map(|b| b.inner),
+            output_grad.inner,
+            options,
+        );
+        DeformConv2dBackward::new(
+            VmapTensor::unbatched(out.x_grad),
+            VmapTensor::unbatched(out.offset_grad),
+            VmapTensor::unbatched(out.weight_grad),
+            out.mask_grad.map(VmapTensor::unbatched),
+            out.bias_grad.map(VmapTensor::unbatched),
+        )
+    }
+
+    fn avg_pool2d(x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self> {
+        with_x::<B>(x, |x| B::avg_pool2d(x, kernel_size, stride, padding, count_include_pad, ceil_mode))
+    }
+
+    fn avg_pool2d_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self> {
+        with_x_grad::<B>(x, grad, |x, g| B::avg_pool2d_backward(x, g, kernel_size, stride, padding, count_include_pad, ceil_mode))
+    }
+
+    fn adaptive_avg_pool2d(x: FloatTensor<Self>, output_size: [usize; 2]) -> FloatTensor<Self> {
+        with_x::<B>(x, |x| B::adaptive_avg_pool2d(x, output_size))
+    }
+
+    fn adaptive_avg_pool2d_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        with_x_grad::<B>(x, grad, B::adaptive_avg_pool2d_backward)
+    }
+
+    fn max_pool2d(x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], ceil_mode: bool) -> FloatTensor<Self> {
+        with_x::<B>(x, |x| B::max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode))
+    }
+
+    fn max_pool2d_with_indices(x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], ceil_mode: bool) -> MaxPool2dWithIndices<Self> {
+        let (bdims, [x]) = fold_all::<B, Float, 1>([x]);
+        let out = B::max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode);
+        MaxPool2dWithIndices::new(unfold_out::<B, Float>(out.output, &bdims), unfold_out::<B, Int>(out.indices, &bdims))
+    }
+
+    fn max_pool2d_with_indices_backward(
+        x: FloatTensor<Self>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        ceil_mode: bool,
+        output_grad: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> MaxPool2dBackward<Self> {
+        // Indices address positions inside one (n, c) plane, so folding the batch into N keeps
+        // them valid.
+        let bdims = BatchDims::union([&x.bdims, &output_grad.bdims, &indices.bdims]);
+        let out = B::max_pool2d_with_indices_backward(
+            fold_to::<B, Float>(x, &bdims),
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+            fold_to::<B, Float>(output_grad, &bdims),
+            fold_to::<B, Int>(indices, &bdims),
+        );
+        MaxPool2dBackward::new(unfold_out::<B, Float>(out.x_grad, &bdims))
+    }
+
+    fn interpolate(x: FloatTensor<Self>, output_size: [usize; 2], options: InterpolateOptions) -> FloatTensor<Self> {
+        with_x::<B>(x, |x| B::interpolate(x, output_size, options))
+    }
+
+    fn interpolate_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>, output_size: [usize; 2], options: InterpolateOptions) -> FloatTensor<Self> {
+        with_x_grad::<B>(x, grad, |x, g| B::interpolate_backward(x, g, output_size, options))
+    }
+
+    fn attention(
+        query: FloatTensor<Self>,
+        key: FloatTensor<Self>,
+        value: FloatTensor<Self>,
+        mask: Option<BoolTensor<Self>>,
+        attn_bias: Option<FloatTensor<Self>>,
+        options: AttentionModuleOptions,
+    ) -> FloatTensor<Self> {
+        let batched = query.is_batched()
+            || key.is_batched()
+            || value.is_batched()
+            || mask.as_ref().is_some_and(|m| m.is_batched())
+            || attn_bias.as_ref().is_some_and(|b| b.is_batched());
+        if !batched {
+            return VmapTensor::unbatched(B::attention(
+                query.inner,
+                key.inner,
+                value.inner,
+                mask.map(|m| m.inner),
+                attn_bias.map(|b| b.inner),
+                options,
+            ));
+        }
+        let bdims = BatchDims::union(
+            [Some(&query.bdims), Some(&key.bdims), Some(&value.bdims), mask.as_ref().map(|m| &m.bdims), attn_bias.as_ref().map(|b| &b.bdims)]
+                .into_iter()
+                .flatten(),
+        );
+        let fold = |t: FloatTensor<Self>| fold_to::<B, Float>(t, &bdims);
+        let (q, k, v) = (fold(query), fold(key), fold(value));
+        let bias = attn_bias.map(fold);
+        let mask = mask.map(|m| fold_to::<B, Bool>(m, &bdims));
+        unfold_out::<B, Float>(B::attention(q, k, v, mask, bias, options), &bdims)
+    }
+
+    fn rfft(signal: FloatTensor<Self>, dim: usize, n: Option<usize>) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let bdims = signal.bdims.clone();
+        let out = along_dim(signal, dim, |s, d| B::rfft(s, d, n));
+        let (re, im) = out.inner;
+        (VmapTensor { inner: re, bdims: bdims.clone() }, VmapTensor { inner: im, bdims })
+    }
+
+    fn irfft(spectrum_re: FloatTensor<Self>, spectrum_im: FloatTensor<Self>, dim: usize, n: Option<usize>) -> FloatTensor<Self> {
+        crate::rules::elementwise::binary_materialized::<B, Float, Float, _>(spectrum_re, spectrum_im, |re, im, nb| {
+            B::irfft(re, im, dim + nb, n)
+        })
+    }
+}

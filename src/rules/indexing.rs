@@ -1,0 +1,160 @@
+//! Indexing ops: gather, scatter, select, select_add, slice_assign, mask_where, mask_fill.
+//!
+//! Batched or unbatched tensors, indices and values in any mix. Indexing happens independently
+//! per example, so every operand that the op reads per example is materialized over the union of
+//! the batch dims; a batched index for `select` becomes a `gather` along the same dim.
+
+use burn_backend::backend::Backend;
+use burn_backend::tensor::{Bool, Int};
+use burn_backend::{Shape, Slice, TensorMetadata};
+
+use super::helpers::{batch_slices, materialize, Kind};
+use crate::tensor::{BatchDims, VmapTensor};
+
+type IntP<B> = <B as burn_backend::backend::BackendTypes>::IntTensorPrimitive;
+
+/// `gather(dim, tensor, indices)`: the output has the shape of the indices.
+pub(crate) fn gather<B: Backend, K: Kind<B>>(
+    dim: usize,
+    tensor: VmapTensor<K::P>,
+    indices: VmapTensor<IntP<B>>,
+) -> VmapTensor<K::P> {
+    if tensor.bdims.is_empty() && indices.bdims.is_empty() {
+        return VmapTensor::unbatched(K::gather(dim, tensor.inner, indices.inner));
+    }
+    let bdims = BatchDims::union([&tensor.bdims, &indices.bdims]);
+    let t = materialize::<B, K>(tensor, &bdims);
+    let i = materialize::<B, Int>(indices, &bdims);
+    let nb = bdims.len();
+    VmapTensor { inner: K::gather(dim + nb, t, i), bdims }
+}
+
+/// `scatter_add(dim, tensor, indices, value)` and `bool_scatter_or`.
+pub(crate) fn scatter<B: Backend, K: Kind<B>>(
+    dim: usize,
+    tensor: VmapTensor<K::P>,
+    indices: VmapTensor<IntP<B>>,
+    value: VmapTensor<K::P>,
+    f: impl FnOnce(usize, K::P, IntP<B>, K::P) -> K::P,
+) -> VmapTensor<K::P> {
+    if tensor.bdims.is_empty() && indices.bdims.is_empty() && value.bdims.is_empty() {
+        return VmapTensor::unbatched(f(dim, tensor.inner, indices.inner, value.inner));
+    }
+    let bdims = BatchDims::union([&tensor.bdims, &indices.bdims, &value.bdims]);
+    let t = materialize::<B, K>(tensor, &bdims);
+    let i = materialize::<B, Int>(indices, &bdims);
+    let v = materialize::<B, K>(value, &bdims);
+    let nb = bdims.len();
+    VmapTensor { inner: f(dim + nb, t, i, v), bdims }
+}
+
+/// Turns a batched 1-D index `[batch.., k]` into gather/scatter indices of shape `target`
+/// (the physical shape of the output, batch dims first) along physical dim `pdim`.
+fn index_to_gather<B: Backend>(indices: IntP<B>, bdims: &BatchDims, pdim: usize, target: &Shape) -> IntP<B> {
+    let nb = bdims.len();
+    let k = indices.shape()[nb];
+    let rank = target.num_dims();
+    let mut dims: Vec<usize> = bdims.sizes().collect();
+    dims.extend((nb..rank).map(|d| if d == pdim { k } else { 1 }));
+    let reshaped = B::int_reshape(indices, Shape::from(dims));
+    B::int_expand(reshaped, target.clone())
+}
+
+/// `select(tensor, dim, indices)` with a 1-D index.
+pub(crate) fn select<B: Backend, K: Kind<B>>(
+    tensor: VmapTensor<K::P>,
+    dim: usize,
+    indices: VmapTensor<IntP<B>>,
+) -> VmapTensor<K::P> {
+    if indices.bdims.is_empty() {
+        let pdim = dim + tensor.bdims.len();
+        return VmapTensor { inner: K::select(tensor.inner, pdim, indices.inner), bdims: tensor.bdims };
+    }
+    // Per-example indices: a gather along the same dim.
+    let bdims = BatchDims::union([&tensor.bdims, &indices.bdims]);
+    let t = materialize::<B, K>(tensor, &bdims);
+    let i = materialize::<B, Int>(indices, &bdims);
+    let pdim = dim + bdims.len();
+    let mut out_shape = t.shape();
+    out_shape[pdim] = i.shape()[bdims.len()];
+    let i = index_to_gather::<B>(i, &bdims, pdim, &out_shape);
+    VmapTensor { inner: K::gather(pdim, t, i), bdims }
+}
+
+/// `select_add(tensor, dim, indices, value)` (and `bool_select_or`); a batched index becomes a
+/// scatter along the same dim (`scatter_f`).
+pub(crate) fn select_add<B: Backend, K: Kind<B>>(
+    tensor: VmapTensor<K::P>,
+    dim: usize,
+    indices: VmapTensor<IntP<B>>,
+    value: VmapTensor<K::P>,
+    select_f: impl FnOnce(K::P, usize, IntP<B>, K::P) -> K::P,
+    scatter_f: impl FnOnce(usize, K::P, IntP<B>, K::P) -> K::P,
+) -> VmapTensor<K::P> {
+    if tensor.bdims.is_empty() && indices.bdims.is_empty() && value.bdims.is_empty() {
+        return VmapTensor::unbatched(select_f(tensor.inner, dim, indices.inner, value.inner));
+    }
+    if indices.bdims.is_empty() {
+        let bdims = BatchDims::union([&tensor.bdims, &value.bdims]);
+        let t = materialize::<B, K>(tensor, &bdims);
+        let v = materialize::<B, K>(value, &bdims);
+        let pdim = dim + bdims.len();
+        return VmapTensor { inner: select_f(t, pdim, indices.inner, v), bdims };
+    }
+    let bdims = BatchDims::union([&tensor.bdims, &indices.bdims, &value.bdims]);
+    let t = materialize::<B, K>(tensor, &bdims);
+    let v = materialize::<B, K>(value, &bdims);
+    let i = materialize::<B, Int>(indices, &bdims);
+    let pdim = dim + bdims.len();
+    let i = index_to_gather::<B>(i, &bdims, pdim, &v.shape());
+    VmapTensor { inner: scatter_f(pdim, t, i, v), bdims }
+}
+
+/// `slice_assign(tensor, slices, value)`.
+pub(crate) fn slice_assign<B: Backend, K: Kind<B>>(
+    tensor: VmapTensor<K::P>,
+    slices: &[Slice],
+    value: VmapTensor<K::P>,
+    f: impl FnOnce(K::P, &[Slice], K::P) -> K::P,
+) -> VmapTensor<K::P> {
+    if tensor.bdims.is_empty() && value.bdims.is_empty() {
+        return VmapTensor::unbatched(f(tensor.inner, slices, value.inner));
+    }
+    let bdims = BatchDims::union([&tensor.bdims, &value.bdims]);
+    let t = materialize::<B, K>(tensor, &bdims);
+    let v = materialize::<B, K>(value, &bdims);
+    let slices = batch_slices(&bdims, slices);
+    VmapTensor { inner: f(t, &slices, v), bdims }
+}
+
+/// `mask_where(tensor, mask, value)`.
+pub(crate) fn mask_where<B: Backend, K: Kind<B>>(
+    tensor: VmapTensor<K::P>,
+    mask: VmapTensor<B::BoolTensorPrimitive>,
+    value: VmapTensor<K::P>,
+    f: impl FnOnce(K::P, B::BoolTensorPrimitive, K::P) -> K::P,
+) -> VmapTensor<K::P> {
+    if tensor.bdims.is_empty() && mask.bdims.is_empty() && value.bdims.is_empty() {
+        return VmapTensor::unbatched(f(tensor.inner, mask.inner, value.inner));
+    }
+    let bdims = BatchDims::union([&tensor.bdims, &mask.bdims, &value.bdims]);
+    let t = materialize::<B, K>(tensor, &bdims);
+    let m = materialize::<B, Bool>(mask, &bdims);
+    let v = materialize::<B, K>(value, &bdims);
+    VmapTensor { inner: f(t, m, v), bdims }
+}
+
+/// `mask_fill(tensor, mask, scalar)`.
+pub(crate) fn mask_fill<B: Backend, K: Kind<B>>(
+    tensor: VmapTensor<K::P>,
+    mask: VmapTensor<B::BoolTensorPrimitive>,
+    f: impl FnOnce(K::P, B::BoolTensorPrimitive) -> K::P,
+) -> VmapTensor<K::P> {
+    if tensor.bdims.is_empty() && mask.bdims.is_empty() {
+        return VmapTensor::unbatched(f(tensor.inner, mask.inner));
+    }
+    let bdims = BatchDims::union([&tensor.bdims, &mask.bdims]);
+    let t = materialize::<B, K>(tensor, &bdims);
+    let m = materialize::<B, Bool>(mask, &bdims);
+    VmapTensor { inner: f(t, m), bdims }
+}

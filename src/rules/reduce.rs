@@ -1,0 +1,32 @@
+//! Reductions and scans (JAX's `defreducer`): the logical dim moves past the batch dims.
+
+use burn_backend::backend::Backend;
+use burn_backend::{Shape, TensorMetadata};
+
+use super::helpers::{physical_dim, Kind};
+use crate::tensor::VmapTensor;
+
+/// An op along one logical dim (`sum_dim`, `argmax`, `cumsum`, `unfold`, ...).
+#[inline]
+pub(crate) fn along_dim<P, Q>(t: VmapTensor<P>, dim: usize, f: impl FnOnce(P, usize) -> Q) -> VmapTensor<Q> {
+    let pdim = physical_dim(&t.bdims, dim);
+    VmapTensor { inner: f(t.inner, pdim), bdims: t.bdims }
+}
+
+/// A reduction over all logical elements (`sum`, `prod`), given as its `*_dim` op: each example
+/// is flattened and reduced along one dim, giving the logical shape `[1]`.
+pub(crate) fn all<B: Backend, K: Kind<B>>(
+    t: VmapTensor<K::P>,
+    full: impl FnOnce(K::P) -> K::P,
+    along: impl FnOnce(K::P, usize) -> K::P,
+) -> VmapTensor<K::P> {
+    if t.bdims.is_empty() {
+        return VmapTensor { inner: full(t.inner), bdims: t.bdims };
+    }
+    let nb = t.bdims.len();
+    let shape = t.inner.shape();
+    let numel: usize = shape[nb..].iter().product();
+    let flat: Shape = t.bdims.sizes().chain([numel]).collect();
+    let reduced = along(K::reshape(t.inner, flat), nb);
+    VmapTensor { inner: reduced, bdims: t.bdims }
+}

@@ -1,0 +1,275 @@
+//! The batched tensor primitive of [`Vmap`](crate::Vmap): an inner primitive plus level-tagged
+//! batch dimensions.
+//!
+//! # Physical layout
+//!
+//! A [`VmapTensor`] is batched at zero or more vmap *levels*. Its inner (physical) tensor holds
+//! one dimension per level, **in front of** the logical dimensions and **sorted by level**
+//! (outermost vmap first):
+//!
+//! ```text
+//! physical shape = [size(level_0), size(level_1), ..., logical dims...]
+//! ```
+//!
+//! Burn and `burn-autodiff` only ever see the logical shape (through [`TensorMetadata`]); every
+//! op of [`Vmap`](crate::Vmap) applies a batching rule that works on the physical tensor. Because
+//! the batch dims have a fixed physical place, a rule never needs to know which vmap is the
+//! current one: it treats the leading `batch_dims().len()` dims as independent batch indices.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use burn_std::quantization::{QuantAcc, QuantPropagation, QuantScheme};
+use burn_backend::{DType, QTensorPrimitive, Shape, TensorMetadata};
+
+/// A vmap level: one per active `vmap` call. Levels are allocated in increasing order, so an
+/// inner `vmap` always has a larger level than every enclosing one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Level(u64);
+
+static NEXT_LEVEL: AtomicU64 = AtomicU64::new(1);
+
+impl Level {
+    /// Allocates a fresh level, larger than every level allocated before.
+    ///
+    /// ```
+    /// use burn_vmap::Level;
+    /// let a = Level::fresh();
+    /// let b = Level::fresh();
+    /// assert!(b > a);
+    /// ```
+    pub fn fresh() -> Self {
+        Level(NEXT_LEVEL.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The level's number (for messages and debugging).
+    pub fn id(self) -> u64 {
+        self.0
+    }
+}
+
+/// One batch dimension: the vmap level it belongs to and its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BatchDim {
+    /// The vmap level that created this dimension.
+    pub level: Level,
+    /// The number of examples along this dimension.
+    pub size: usize,
+}
+
+/// The batch dimensions of a tensor, sorted by level (physical dims `0..len()`).
+///
+/// An empty set means "not batched"; it allocates nothing, so unbatched tensors pay no
+/// bookkeeping cost.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BatchDims(Vec<BatchDim>);
+
+impl BatchDims {
+    /// No batch dimension.
+    pub const fn none() -> Self {
+        BatchDims(Vec::new())
+    }
+
+    /// Builds from dims that are already sorted by strictly increasing level.
+    ///
+    /// # Panics
+    /// If the levels are not strictly increasing.
+    pub fn from_sorted(dims: Vec<BatchDim>) -> Self {
+        assert!(
+            dims.windows(2).all(|w| w[0].level < w[1].level),
+            "vmap: batch dims must be sorted by strictly increasing level: {dims:?}"
+        );
+        BatchDims(dims)
+    }
+
+    /// Whether there is no batch dimension.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Number of batch dimensions (= number of leading physical dims they take).
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The dims, outermost level first.
+    pub fn as_slice(&self) -> &[BatchDim] {
+        &self.0
+    }
+
+    /// The sizes, outermost level first.
+    pub fn sizes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().map(|d| d.size)
+    }
+
+    /// Product of the sizes.
+    pub fn num_examples(&self) -> usize {
+        self.sizes().product()
+    }
+
+    /// Physical position of `level`, if batched at it.
+    pub fn position(&self, level: Level) -> Option<usize> {
+        self.0.iter().position(|d| d.level == level)
+    }
+
+    /// Size at `level`, if batched at it.
+    pub fn size_at(&self, level: Level) -> Option<usize> {
+        self.0.iter().find(|d| d.level == level).map(|d| d.size)
+    }
+
+    /// Position at which `level` would be inserted to keep the order.
+    pub fn insertion_point(&self, level: Level) -> usize {
+        self.0.iter().take_while(|d| d.level < level).count()
+    }
+
+    /// Inserts a dim (keeping the order) and returns its physical position.
+    ///
+    /// # Panics
+    /// If already batched at that level.
+    pub fn insert(&mut self, dim: BatchDim) -> usize {
+        assert!(
+            self.position(dim.level).is_none(),
+            "vmap: tensor already batched at level {}",
+            dim.level.0
+        );
+        let pos = self.insertion_point(dim.level);
+        self.0.insert(pos, dim);
+        pos
+    }
+
+    /// Removes `level` and returns its former position and size.
+    pub fn remove(&mut self, level: Level) -> Option<(usize, usize)> {
+        let pos = self.position(level)?;
+        let d = self.0.remove(pos);
+        Some((pos, d.size))
+    }
+
+    /// The sorted union of several sets of batch dims.
+    ///
+    /// # Panics
+    /// If two operands are batched at the same level with different sizes (an internal
+    /// invariant: one vmap level has one size).
+    pub fn union<'a>(sets: impl IntoIterator<Item = &'a BatchDims>) -> BatchDims {
+        let mut out: Vec<BatchDim> = Vec::new();
+        for set in sets {
+            for d in &set.0 {
+                match out.iter().find(|o| o.level == d.level) {
+                    Some(o) => assert_eq!(
+                        o.size, d.size,
+                        "vmap: operands batched at level {} with different sizes",
+                        d.level.0
+                    ),
+                    None => out.push(*d),
+                }
+            }
+        }
+        out.sort_by_key(|d| d.level);
+        BatchDims(out)
+    }
+}
+
+/// The tensor primitive of [`Vmap<B>`](crate::Vmap): an inner backend primitive whose leading
+/// dims are the batch dims listed in [`batch_dims`](Self::batch_dims).
+///
+/// [`TensorMetadata::shape`] reports the **logical** shape (without batch dims), which is what
+/// Burn's default op implementations and `burn-autodiff` rely on.
+#[derive(Clone, Debug)]
+pub struct VmapTensor<P> {
+    pub(crate) inner: P,
+    pub(crate) bdims: BatchDims,
+}
+
+impl<P: TensorMetadata> VmapTensor<P> {
+    /// Wraps an unbatched inner primitive (zero cost).
+    #[inline]
+    pub fn unbatched(inner: P) -> Self {
+        Self { inner, bdims: BatchDims::none() }
+    }
+
+    /// Wraps an inner primitive whose leading `bdims.len()` dims are the given batch dims.
+    ///
+    /// # Panics
+    /// If the physical rank or the leading sizes do not match `bdims`.
+    pub fn from_physical(inner: P, bdims: BatchDims) -> Self {
+        if !bdims.is_empty() {
+            let shape = inner.shape();
+            assert!(
+                shape.num_dims() >= bdims.len()
+                    && bdims.sizes().zip(shape.iter()).all(|(a, b)| a == *b),
+                "vmap: physical shape {shape:?} does not start with the batch sizes {:?}",
+                bdims.sizes().collect::<Vec<_>>()
+            );
+        }
+        Self { inner, bdims }
+    }
+
+    /// Shape of the physical tensor, batch dims included.
+    pub fn physical_shape(&self) -> Shape {
+        self.inner.shape()
+    }
+}
+
+impl<P> VmapTensor<P> {
+    /// The batch dims (outermost level first).
+    #[inline]
+    pub fn batch_dims(&self) -> &BatchDims {
+        &self.bdims
+    }
+
+    /// Whether batched at any level.
+    #[inline]
+    pub fn is_batched(&self) -> bool {
+        !self.bdims.is_empty()
+    }
+
+    /// The physical tensor (batch dims first) and its batch dims.
+    #[inline]
+    pub fn into_parts(self) -> (P, BatchDims) {
+        (self.inner, self.bdims)
+    }
+
+    /// The physical tensor.
+    #[inline]
+    pub fn physical(&self) -> &P {
+        &self.inner
+    }
+
+}
+
+impl<P: TensorMetadata> TensorMetadata for VmapTensor<P> {
+    fn dtype(&self) -> DType {
+        self.inner.dtype()
+    }
+
+    fn shape(&self) -> Shape {
+        let shape = self.inner.shape();
+        if self.bdims.is_empty() {
+            shape
+        } else {
+            shape.iter().skip(self.bdims.len()).copied().collect()
+        }
+    }
+
+    fn rank(&self) -> usize {
+        self.inner.rank() - self.bdims.len()
+    }
+}
+
+impl<P: QTensorPrimitive> QTensorPrimitive for VmapTensor<P> {
+    fn scheme(&self) -> &QuantScheme {
+        self.inner.scheme()
+    }
+
+    fn acc_precision(&self) -> QuantAcc {
+        self.inner.acc_precision()
+    }
+
+    fn propagation(&self) -> QuantPropagation {
+        self.inner.propagation()
+    }
+
+    fn default_scheme() -> QuantScheme {
+        P::default_scheme()
+    }
+}

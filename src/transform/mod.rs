@@ -1,0 +1,4 @@
+//! The transforms: [`vmap`] and per-example gradients.
+
+pub(crate) mod leaf;
+pub mod vmap;

@@ -1,0 +1,201 @@
+//! [`vmap`]: map a function over a batch axis.
+
+use crate::batching::BatchOps;
+use crate::tensor::Level;
+use crate::transform::leaf::{batch_leaf, leaf_batch_dims, unbatch_leaf};
+use crate::tree::{Spec, Tree};
+use crate::VmapError;
+
+/// Batch axes: per argument (or output) a tree prefix whose leaves are `Some(axis)` (negative
+/// counts from the end) or `None` (not mapped).
+pub type Axes = Spec<Option<isize>>;
+
+impl From<isize> for Axes {
+    fn from(axis: isize) -> Self {
+        Spec::Leaf(Some(axis))
+    }
+}
+
+impl From<i32> for Axes {
+    fn from(axis: i32) -> Self {
+        Spec::Leaf(Some(axis as isize))
+    }
+}
+
+/// Vectorizes `f` over a batch axis: JAX's `jax.vmap`.
+///
+/// The returned [`Vmapped`] is configured with [`in_axes`](Vmapped::in_axes) and
+/// [`out_axes`](Vmapped::out_axes) (both default to axis 0 for every tensor) and applied with
+/// [`call`](Vmapped::call). Semantically,
+///
+/// ```text
+/// vmap(f)(xs) == stack([f(x) for x in unstack(xs, in_axes)], out_axes)
+/// ```
+///
+/// but it runs as one batched computation: `f` is called **once**, on tensors of the
+/// [`Vmap`](crate::Vmap) backend (or `Autodiff<Vmap<_>>`) that carry the batch dimension
+/// invisibly. The function sees each mapped argument without its mapped axis (one rank less);
+/// unmapped arguments are passed whole. Because Rust types carry ranks, the argument and result
+/// types of `f` and of the call differ by the mapped axes, and are checked when the call runs.
+///
+/// # Example
+/// ```
+/// use burn::tensor::Tensor;
+/// use burn_vmap::{vmap, TestBackend, Vmap};
+/// type B = Vmap<TestBackend>;
+/// let device = Default::default();
+///
+/// // One example: a vector times a matrix.
+/// let f = |(v, m): (Tensor<B, 1>, Tensor<B, 2>)| v.unsqueeze::<2>().matmul(m).squeeze::<1>();
+/// let vs = Tensor::<B, 2>::from_floats([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], &device);
+/// let m = Tensor::<B, 2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
+///
+/// // Map over the rows of `vs`, share `m`.
+/// let out: Tensor<B, 2> = vmap(f).in_axes([Some(0), None]).call((vs, m)).unwrap();
+/// assert_eq!(out.into_data().to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0, 4.0, 6.0]);
+/// ```
+///
+/// # Errors
+/// - [`VmapError::InconsistentBatchSizes`]: mapped axes of different sizes;
+/// - [`VmapError::AxisOutOfRange`]: an axis outside an argument's (or output's) rank;
+/// - [`VmapError::NothingMapped`]: every `in_axes` entry is `None`;
+/// - [`VmapError::TreeMismatch`], [`VmapError::LeafMismatch`]: axes that do not fit the
+///   arguments, or argument/result types whose ranks do not match the mapped axes.
+pub fn vmap<F>(f: F) -> Vmapped<F> {
+    Vmapped { f, in_axes: Spec::Leaf(Some(0)), out_axes: Spec::Leaf(Some(0)) }
+}
+
+/// A function vectorized by [`vmap`].
+#[derive(Debug, Clone)]
+pub struct Vmapped<F> {
+    f: F,
+    in_axes: Axes,
+    out_axes: Axes,
+}
+
+/// The batched arguments after validation: leaves moved into a fresh level.
+pub(crate) struct Batched<B: BatchOps> {
+    pub(crate) leaves: Vec<crate::tree::Leaf<B>>,
+    pub(crate) def: crate::tree::TreeDef,
+    pub(crate) level: Level,
+    pub(crate) size: usize,
+}
+
+fn normalize_axis(axis: isize, rank: usize, argument: &str, shape: &[usize]) -> Result<usize, VmapError> {
+    let a = if axis < 0 { axis + rank as isize } else { axis };
+    if a < 0 || a as usize >= rank {
+        return Err(VmapError::AxisOutOfRange { argument: argument.into(), axis, rank, shape: shape.to_vec() });
+    }
+    Ok(a as usize)
+}
+
+/// Flattens `inputs`, checks `in_axes` and the batch sizes, and batches every mapped leaf at a
+/// fresh level.
+pub(crate) fn batch_inputs<B: BatchOps, I: Tree<B>>(inputs: I, in_axes: &Axes) -> Result<Batched<B>, VmapError> {
+    let (leaves, def) = inputs.flatten();
+    let axes = in_axes.broadcast_to(&def, "in_axes", "args")?;
+    let paths = def.leaf_paths("args");
+    let mut sizes: Vec<(String, usize)> = Vec::new();
+    let mut normalized = Vec::with_capacity(axes.len());
+    for ((leaf, axis), path) in leaves.iter().zip(&axes).zip(&paths) {
+        match axis {
+            Some(a) => {
+                let shape = leaf.shape();
+                let a = normalize_axis(*a, shape.num_dims(), path, &shape)?;
+                sizes.push((path.clone(), shape[a]));
+                normalized.push(Some(a));
+            }
+            None => normalized.push(None),
+        }
+    }
+    let Some(&(_, size)) = sizes.first() else {
+        return Err(VmapError::NothingMapped);
+    };
+    if sizes.iter().any(|(_, s)| *s != size) {
+        return Err(VmapError::InconsistentBatchSizes { arguments: sizes });
+    }
+    let level = Level::fresh();
+    let leaves = leaves
+        .into_iter()
+        .zip(normalized)
+        .map(|(leaf, axis)| match axis {
+            Some(a) => batch_leaf(leaf, a, level),
+            None => leaf,
+        })
+        .collect();
+    Ok(Batched { leaves, def, level, size })
+}
+
+/// Unbatches every leaf of `out` from `level` into its `out_axes` position.
+pub(crate) fn unbatch_outputs<B: BatchOps, R: Tree<B>, O: Tree<B>>(
+    out: R,
+    out_axes: &Axes,
+    level: Level,
+    size: usize,
+) -> Result<O, VmapError> {
+    let (leaves, def) = out.flatten();
+    let axes = out_axes.broadcast_to(&def, "out_axes", "out")?;
+    let paths = def.leaf_paths("out");
+    let mut result = Vec::with_capacity(leaves.len());
+    for ((leaf, axis), path) in leaves.into_iter().zip(axes).zip(paths) {
+        match axis {
+            Some(a) => {
+                let shape = leaf.shape();
+                let a = normalize_axis(a, shape.num_dims() + 1, &path, &shape)?;
+                result.push(unbatch_leaf(leaf, level, size, a));
+            }
+            None => {
+                if leaf_batch_dims(&leaf).position(level).is_some() {
+                    return Err(VmapError::TreeMismatch {
+                        what: "out_axes".into(),
+                        path,
+                        why: "the output varies across the batch but its out_axes entry is None".into(),
+                    });
+                }
+                result.push(leaf);
+            }
+        }
+    }
+    O::unflatten_named(&def, result, "out")
+}
+
+impl<F> Vmapped<F> {
+    /// Sets the batch axis of every argument (a tree prefix of the arguments).
+    ///
+    /// `0`, `-1`: that axis of every tensor; `[Some(0), None]`: per argument of a pair; nested
+    /// [`Spec`]s for structs and tuples. `None` passes an argument whole to every example.
+    pub fn in_axes(mut self, axes: impl Into<Axes>) -> Self {
+        self.in_axes = axes.into();
+        self
+    }
+
+    /// Sets where the batch axis goes in every output (a tree prefix of the outputs). `None`
+    /// declares an output that does not vary across the batch.
+    pub fn out_axes(mut self, axes: impl Into<Axes>) -> Self {
+        self.out_axes = axes.into();
+        self
+    }
+
+    /// Applies the vectorized function to `inputs`.
+    ///
+    /// `I` is the batched argument tree, `A` what `f` takes (mapped axes removed), `R` what
+    /// `f` returns and `O` the batched result (batch axes inserted at `out_axes`).
+    ///
+    /// # Errors
+    /// See [`vmap`].
+    pub fn call<BI, BO, I, A, R, O>(&self, inputs: I) -> Result<O, VmapError>
+    where
+        BI: BatchOps,
+        BO: BatchOps,
+        F: Fn(A) -> R,
+        I: Tree<BI>,
+        A: Tree<BI>,
+        R: Tree<BO>,
+        O: Tree<BO>,
+    {
+        let batched = batch_inputs(inputs, &self.in_axes)?;
+        let args = A::unflatten_named(&batched.def, batched.leaves, "args")?;
+        let out = (self.f)(args);
+        unbatch_outputs(out, &self.out_axes, batched.level, batched.size)
+    }
+}
