@@ -1,8 +1,9 @@
 //! `ModuleOps` for `Vmap<B>`.
 //!
-//! A batched input with unbatched weights folds the vmap batch into `N` (one large op). Batched
-//! weights, biases, offsets or attention masks beyond what folding covers are the layer issue's
-//! work: such calls panic with a `vmap: <op>: ...` message instead of computing something wrong.
+//! A batched input with unbatched weights folds the vmap batch into `N` (one large op);
+//! convolutions with batched (per-example) weights become grouped convolutions. Remaining mixes
+//! (batched deformable-convolution gradients) panic with a `vmap: <op>: ...` message instead of
+//! computing something wrong.
 
 use burn_backend::backend::Backend;
 use burn_backend::ops::{
@@ -53,27 +54,35 @@ fn with_x_grad<B: Backend>(
 
 impl<B: Backend> ModuleOps<Self> for Vmap<B> {
     fn conv2d(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvOptions<2>) -> FloatTensor<Self> {
-        let w = unbatched_weight("conv2d", "weight", weight);
-        let b = unbatched_opt("conv2d", "bias", bias);
-        with_x::<B>(x, |x| B::conv2d(x, w, b, options))
+        crate::rules::module::conv::<B>(x, weight, bias, |x, w, b, factor| {
+            let mut options = options;
+            options.groups *= factor;
+            B::conv2d(x, w, b, options)
+        })
     }
 
     fn conv3d(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvOptions<3>) -> FloatTensor<Self> {
-        let w = unbatched_weight("conv3d", "weight", weight);
-        let b = unbatched_opt("conv3d", "bias", bias);
-        with_x::<B>(x, |x| B::conv3d(x, w, b, options))
+        crate::rules::module::conv::<B>(x, weight, bias, |x, w, b, factor| {
+            let mut options = options;
+            options.groups *= factor;
+            B::conv3d(x, w, b, options)
+        })
     }
 
     fn conv_transpose2d(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvTransposeOptions<2>) -> FloatTensor<Self> {
-        let w = unbatched_weight("conv_transpose2d", "weight", weight);
-        let b = unbatched_opt("conv_transpose2d", "bias", bias);
-        with_x::<B>(x, |x| B::conv_transpose2d(x, w, b, options))
+        crate::rules::module::conv::<B>(x, weight, bias, |x, w, b, factor| {
+            let mut options = options;
+            options.groups *= factor;
+            B::conv_transpose2d(x, w, b, options)
+        })
     }
 
     fn conv_transpose3d(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvTransposeOptions<3>) -> FloatTensor<Self> {
-        let w = unbatched_weight("conv_transpose3d", "weight", weight);
-        let b = unbatched_opt("conv_transpose3d", "bias", bias);
-        with_x::<B>(x, |x| B::conv_transpose3d(x, w, b, options))
+        crate::rules::module::conv::<B>(x, weight, bias, |x, w, b, factor| {
+            let mut options = options;
+            options.groups *= factor;
+            B::conv_transpose3d(x, w, b, options)
+        })
     }
 
     fn deform_conv2d(
