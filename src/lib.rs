@@ -37,6 +37,7 @@ pub use backend::Vmap;
 pub use batching::BatchOps;
 pub use error::VmapError;
 pub use tensor::{BatchDim, BatchDims, Level, VmapTensor};
+pub use transform::grad::{per_example_grads, ParamGrads};
 pub use transform::vmap::{vmap, Axes, Vmapped};
 pub use tree::{Leaf, Spec, Static, Tree, TreeDef};
 

@@ -1,4 +1,5 @@
 //! The transforms: [`vmap`] and per-example gradients.
 
+pub mod grad;
 pub(crate) mod leaf;
 pub mod vmap;
