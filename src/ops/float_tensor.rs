@@ -87,7 +87,7 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
 
     // --- linear algebra ----------------------------------------------------------------------
     fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        linalg::matmul::<B, Float>(lhs, rhs, B::float_matmul)
+        linalg::matmul::<B, Float>(lhs, rhs, B::float_matmul, B::float_mul)
     }
 
     fn float_cross(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {

@@ -75,7 +75,7 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
         int_lower_equal_elem);
 
     fn int_matmul(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
-        linalg::matmul::<B, Int>(lhs, rhs, B::int_matmul)
+        linalg::matmul::<B, Int>(lhs, rhs, B::int_matmul, B::int_mul)
     }
 
     // --- views -------------------------------------------------------------------------------

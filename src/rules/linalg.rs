@@ -10,15 +10,26 @@ use crate::tensor::{BatchDims, VmapTensor};
 ///
 /// A batched `lhs` times an unbatched `rhs` whose leading logical dims are all 1 (a weight
 /// matrix) folds every batch and leading dim into the rows: one large `[rows, k] x [k, n]`
-/// product instead of many small ones. Other mixes use the backend's broadcasting batched
-/// matmul, with size-1 dims for missing levels.
+/// product instead of many small ones. A contraction of size 1 (the outer products of
+/// per-example weight gradients, `x^T g` for one example) is a broadcasting multiply `mul`,
+/// which avoids one tiny GEMM call per example. Other mixes use the backend's broadcasting
+/// batched matmul, with size-1 dims for missing levels.
 pub(crate) fn matmul<B: Backend, K: Kind<B>>(
     lhs: VmapTensor<K::P>,
     rhs: VmapTensor<K::P>,
     f: impl FnOnce(K::P, K::P) -> K::P,
+    mul: impl FnOnce(K::P, K::P) -> K::P,
 ) -> VmapTensor<K::P> {
     if lhs.bdims.is_empty() && rhs.bdims.is_empty() {
         return VmapTensor::unbatched(f(lhs.inner, rhs.inner));
+    }
+    let lshape = lhs.inner.shape();
+    if lshape.num_dims() >= 2 && lshape[lshape.num_dims() - 1] == 1 && lhs.inner.rank() - lhs.bdims.len() >= 2 {
+        // [.., m, 1] x [.., 1, n] = [.., m, 1] * [.., 1, n] (broadcast).
+        let bdims = BatchDims::union([&lhs.bdims, &rhs.bdims]);
+        let l = align::<B, K>(lhs, &bdims);
+        let r = align::<B, K>(rhs, &bdims);
+        return VmapTensor { inner: mul(l, r), bdims };
     }
     if rhs.bdims.is_empty() {
         let rshape = rhs.inner.shape();

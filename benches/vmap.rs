@@ -1,0 +1,171 @@
+//! Criterion benches; each is compared with its baseline in the same run, and the ratios are
+//! printed at the end (`cargo bench --bench vmap`).
+//!
+//! - `mlp_forward`: `vmap` of a single-example MLP forward vs the hand-batched forward.
+//! - `passthrough`: `Autodiff<Vmap<B>>` vs `Autodiff<B>` on an MLP forward+backward with only
+//!   unbatched tensors (the decorator's overhead).
+//! - `per_example_grads/B`: per-example gradients (`vmap` of `backward`) of a 784-512-512-10
+//!   MLP with softmax cross-entropy vs the standard batch gradient, at B = 64 and 256.
+
+use std::time::Duration;
+
+use burn::backend::Autodiff;
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Distribution, Int, Tensor};
+use burn_vmap::{per_example_grads, vmap, ParamGrads, TestBackend, Vmap};
+use criterion::{criterion_group, BenchmarkId, Criterion};
+
+type V = Vmap<TestBackend>;
+
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    fc1: Linear<B>,
+    fc2: Linear<B>,
+    fc3: Linear<B>,
+    act: Relu,
+}
+
+impl<B: Backend> Mlp<B> {
+    fn new(sizes: [usize; 4], device: &B::Device) -> Self {
+        Self {
+            fc1: LinearConfig::new(sizes[0], sizes[1]).init(device),
+            fc2: LinearConfig::new(sizes[1], sizes[2]).init(device),
+            fc3: LinearConfig::new(sizes[2], sizes[3]).init(device),
+            act: Relu::new(),
+        }
+    }
+
+    fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        let h = self.act.forward(self.fc1.forward(x));
+        let h = self.act.forward(self.fc2.forward(h));
+        self.fc3.forward(h)
+    }
+
+    /// Mean softmax cross-entropy of a batch `[n, in]`.
+    fn loss(&self, x: Tensor<B, 2>, y: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+        let logp = burn::tensor::activation::log_softmax(self.forward(x), 1);
+        logp.gather(1, y.unsqueeze_dim(1)).mean().neg()
+    }
+}
+
+fn sync<B: Backend>(device: &B::Device) {
+    B::sync(device).unwrap();
+}
+
+fn mlp_forward(c: &mut Criterion) {
+    let device = Default::default();
+    let model = Mlp::<V>::new([784, 512, 512, 10], &device);
+    let x = Tensor::<V, 2>::random([256, 784], Distribution::Normal(0.0, 1.0), &device);
+    let mut g = c.benchmark_group("mlp_forward");
+    g.bench_function("hand_batched", |b| {
+        b.iter(|| {
+            let y = model.forward(x.clone());
+            sync::<V>(&device);
+            y
+        })
+    });
+    g.bench_function("vmap", |b| {
+        b.iter(|| {
+            let y: Tensor<V, 2> = vmap(|xi: Tensor<V, 1>| model.forward(xi)).call(x.clone()).unwrap();
+            sync::<V>(&device);
+            y
+        })
+    });
+    g.finish();
+}
+
+fn passthrough(c: &mut Criterion) {
+    let device = Default::default();
+    let mut g = c.benchmark_group("passthrough");
+    let labels: Vec<i64> = (0..64).map(|i| i % 10).collect();
+    {
+        type AB = Autodiff<TestBackend>;
+        let model = Mlp::<AB>::new([784, 512, 512, 10], &device);
+        let x = Tensor::<AB, 2>::random([64, 784], Distribution::Normal(0.0, 1.0), &device);
+        let y = Tensor::<AB, 1, Int>::from_ints(labels.as_slice(), &device);
+        g.bench_function("autodiff_inner", |b| {
+            b.iter(|| {
+                let mut grads = model.loss(x.clone(), y.clone()).backward();
+                ParamGrads::from_module(&mut grads, &model)
+            })
+        });
+    }
+    {
+        type AB = Autodiff<V>;
+        let model = Mlp::<AB>::new([784, 512, 512, 10], &device);
+        let x = Tensor::<AB, 2>::random([64, 784], Distribution::Normal(0.0, 1.0), &device);
+        let y = Tensor::<AB, 1, Int>::from_ints(labels.as_slice(), &device);
+        g.bench_function("autodiff_vmap", |b| {
+            b.iter(|| {
+                let mut grads = model.loss(x.clone(), y.clone()).backward();
+                ParamGrads::from_module(&mut grads, &model)
+            })
+        });
+    }
+    g.finish();
+}
+
+fn per_example(c: &mut Criterion) {
+    type AB = Autodiff<V>;
+    let device = Default::default();
+    let model = Mlp::<AB>::new([784, 512, 512, 10], &device);
+    let mut g = c.benchmark_group("per_example_grads");
+    for batch in [64usize, 256] {
+        let x = Tensor::<AB, 2>::random([batch, 784], Distribution::Normal(0.0, 1.0), &device);
+        let labels: Vec<i64> = (0..batch as i64).map(|i| i % 10).collect();
+        let y = Tensor::<AB, 1, Int>::from_ints(labels.as_slice(), &device);
+        g.bench_with_input(BenchmarkId::new("batch_gradient", batch), &batch, |b, _| {
+            b.iter(|| {
+                let mut grads = model.loss(x.clone(), y.clone()).backward();
+                ParamGrads::from_module(&mut grads, &model)
+            })
+        });
+        g.bench_with_input(BenchmarkId::new("per_example", batch), &batch, |b, _| {
+            b.iter(|| {
+                per_example_grads(&model, (x.clone(), y.clone()), |m: &Mlp<AB>, (xi, yi): (Tensor<AB, 1>, Tensor<AB, 0, Int>)| {
+                    m.loss(xi.unsqueeze(), yi.reshape([1]))
+                })
+                .unwrap()
+            })
+        });
+    }
+    g.finish();
+}
+
+/// Reads criterion's mean estimate (ns) of `group/id`.
+fn mean_ns(group: &str, id: &str) -> Option<f64> {
+    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let path = format!("{dir}/criterion/{group}/{id}/new/estimates.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["mean"]["point_estimate"].as_f64()
+}
+
+fn ratios() {
+    println!("\n== ratios (same run) ==");
+    let pairs = [
+        ("mlp_forward", "vmap", "hand_batched"),
+        ("passthrough", "autodiff_vmap", "autodiff_inner"),
+        ("per_example_grads", "per_example/64", "batch_gradient/64"),
+        ("per_example_grads", "per_example/256", "batch_gradient/256"),
+    ];
+    for (group, a, b) in pairs {
+        if let (Some(x), Some(y)) = (mean_ns(group, a), mean_ns(group, b)) {
+            println!("{group}: {a} / {b} = {:.2}x  ({:.2} ms / {:.2} ms)", x / y, x / 1e6, y / 1e6);
+        }
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(4));
+    targets = mlp_forward, passthrough, per_example
+}
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    ratios();
+}
