@@ -36,9 +36,12 @@ pub(crate) fn matmul<B: Backend, K: Kind<B>>(
         let rrank = rshape.num_dims();
         let lshape = lhs.inner.shape();
         let lrank = lshape.num_dims() - lhs.bdims.len();
-        if rrank >= 2 && lrank >= 2 && rshape[..rrank - 2].iter().all(|&d| d == 1) {
+        let rows: usize = lshape[..lshape.num_dims() - 1].iter().product();
+        // `rows > 0`: a batch of size 0 (or an empty leading dim) takes the broadcasting path
+        // below; the folded `[0, k] x [k, n]` product divides by zero in burn-ndarray's matmul
+        // (found by the loop oracle, tests/oracle/misc.rs `batch_size_zero`).
+        if rrank >= 2 && lrank >= 2 && rows > 0 && rshape[..rrank - 2].iter().all(|&d| d == 1) {
             let (k, n) = (rshape[rrank - 2], rshape[rrank - 1]);
-            let rows: usize = lshape[..lshape.num_dims() - 1].iter().product();
             let l2 = K::reshape(lhs.inner, Shape::from(vec![rows, k]));
             let r2 = K::reshape(rhs.inner, Shape::from(vec![k, n]));
             let out = f(l2, r2);

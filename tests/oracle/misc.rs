@@ -1,0 +1,134 @@
+//! Edge cases of the oracle: batch size 0, reading data inside `vmap`, explicit nestings.
+
+use burn::tensor::{Int, Tensor, TensorData};
+use burn_vmap::{vmap, Vmap, VmapError};
+
+use crate::harness::{check_levels, fl, it, quietly, Host, LevelCfg, Operand, Rng, T, TOL, V};
+
+/// Batch size 0: the output has a 0-sized batch axis and the per-example shape.
+fn check_empty_batch(name: &str, operands: &[Operand], in_axes: Vec<Option<isize>>, f: &dyn Fn(Vec<T>) -> Vec<T>) -> Result<(), String> {
+    let mut rng = Rng::new(7);
+    let example: Vec<Host> = operands.iter().map(|o| Host::gen(&o.shape, &o.gen, &mut rng)).collect();
+    let out_example: Vec<Host> = f(example.iter().map(Host::to_t).collect()).into_iter().map(Host::from_t).collect();
+    let levels = [LevelCfg { size: 0, in_axes, out_axes: vec![0; out_example.len()] }];
+    check_levels(name, f, operands, &levels, &out_example, &mut rng, TOL)
+}
+
+#[test]
+fn batch_size_zero() {
+    let mut failures = Vec::new();
+    let cases: Vec<(&str, Vec<Operand>, Vec<Option<isize>>, Box<dyn Fn(Vec<T>) -> Vec<T>>)> = vec![
+        ("exp", vec![fl(&[3])], vec![Some(0)], Box::new(|a: Vec<T>| vec![T::from(a[0].f::<1>().exp())])),
+        ("exp_axis1", vec![fl(&[2, 3])], vec![Some(1)], Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().exp())])),
+        ("add_batched_unbatched", vec![fl(&[3]), fl(&[3])], vec![Some(0), None],
+            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<1>() + a[1].f::<1>())])),
+        ("add_both_batched", vec![fl(&[3]), fl(&[3])], vec![Some(0), Some(-1)],
+            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<1>() + a[1].f::<1>())])),
+        ("int_mul", vec![it(&[2, 2]), it(&[2, 2])], vec![Some(0), None],
+            Box::new(|a: Vec<T>| vec![T::from(a[0].i::<2>() * a[1].i::<2>())])),
+        ("sum_dim", vec![fl(&[2, 3])], vec![Some(0)], Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().sum_dim(1))])),
+        ("sum", vec![fl(&[2, 3])], vec![Some(0)], Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().sum())])),
+        ("matmul_batched_lhs", vec![fl(&[2, 3]), fl(&[3, 4])], vec![Some(0), None],
+            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().matmul(a[1].f::<2>()))])),
+        ("gather_batched_indices", vec![fl(&[2, 3]), Operand { shape: vec![2, 2], gen: crate::harness::Gen::I(0, 2) }], vec![None, Some(0)],
+            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().gather(1, a[1].i::<2>()))])),
+        ("comparison", vec![fl(&[3])], vec![Some(0)], Box::new(|a: Vec<T>| vec![T::from(a[0].f::<1>().greater_elem(0.0))])),
+    ];
+    for (name, operands, in_axes, f) in cases {
+        match quietly(|| check_empty_batch(name, &operands, in_axes.clone(), &*f)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failures.push(e),
+            Err(msg) => failures.push(format!("{name}: panicked: {msg}")),
+        }
+    }
+    assert!(failures.is_empty(), "batch size 0 failures:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn reading_a_batched_tensor_inside_vmap_panics_with_a_clear_message() {
+    let device = Default::default();
+    let xs = Tensor::<V, 2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
+    let msg = quietly(|| {
+        let _: Tensor<V, 2> = vmap(|v: Tensor<V, 1>| {
+            let _ = v.clone().into_data();
+            v
+        })
+        .call(xs)
+        .unwrap();
+    })
+    .expect_err("reading a batched tensor inside vmap must panic");
+    assert!(msg.contains("cannot read back a tensor batched"), "{msg}");
+
+    // Int and bool too.
+    let is = Tensor::<V, 2, Int>::from_ints([[1, 2], [3, 4]], &device);
+    let msg = quietly(|| {
+        let _: Tensor<V, 2, Int> = vmap(|v: Tensor<V, 1, Int>| {
+            let _ = v.clone().greater_elem(2).into_data();
+            v
+        })
+        .call(is)
+        .unwrap();
+    })
+    .expect_err("reading a batched bool tensor inside vmap must panic");
+    assert!(msg.contains("bool_into_data"), "{msg}");
+}
+
+#[test]
+fn reading_an_unbatched_tensor_inside_vmap_works() {
+    let device = Default::default();
+    let xs = Tensor::<V, 2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
+    let w = Tensor::<V, 1>::from_floats([10.0, 20.0], &device);
+    let out: Tensor<V, 2> = vmap(|v: Tensor<V, 1>| {
+        let data = (w.clone() * 2.0).into_data(); // unbatched: readable
+        v + Tensor::<V, 1>::from_data(data, &Default::default())
+    })
+    .call(xs)
+    .unwrap();
+    out.into_data().assert_eq(&TensorData::from([[21.0f32, 42.0], [23.0, 44.0]]), false);
+}
+
+/// The nestings of the brief, spelled out: outer maps `a`, inner maps `b` (different levels);
+/// and both levels on the same operand.
+#[test]
+fn explicit_nested_levels() {
+    let device = Default::default();
+    let a = Tensor::<V, 2>::from_floats([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], &device); // [2, 3]
+    let b = Tensor::<V, 2>::from_floats([[1.0, 0.0, -1.0], [0.5, 0.5, 0.5], [2.0, 2.0, 2.0], [0.0, 1.0, 0.0]], &device); // [4, 3]
+
+    // out[i, j, 0] = sum(a[i] * b[j])
+    let out: Tensor<V, 3> = vmap(|(a, b): (Tensor<V, 1>, Tensor<V, 2>)| -> Tensor<V, 2> {
+        vmap(|(a, b): (Tensor<V, 1>, Tensor<V, 1>)| (a * b).sum())
+            .in_axes([None, Some(0)])
+            .call((a, b))
+            .unwrap()
+    })
+    .in_axes([Some(0), None])
+    .call((a.clone(), b.clone()))
+    .unwrap();
+    let expected = a.clone().matmul(b.clone().transpose()).reshape([2, 4, 1]);
+    out.into_data().assert_approx_eq::<f32>(&expected.into_data(), burn::tensor::Tolerance::default());
+
+    // Both levels on the same operand, the inner on axis -1: out[i, j] = exp(a[i, j]), transposed by out_axes.
+    let out: Tensor<V, 2> = vmap(|row: Tensor<V, 1>| -> Tensor<V, 1> {
+        vmap(|x: Tensor<V, 0>| x.exp()).in_axes(-1isize).call(row).unwrap()
+    })
+    .out_axes(1isize)
+    .call(a.clone())
+    .unwrap();
+    out.into_data().assert_approx_eq::<f32>(&a.exp().transpose().into_data(), burn::tensor::Tolerance::default());
+}
+
+#[test]
+fn vmap_errors_name_the_argument() {
+    let device = Default::default();
+    let a = Tensor::<V, 2>::zeros([2, 3], &device);
+    let b = Tensor::<V, 2>::zeros([3, 3], &device);
+    let f = |(a, b): (Tensor<V, 1>, Tensor<V, 1>)| a + b;
+    let err = vmap(f).call::<_, _, _, _, _, Tensor<V, 2>>((a.clone(), b)).unwrap_err();
+    assert!(matches!(err, VmapError::InconsistentBatchSizes { .. }), "{err}");
+    let err = vmap(|a: Tensor<V, 1>| a).in_axes(2isize).call::<_, _, _, _, _, Tensor<V, 2>>(a.clone()).unwrap_err();
+    assert!(matches!(err, VmapError::AxisOutOfRange { .. }), "{err}");
+    let err = vmap(|a: Tensor<V, 2>| a).in_axes(Option::<isize>::None).call::<_, _, _, _, _, Tensor<V, 2>>(a).unwrap_err();
+    assert!(matches!(err, VmapError::NothingMapped), "{err}");
+    let _ = Vmap::<burn_vmap::TestBackend>::default();
+}
