@@ -176,4 +176,27 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
     fn float_argtopk(tensor: FloatTensor<Self>, dim: usize, k: usize, out_dtype: IntDType) -> IntTensor<Self> {
         reduce::along_dim(tensor, dim, |t, d| B::float_argtopk(t, d, k, out_dtype))
     }
+
+    // Fix (found by the loop oracle, tests/oracle/derived.rs `float_sort`, `float_argsort`,
+    // `float_sort_with_indices`, `float_topk`): Burn's default sort reads the data back to the
+    // host, which panics on a batched tensor inside vmap. Sorting works lane by lane along one
+    // logical dim, so it batches like the other `*_dim` ops; `float_topk` builds on it.
+    fn float_sort(tensor: FloatTensor<Self>, dim: usize, descending: bool) -> FloatTensor<Self> {
+        reduce::along_dim(tensor, dim, |t, d| B::float_sort(t, d, descending))
+    }
+
+    fn float_sort_with_indices(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        descending: bool,
+        indices_dtype: IntDType,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        let (inner, bdims) = tensor.into_parts();
+        let (values, indices) = B::float_sort_with_indices(inner, dim + bdims.len(), descending, indices_dtype);
+        (VmapTensor { inner: values, bdims: bdims.clone() }, VmapTensor { inner: indices, bdims })
+    }
+
+    fn float_argsort(tensor: FloatTensor<Self>, dim: usize, descending: bool, out_dtype: IntDType) -> IntTensor<Self> {
+        reduce::along_dim(tensor, dim, |t, d| B::float_argsort(t, d, descending, out_dtype))
+    }
 }

@@ -157,4 +157,20 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
     fn int_argtopk(tensor: IntTensor<Self>, dim: usize, k: usize) -> IntTensor<Self> {
         reduce::along_dim(tensor, dim, |t, d| B::int_argtopk(t, d, k))
     }
+
+    // Fix (found by the loop oracle, tests/oracle/derived.rs `int_sort`): as `float_sort`,
+    // Burn's default reads the data back to the host, which panics on a batched tensor.
+    fn int_sort(tensor: IntTensor<Self>, dim: usize, descending: bool) -> IntTensor<Self> {
+        reduce::along_dim(tensor, dim, |t, d| B::int_sort(t, d, descending))
+    }
+
+    fn int_sort_with_indices(tensor: IntTensor<Self>, dim: usize, descending: bool) -> (IntTensor<Self>, IntTensor<Self>) {
+        let (inner, bdims) = tensor.into_parts();
+        let (values, indices) = B::int_sort_with_indices(inner, dim + bdims.len(), descending);
+        (VmapTensor { inner: values, bdims: bdims.clone() }, VmapTensor { inner: indices, bdims })
+    }
+
+    fn int_argsort(tensor: IntTensor<Self>, dim: usize, descending: bool) -> IntTensor<Self> {
+        reduce::along_dim(tensor, dim, |t, d| B::int_argsort(t, d, descending))
+    }
 }

@@ -5,9 +5,10 @@
 //!
 //! - `harness`: rank-erased operands, host-side oracle, configurations, proptest runner.
 //! - `float_ops`, `int_ops`, `bool_ops`: the registered op cases (one per op or op family).
-//! - `derived`: Burn's default (non-required) ops built on the required ones.
+//! - `derived`: Burn's default (non-required) ops built on the required ones, and known gaps.
 //! - `grads`: per-example gradients under `Autodiff<Vmap<_>>` against single-example backward.
-//! - `misc`: creation ops, batch size 0, reading back inside vmap.
+//! - `misc`: batch size 0, reading data back inside vmap, explicit nestings, errors, and the
+//!   oracle's own base: `Vmap<B>`'s unbatched pass-through against `B`.
 //! - `coverage`: every required method maps to a registered oracle case.
 //!
 //! Environment: `ORACLE_FILTER=substring` runs only matching cases, `ORACLE_CASES=n` sets the

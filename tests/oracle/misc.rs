@@ -132,3 +132,50 @@ fn vmap_errors_name_the_argument() {
     assert!(matches!(err, VmapError::NothingMapped), "{err}");
     let _ = Vmap::<burn_vmap::TestBackend>::default();
 }
+
+/// The oracle's loop runs on `Vmap<TestBackend>` with unbatched tensors (the pass-through path).
+/// Check that path against `TestBackend` itself, so a forwarding bug cannot hide in both sides.
+fn pass_through_sample<B: burn::tensor::backend::Backend>(device: &B::Device) -> Vec<TensorData> {
+    use burn::tensor::{Bool, ElementConversion, IndexingUpdateOp};
+    let x = Tensor::<B, 2>::from_floats([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]], device);
+    let y = Tensor::<B, 2>::from_floats([[1.0, 2.0, -3.0], [0.5, -0.5, 4.0]], device);
+    let i = Tensor::<B, 2, Int>::from_ints([[2, 0, 1], [1, 1, 0]], device);
+    let s = Tensor::<B, 1, Int>::from_ints([1, 0, 1], device);
+    let m = Tensor::<B, 2, Bool>::from_bool(TensorData::from([[true, false, true], [false, false, true]]), device);
+    let xi = Tensor::<B, 2, Int>::from_ints([[5, -3, 7], [2, 0, -8]], device);
+    vec![
+        (x.clone() + y.clone() * 2.0 - y.clone() / 3.0).into_data(),
+        x.clone().remainder(y.clone()).powf(y.clone().abs()).into_data(),
+        x.clone().matmul(y.clone().transpose()).into_data(),
+        x.clone().gather(1, i.clone()).into_data(),
+        x.clone().select(1, s.clone()).into_data(),
+        x.clone().scatter(1, i.clone(), y.clone(), IndexingUpdateOp::Add).into_data(),
+        x.clone().select_assign(1, s.clone(), y.clone(), IndexingUpdateOp::Add).into_data(),
+        x.clone().slice_assign([0..1, 1..3], y.clone().slice([1..2, 0..2])).into_data(),
+        x.clone().mask_where(m.clone(), y.clone()).mask_fill(m.clone().bool_not(), 9.0).into_data(),
+        x.clone().cumsum(1).cummax(0).exp().log().sqrt().into_data(),
+        x.clone().argmax(1).into_data(),
+        x.clone().greater(y.clone()).bool_and(m.clone()).into_data(),
+        x.clone().swap_dims(0, 1).flip([0]).reshape([3, 2]).sum_dim(1).into_data(),
+        x.clone().unfold::<3, usize>(1, 2, 1).into_data(),
+        x.clone().expand([4, 2, 3]).into_data(),
+        xi.clone().bitwise_xor(i.clone()).bitwise_left_shift_scalar(1i32.elem()).into_data(),
+        (xi.clone() / 3 + xi.clone().remainder_scalar(3)).prod_dim(1).into_data(),
+        xi.clone().matmul(i.clone().transpose()).into_data(),
+        m.clone().int().float().into_data(),
+        x.clone().int().into_data(),
+        x.sort(1).into_data(),
+    ]
+}
+
+#[test]
+fn pass_through_matches_inner_backend() {
+    let device = Default::default();
+    let via_vmap = pass_through_sample::<V>(&device);
+    let direct = pass_through_sample::<burn_vmap::TestBackend>(&device);
+    for (k, (a, b)) in via_vmap.iter().zip(&direct).enumerate() {
+        assert_eq!(a.shape, b.shape, "sample {k}: shape");
+        assert_eq!(a.dtype, b.dtype, "sample {k}: dtype");
+        assert_eq!(a.as_bytes(), b.as_bytes(), "sample {k}: values differ between Vmap<B> (unbatched) and B");
+    }
+}
