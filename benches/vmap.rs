@@ -68,7 +68,9 @@ fn mlp_forward(c: &mut Criterion) {
     });
     g.bench_function("vmap", |b| {
         b.iter(|| {
-            let y: Tensor<V, 2> = vmap(|xi: Tensor<V, 1>| model.forward(xi)).call(x.clone()).unwrap();
+            let y: Tensor<V, 2> = vmap(|xi: Tensor<V, 1>| model.forward(xi))
+                .call(x.clone())
+                .unwrap();
             sync::<V>(&device);
             y
         })
@@ -124,9 +126,13 @@ fn per_example(c: &mut Criterion) {
         });
         g.bench_with_input(BenchmarkId::new("per_example", batch), &batch, |b, _| {
             b.iter(|| {
-                per_example_grads(&model, (x.clone(), y.clone()), |m: &Mlp<AB>, (xi, yi): (Tensor<AB, 1>, Tensor<AB, 0, Int>)| {
-                    m.loss(xi.unsqueeze(), yi.reshape([1]))
-                })
+                per_example_grads(
+                    &model,
+                    (x.clone(), y.clone()),
+                    |m: &Mlp<AB>, (xi, yi): (Tensor<AB, 1>, Tensor<AB, 0, Int>)| {
+                        m.loss(xi.unsqueeze(), yi.reshape([1]))
+                    },
+                )
                 .unwrap()
             })
         });
@@ -153,7 +159,12 @@ fn ratios() {
     ];
     for (group, a, b) in pairs {
         if let (Some(x), Some(y)) = (mean_ns(group, a), mean_ns(group, b)) {
-            println!("{group}: {a} / {b} = {:.2}x  ({:.2} ms / {:.2} ms)", x / y, x / 1e6, y / 1e6);
+            println!(
+                "{group}: {a} / {b} = {:.2}x  ({:.2} ms / {:.2} ms)",
+                x / y,
+                x / 1e6,
+                y / 1e6
+            );
         }
     }
 }

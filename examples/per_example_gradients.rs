@@ -32,7 +32,11 @@ struct Classifier<B: Backend> {
 
 impl<B: Backend> Classifier<B> {
     fn new(device: &B::Device) -> Self {
-        Self { fc1: LinearConfig::new(64, 128).init(device), act: Relu::new(), fc2: LinearConfig::new(128, 10).init(device) }
+        Self {
+            fc1: LinearConfig::new(64, 128).init(device),
+            act: Relu::new(),
+            fc2: LinearConfig::new(128, 10).init(device),
+        }
     }
 
     /// Mean cross-entropy of a batch `[n, 64]` (a single example is a batch of one).
@@ -52,9 +56,12 @@ fn main() {
     let y = Tensor::<AD, 1, Int>::from_ints(labels.as_slice(), &device);
 
     // Per-example gradients: the loss of ONE example, vectorized over the batch.
-    let loss_one = |m: &Classifier<AD>, (xi, yi): (Tensor<AD, 1>, Tensor<AD, 0, Int>)| m.loss(xi.unsqueeze(), yi.reshape([1]));
+    let loss_one = |m: &Classifier<AD>, (xi, yi): (Tensor<AD, 1>, Tensor<AD, 0, Int>)| {
+        m.loss(xi.unsqueeze(), yi.reshape([1]))
+    };
     let start = Instant::now();
-    let per_example = per_example_grads(&model, (x.clone(), y.clone()), loss_one).expect("per-example gradients");
+    let per_example =
+        per_example_grads(&model, (x.clone(), y.clone()), loss_one).expect("per-example gradients");
     let norms = per_example.per_example_norms();
     let norms_vec = norms.clone().into_data().to_vec::<f32>().unwrap();
     let t_per_example = start.elapsed();
@@ -79,20 +86,32 @@ fn main() {
         println!("  {path:<12} {dims:?}");
     }
     println!("mean of per-example gradients vs batch gradient: max |diff| = {max_diff:.2e}");
-    let (min, max) = norms_vec.iter().fold((f32::INFINITY, 0.0f32), |(a, b), &v| (a.min(v), b.max(v)));
+    let (min, max) = norms_vec
+        .iter()
+        .fold((f32::INFINITY, 0.0f32), |(a, b), &v| (a.min(v), b.max(v)));
     let mean = norms_vec.iter().sum::<f32>() / n as f32;
     println!("per-example gradient norms: min {min:.3}, mean {mean:.3}, max {max:.3}");
 
     // Per-example clipping to norm C = 1 (the DP-SGD step before adding noise).
     let c = 1.0;
     let scale = norms.clamp_min(c).recip().mul_scalar(c); // c / max(norm, c)
-    let clipped: Tensor<V, 3> = per_example.get::<3>("fc1.weight").unwrap() * scale.clone().reshape([n as i32, 1, 1]);
-    let clipped_norms = clipped.powi_scalar(2).sum_dim(2).sum_dim(1).sqrt().max().into_scalar();
+    let clipped: Tensor<V, 3> =
+        per_example.get::<3>("fc1.weight").unwrap() * scale.clone().reshape([n as i32, 1, 1]);
+    let clipped_norms = clipped
+        .powi_scalar(2)
+        .sum_dim(2)
+        .sum_dim(1)
+        .sqrt()
+        .max()
+        .into_scalar();
     println!("after clipping to C = {c}: largest fc1.weight per-example norm = {clipped_norms:.3}");
     println!(
         "time: per-example gradients {:.1} ms, batch gradient {:.1} ms",
         t_per_example.as_secs_f64() * 1e3,
         t_batch.as_secs_f64() * 1e3
     );
-    assert!(max_diff < 1e-4, "per-example mean differs from the batch gradient");
+    assert!(
+        max_diff < 1e-4,
+        "per-example mean differs from the batch gradient"
+    );
 }

@@ -25,37 +25,67 @@ pub trait BatchOps: Backend {
     /// Batches logical `axis` of a float tensor at `level`.
     fn float_batch(tensor: FloatTensor<Self>, axis: usize, level: Level) -> FloatTensor<Self>;
     /// Unbatches `level` of a float tensor into logical `axis`.
-    fn float_unbatch(tensor: FloatTensor<Self>, level: Level, size: usize, axis: usize) -> FloatTensor<Self>;
+    fn float_unbatch(
+        tensor: FloatTensor<Self>,
+        level: Level,
+        size: usize,
+        axis: usize,
+    ) -> FloatTensor<Self>;
     /// Batch dims of a float tensor.
     fn float_batch_dims(tensor: &FloatTensor<Self>) -> BatchDims;
     /// Batches logical `axis` of an int tensor at `level`.
     fn int_batch(tensor: IntTensor<Self>, axis: usize, level: Level) -> IntTensor<Self>;
     /// Unbatches `level` of an int tensor into logical `axis`.
-    fn int_unbatch(tensor: IntTensor<Self>, level: Level, size: usize, axis: usize) -> IntTensor<Self>;
+    fn int_unbatch(
+        tensor: IntTensor<Self>,
+        level: Level,
+        size: usize,
+        axis: usize,
+    ) -> IntTensor<Self>;
     /// Batch dims of an int tensor.
     fn int_batch_dims(tensor: &IntTensor<Self>) -> BatchDims;
     /// Batches logical `axis` of a bool tensor at `level`.
     fn bool_batch(tensor: BoolTensor<Self>, axis: usize, level: Level) -> BoolTensor<Self>;
     /// Unbatches `level` of a bool tensor into logical `axis`.
-    fn bool_unbatch(tensor: BoolTensor<Self>, level: Level, size: usize, axis: usize) -> BoolTensor<Self>;
+    fn bool_unbatch(
+        tensor: BoolTensor<Self>,
+        level: Level,
+        size: usize,
+        axis: usize,
+    ) -> BoolTensor<Self>;
     /// Batch dims of a bool tensor.
     fn bool_batch_dims(tensor: &BoolTensor<Self>) -> BatchDims;
 }
 
-fn batch<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, axis: usize, level: Level) -> VmapTensor<K::P> {
+fn batch<B: Backend, K: Kind<B>>(
+    t: VmapTensor<K::P>,
+    axis: usize,
+    level: Level,
+) -> VmapTensor<K::P> {
     let (inner, mut bdims) = t.into_parts();
     let from = bdims.len() + axis;
     let size = inner.shape()[from];
     let pos = bdims.insert(BatchDim { level, size });
-    VmapTensor { inner: move_dim::<B, K>(inner, from, pos), bdims }
+    VmapTensor {
+        inner: move_dim::<B, K>(inner, from, pos),
+        bdims,
+    }
 }
 
-fn unbatch<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, level: Level, size: usize, axis: usize) -> VmapTensor<K::P> {
+fn unbatch<B: Backend, K: Kind<B>>(
+    t: VmapTensor<K::P>,
+    level: Level,
+    size: usize,
+    axis: usize,
+) -> VmapTensor<K::P> {
     let (inner, mut bdims) = t.into_parts();
     match bdims.remove(level) {
         Some((pos, _)) => {
             let to = bdims.len() + axis;
-            VmapTensor { inner: move_dim::<B, K>(inner, pos, to), bdims }
+            VmapTensor {
+                inner: move_dim::<B, K>(inner, pos, to),
+                bdims,
+            }
         }
         None => {
             // Not batched at this level: every example has the same value; broadcast it.
@@ -64,7 +94,10 @@ fn unbatch<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, level: Level, size: usiz
             dims.insert(at, 1);
             let inner = K::reshape(inner, Shape::from(dims.clone()));
             dims[at] = size;
-            VmapTensor { inner: K::expand(inner, Shape::from(dims)), bdims }
+            VmapTensor {
+                inner: K::expand(inner, Shape::from(dims)),
+                bdims,
+            }
         }
     }
 }
@@ -73,7 +106,12 @@ impl<B: Backend> BatchOps for Vmap<B> {
     fn float_batch(tensor: FloatTensor<Self>, axis: usize, level: Level) -> FloatTensor<Self> {
         batch::<B, Float>(tensor, axis, level)
     }
-    fn float_unbatch(tensor: FloatTensor<Self>, level: Level, size: usize, axis: usize) -> FloatTensor<Self> {
+    fn float_unbatch(
+        tensor: FloatTensor<Self>,
+        level: Level,
+        size: usize,
+        axis: usize,
+    ) -> FloatTensor<Self> {
         unbatch::<B, Float>(tensor, level, size, axis)
     }
     fn float_batch_dims(tensor: &FloatTensor<Self>) -> BatchDims {
@@ -82,7 +120,12 @@ impl<B: Backend> BatchOps for Vmap<B> {
     fn int_batch(tensor: IntTensor<Self>, axis: usize, level: Level) -> IntTensor<Self> {
         batch::<B, Int>(tensor, axis, level)
     }
-    fn int_unbatch(tensor: IntTensor<Self>, level: Level, size: usize, axis: usize) -> IntTensor<Self> {
+    fn int_unbatch(
+        tensor: IntTensor<Self>,
+        level: Level,
+        size: usize,
+        axis: usize,
+    ) -> IntTensor<Self> {
         unbatch::<B, Int>(tensor, level, size, axis)
     }
     fn int_batch_dims(tensor: &IntTensor<Self>) -> BatchDims {
@@ -91,7 +134,12 @@ impl<B: Backend> BatchOps for Vmap<B> {
     fn bool_batch(tensor: BoolTensor<Self>, axis: usize, level: Level) -> BoolTensor<Self> {
         batch::<B, Bool>(tensor, axis, level)
     }
-    fn bool_unbatch(tensor: BoolTensor<Self>, level: Level, size: usize, axis: usize) -> BoolTensor<Self> {
+    fn bool_unbatch(
+        tensor: BoolTensor<Self>,
+        level: Level,
+        size: usize,
+        axis: usize,
+    ) -> BoolTensor<Self> {
         unbatch::<B, Bool>(tensor, level, size, axis)
     }
     fn bool_batch_dims(tensor: &BoolTensor<Self>) -> BatchDims {
@@ -106,9 +154,16 @@ struct BatchBackward;
 impl<B: BatchOps> Backward<B, 1> for BatchBackward {
     type State = (Level, usize, usize);
 
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+    fn backward(
+        self,
+        ops: Ops<Self::State, 1>,
+        grads: &mut Gradients,
+        _checkpointer: &mut Checkpointer,
+    ) {
         let (level, size, axis) = ops.state;
-        unary::<B, _>(ops.parents, ops.node, grads, |grad| B::float_unbatch(grad, level, size, axis));
+        unary::<B, _>(ops.parents, ops.node, grads, |grad| {
+            B::float_unbatch(grad, level, size, axis)
+        });
     }
 }
 
@@ -119,9 +174,16 @@ struct UnbatchBackward;
 impl<B: BatchOps> Backward<B, 1> for UnbatchBackward {
     type State = (Level, usize);
 
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+    fn backward(
+        self,
+        ops: Ops<Self::State, 1>,
+        grads: &mut Gradients,
+        _checkpointer: &mut Checkpointer,
+    ) {
         let (level, axis) = ops.state;
-        unary::<B, _>(ops.parents, ops.node, grads, |grad| B::float_batch(grad, axis, level));
+        unary::<B, _>(ops.parents, ops.node, grads, |grad| {
+            B::float_batch(grad, axis, level)
+        });
     }
 }
 
@@ -129,14 +191,27 @@ impl<B: BatchOps, C: CheckpointStrategy> BatchOps for Autodiff<B, C> {
     fn float_batch(tensor: FloatTensor<Self>, axis: usize, level: Level) -> FloatTensor<Self> {
         let size = tensor.primitive.shape()[axis];
         let out = B::float_batch(tensor.primitive.clone(), axis, level);
-        match BatchBackward.prepare::<C>([tensor.node.clone()]).compute_bound().stateful() {
+        match BatchBackward
+            .prepare::<C>([tensor.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
             OpsKind::Tracked(prep) => prep.finish((level, size, axis), out),
             OpsKind::UnTracked(prep) => prep.finish(out),
         }
     }
-    fn float_unbatch(tensor: FloatTensor<Self>, level: Level, size: usize, axis: usize) -> FloatTensor<Self> {
+    fn float_unbatch(
+        tensor: FloatTensor<Self>,
+        level: Level,
+        size: usize,
+        axis: usize,
+    ) -> FloatTensor<Self> {
         let out = B::float_unbatch(tensor.primitive.clone(), level, size, axis);
-        match UnbatchBackward.prepare::<C>([tensor.node.clone()]).compute_bound().stateful() {
+        match UnbatchBackward
+            .prepare::<C>([tensor.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
             OpsKind::Tracked(prep) => prep.finish((level, axis), out),
             OpsKind::UnTracked(prep) => prep.finish(out),
         }
@@ -147,7 +222,12 @@ impl<B: BatchOps, C: CheckpointStrategy> BatchOps for Autodiff<B, C> {
     fn int_batch(tensor: IntTensor<Self>, axis: usize, level: Level) -> IntTensor<Self> {
         B::int_batch(tensor, axis, level)
     }
-    fn int_unbatch(tensor: IntTensor<Self>, level: Level, size: usize, axis: usize) -> IntTensor<Self> {
+    fn int_unbatch(
+        tensor: IntTensor<Self>,
+        level: Level,
+        size: usize,
+        axis: usize,
+    ) -> IntTensor<Self> {
         B::int_unbatch(tensor, level, size, axis)
     }
     fn int_batch_dims(tensor: &IntTensor<Self>) -> BatchDims {
@@ -156,7 +236,12 @@ impl<B: BatchOps, C: CheckpointStrategy> BatchOps for Autodiff<B, C> {
     fn bool_batch(tensor: BoolTensor<Self>, axis: usize, level: Level) -> BoolTensor<Self> {
         B::bool_batch(tensor, axis, level)
     }
-    fn bool_unbatch(tensor: BoolTensor<Self>, level: Level, size: usize, axis: usize) -> BoolTensor<Self> {
+    fn bool_unbatch(
+        tensor: BoolTensor<Self>,
+        level: Level,
+        size: usize,
+        axis: usize,
+    ) -> BoolTensor<Self> {
         B::bool_unbatch(tensor, level, size, axis)
     }
     fn bool_batch_dims(tensor: &BoolTensor<Self>) -> BatchDims {

@@ -70,5 +70,8 @@ pub enum VmapError {
 }
 
 fn fmt_sizes(args: &[(String, usize)]) -> String {
-    args.iter().map(|(a, s)| format!("{a} has size {s}")).collect::<Vec<_>>().join(", ")
+    args.iter()
+        .map(|(a, s)| format!("{a} has size {s}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -18,8 +18,8 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use burn_std::quantization::{QuantAcc, QuantPropagation, QuantScheme};
 use burn_backend::{DType, QTensorPrimitive, Shape, TensorMetadata};
+use burn_std::quantization::{QuantAcc, QuantPropagation, QuantScheme};
 
 /// A vmap level: one per active `vmap` call. Levels are allocated in increasing order, so an
 /// inner `vmap` always has a larger level than every enclosing one.
@@ -184,7 +184,10 @@ impl<P: TensorMetadata> VmapTensor<P> {
     /// Wraps an unbatched inner primitive (zero cost).
     #[inline]
     pub fn unbatched(inner: P) -> Self {
-        Self { inner, bdims: BatchDims::none() }
+        Self {
+            inner,
+            bdims: BatchDims::none(),
+        }
     }
 
     /// Wraps an inner primitive whose leading `bdims.len()` dims are the given batch dims.
@@ -234,7 +237,6 @@ impl<P> VmapTensor<P> {
     pub fn physical(&self) -> &P {
         &self.inner
     }
-
 }
 
 impl<P: TensorMetadata> TensorMetadata for VmapTensor<P> {

@@ -174,13 +174,20 @@ impl Array {
             .as_array()
             .ok_or("array without a shape")?
             .iter()
-            .map(|d| d.as_u64().map(|d| d as usize).ok_or_else(|| format!("bad dim {d}")))
+            .map(|d| {
+                d.as_u64()
+                    .map(|d| d as usize)
+                    .ok_or_else(|| format!("bad dim {d}"))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let mut data = Vec::new();
         flatten_json(&v["data"], &mut data)?;
         let n: usize = shape.iter().product();
         if data.len() != n {
-            return Err(format!("array of shape {shape:?} has {} values", data.len()));
+            return Err(format!(
+                "array of shape {shape:?} has {} values",
+                data.len()
+            ));
         }
         Ok(Array { dtype, shape, data })
     }
@@ -213,7 +220,9 @@ impl ArgSpec {
         match v {
             Value::String(s) => Ok(ArgSpec::Input(s.clone())),
             Value::Object(m) => Ok(ArgSpec::Struct(
-                m.iter().map(|(k, v)| Ok((k.clone(), ArgSpec::parse(v)?))).collect::<Result<_, String>>()?,
+                m.iter()
+                    .map(|(k, v)| Ok((k.clone(), ArgSpec::parse(v)?)))
+                    .collect::<Result<_, String>>()?,
             )),
             other => Err(format!("bad args entry {other}")),
         }
@@ -253,22 +262,37 @@ struct Case {
 
 impl Case {
     fn parse(v: &Value) -> Result<Self, String> {
-        let s = |k: &str| v[k].as_str().map(str::to_owned).ok_or_else(|| format!("missing string field {k:?}"));
+        let s = |k: &str| {
+            v[k].as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| format!("missing string field {k:?}"))
+        };
         let names = |k: &str| -> Result<BTreeMap<String, String>, String> {
             match &v[k] {
                 Value::Null => Ok(BTreeMap::new()),
-                Value::Object(m) => {
-                    m.iter().map(|(k, v)| Ok((k.clone(), v.as_str().ok_or("name expected")?.to_owned()))).collect()
-                }
+                Value::Object(m) => m
+                    .iter()
+                    .map(|(k, v)| Ok((k.clone(), v.as_str().ok_or("name expected")?.to_owned())))
+                    .collect(),
                 other => Err(format!("bad {k}: {other}")),
             }
         };
-        let args = v["args"].as_array().ok_or("missing args")?.iter().map(ArgSpec::parse).collect::<Result<_, _>>()?;
+        let args = v["args"]
+            .as_array()
+            .ok_or("missing args")?
+            .iter()
+            .map(ArgSpec::parse)
+            .collect::<Result<_, _>>()?;
         let inputs = v["inputs"]
             .as_object()
             .ok_or("missing inputs")?
             .iter()
-            .map(|(k, a)| Ok((k.clone(), Array::parse(a).map_err(|e| format!("input {k}: {e}"))?)))
+            .map(|(k, a)| {
+                Ok((
+                    k.clone(),
+                    Array::parse(a).map_err(|e| format!("input {k}: {e}"))?,
+                ))
+            })
             .collect::<Result<_, String>>()?;
         let exp = v["expected"].as_object().ok_or("missing expected")?;
         let expected = match exp.get("error") {
@@ -312,12 +336,16 @@ impl Case {
     }
 
     fn input(&self, name: &str) -> Result<&Array, String> {
-        self.inputs.get(name).ok_or_else(|| format!("no input named {name:?}"))
+        self.inputs
+            .get(name)
+            .ok_or_else(|| format!("no input named {name:?}"))
     }
 
     /// Position of the positional argument that is the input `name`.
     fn arg_position(&self, name: &str) -> Option<usize> {
-        self.args.iter().position(|a| matches!(a, ArgSpec::Input(n) if n == name))
+        self.args
+            .iter()
+            .position(|a| matches!(a, ArgSpec::Input(n) if n == name))
     }
 }
 
@@ -329,8 +357,8 @@ fn vectors_dir() -> PathBuf {
 
 /// Every `*.json` of `dir`, sorted by file name: `(name, parsed case or parse error)`.
 fn load_cases(dir: &Path) -> Vec<(String, Result<Case, String>)> {
-    let entries =
-        std::fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot read the vectors directory {}: {e}", dir.display()));
+    let entries = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot read the vectors directory {}: {e}", dir.display()));
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
@@ -379,12 +407,20 @@ impl<B: Backend> Tree<B> for Pt<B> {
                     keys.push(Key::Field(k));
                     children.push(v.flatten_into(leaves));
                 }
-                TreeDef::Node { kind: NodeKind::Map, keys, children }
+                TreeDef::Node {
+                    kind: NodeKind::Map,
+                    keys,
+                    children,
+                }
             }
             Pt::Tuple(items) => {
                 let keys = (0..items.len()).map(Key::Index).collect();
                 let children = items.into_iter().map(|x| x.flatten_into(leaves)).collect();
-                TreeDef::Node { kind: NodeKind::Tuple, keys, children }
+                TreeDef::Node {
+                    kind: NodeKind::Tuple,
+                    keys,
+                    children,
+                }
             }
         }
     }
@@ -392,14 +428,21 @@ impl<B: Backend> Tree<B> for Pt<B> {
     fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
         match def {
             TreeDef::Leaf => leaves.next_leaf().map(Pt::Leaf),
-            TreeDef::Node { kind: NodeKind::Map | NodeKind::Struct(_), keys, children } => {
+            TreeDef::Node {
+                kind: NodeKind::Map | NodeKind::Struct(_),
+                keys,
+                children,
+            } => {
                 let mut out = BTreeMap::new();
                 for (k, c) in keys.iter().zip(children) {
                     let name = match k {
                         Key::Field(name) => name.clone(),
                         Key::Index(i) => i.to_string(),
                     };
-                    out.insert(name, leaves.with_key(k.clone(), |l| Pt::unflatten_from(c, l))?);
+                    out.insert(
+                        name,
+                        leaves.with_key(k.clone(), |l| Pt::unflatten_from(c, l))?,
+                    );
                 }
                 Ok(Pt::Dict(out))
             }
@@ -455,7 +498,8 @@ impl<B: Backend> Pt<B> {
     /// error otherwise.
     fn get<T: Tree<B>>(self) -> T {
         let (leaves, def) = self.flatten();
-        T::unflatten_named(&def, leaves, "program argument").unwrap_or_else(|e| panic!("runner: {e}"))
+        T::unflatten_named(&def, leaves, "program argument")
+            .unwrap_or_else(|e| panic!("runner: {e}"))
     }
 
     fn f<const D: usize>(self) -> Tensor<B, D> {
@@ -468,10 +512,14 @@ impl<B: Backend> Pt<B> {
 
     fn field(&self, key: &str) -> Pt<B> {
         match self {
-            Pt::Dict(m) => {
-                m.get(key).cloned().unwrap_or_else(|| panic!("runner: no field {key:?} in {}", self.describe()))
-            }
-            other => panic!("runner: expected a dict with field {key:?}, got {}", other.describe()),
+            Pt::Dict(m) => m
+                .get(key)
+                .cloned()
+                .unwrap_or_else(|| panic!("runner: no field {key:?} in {}", self.describe())),
+            other => panic!(
+                "runner: expected a dict with field {key:?}, got {}",
+                other.describe()
+            ),
         }
     }
 
@@ -479,7 +527,10 @@ impl<B: Backend> Pt<B> {
     fn into_args(self) -> Vec<Pt<B>> {
         match self {
             Pt::Tuple(v) => v,
-            other => panic!("runner: expected the argument tuple, got {}", other.describe()),
+            other => panic!(
+                "runner: expected the argument tuple, got {}",
+                other.describe()
+            ),
         }
     }
 
@@ -496,7 +547,8 @@ impl<B: Backend> Pt<B> {
 /// `N` positional arguments.
 fn take<const N: usize, B: Backend>(args: Vec<Pt<B>>) -> [Pt<B>; N] {
     let n = args.len();
-    args.try_into().unwrap_or_else(|_| panic!("runner: the program takes {N} arguments, got {n}"))
+    args.try_into()
+        .unwrap_or_else(|_| panic!("runner: the program takes {N} arguments, got {n}"))
 }
 
 // =================================================================================================
@@ -507,9 +559,18 @@ fn take<const N: usize, B: Backend>(args: Vec<Pt<B>>) -> [Pt<B>; N] {
 /// a rank-0 tensor).
 fn input_leaf<B: Backend>(a: &Array, device: &B::Device) -> Leaf<B> {
     let data = match a.dtype {
-        DType::F32 => TensorData::new(a.data.iter().map(|&x| x as f32).collect::<Vec<_>>(), a.shape.clone()),
-        DType::I32 => TensorData::new(a.data.iter().map(|&x| x as i32).collect::<Vec<_>>(), a.shape.clone()),
-        DType::Bool => TensorData::new(a.data.iter().map(|&x| x != 0.0).collect::<Vec<_>>(), a.shape.clone()),
+        DType::F32 => TensorData::new(
+            a.data.iter().map(|&x| x as f32).collect::<Vec<_>>(),
+            a.shape.clone(),
+        ),
+        DType::I32 => TensorData::new(
+            a.data.iter().map(|&x| x as i32).collect::<Vec<_>>(),
+            a.shape.clone(),
+        ),
+        DType::Bool => TensorData::new(
+            a.data.iter().map(|&x| x != 0.0).collect::<Vec<_>>(),
+            a.shape.clone(),
+        ),
     };
     match (a.dtype, a.shape.len()) {
         (DType::F32, 0) => pt(rank0::<B, Float>(data, device)),
@@ -537,7 +598,10 @@ fn build_arg<B: Backend>(case: &Case, spec: &ArgSpec, device: &B::Device) -> Res
     match spec {
         ArgSpec::Input(name) => Ok(Pt::Leaf(input_leaf(case.input(name)?, device))),
         ArgSpec::Struct(fields) => Ok(Pt::Dict(
-            fields.iter().map(|(k, s)| Ok((k.clone(), build_arg(case, s, device)?))).collect::<Result<_, String>>()?,
+            fields
+                .iter()
+                .map(|(k, s)| Ok((k.clone(), build_arg(case, s, device)?)))
+                .collect::<Result<_, String>>()?,
         )),
     }
 }
@@ -545,7 +609,10 @@ fn build_arg<B: Backend>(case: &Case, spec: &ArgSpec, device: &B::Device) -> Res
 /// The positional arguments of the program, as listed by `args`.
 fn build_args<B: Backend>(case: &Case) -> Result<Vec<Pt<B>>, String> {
     let device = Default::default();
-    case.args.iter().map(|s| build_arg(case, s, &device)).collect()
+    case.args
+        .iter()
+        .map(|s| build_arg(case, s, &device))
+        .collect()
 }
 
 /// An output array read back from a tensor.
@@ -559,13 +626,24 @@ struct Got {
 fn read_leaf<B: Backend>(leaf: Leaf<B>) -> Got {
     let shape = leaf.shape().to_vec();
     let (dtype, data): (DType, TensorData) = match leaf {
-        Leaf::Float(_) => (DType::F32, with_rank!(shape.len(), D => Pt::Leaf(leaf).f::<D>().into_data())),
-        Leaf::Int(_) => (DType::I32, with_rank!(shape.len(), D => Pt::Leaf(leaf).i::<D>().into_data())),
-        Leaf::Bool(_) => {
-            (DType::Bool, with_rank!(shape.len(), D => Pt::Leaf(leaf).get::<Tensor<B, D, Bool>>().int().into_data()))
-        }
+        Leaf::Float(_) => (
+            DType::F32,
+            with_rank!(shape.len(), D => Pt::Leaf(leaf).f::<D>().into_data()),
+        ),
+        Leaf::Int(_) => (
+            DType::I32,
+            with_rank!(shape.len(), D => Pt::Leaf(leaf).i::<D>().into_data()),
+        ),
+        Leaf::Bool(_) => (
+            DType::Bool,
+            with_rank!(shape.len(), D => Pt::Leaf(leaf).get::<Tensor<B, D, Bool>>().int().into_data()),
+        ),
     };
-    Got { dtype, shape, data: data.iter::<f64>().collect() }
+    Got {
+        dtype,
+        shape,
+        data: data.iter::<f64>().collect(),
+    }
 }
 
 /// Outputs of a transformed call, keyed as `expected` is: `out`, `out['p']`, `grads[1]`, ...
@@ -578,8 +656,13 @@ fn collect_outputs<B: Backend>(name: &str, pt: Pt<B>, out: &mut Outputs) {
         Pt::Leaf(l) => {
             out.insert(name.to_owned(), Some(read_leaf(l)));
         }
-        Pt::Dict(m) => m.into_iter().for_each(|(k, v)| collect_outputs(&format!("{name}['{k}']"), v, out)),
-        Pt::Tuple(v) => v.into_iter().enumerate().for_each(|(i, x)| collect_outputs(&format!("{name}[{i}]"), x, out)),
+        Pt::Dict(m) => m
+            .into_iter()
+            .for_each(|(k, v)| collect_outputs(&format!("{name}['{k}']"), v, out)),
+        Pt::Tuple(v) => v
+            .into_iter()
+            .enumerate()
+            .for_each(|(i, x)| collect_outputs(&format!("{name}[{i}]"), x, out)),
     }
 }
 
@@ -601,21 +684,32 @@ fn judge(case: &Case, run: Run) -> Result<(), String> {
                 match (exp, got.get(key)) {
                     (None, None | Some(None)) => {}
                     (None, Some(Some(g))) => {
-                        return Err(format!("{key}: expected None, got an array of shape {:?}", g.shape))
+                        return Err(format!(
+                            "{key}: expected None, got an array of shape {:?}",
+                            g.shape
+                        ))
                     }
                     (Some(_), None) => {
-                        return Err(format!("{key}: missing output (got {:?})", got.keys().collect::<Vec<_>>()));
+                        return Err(format!(
+                            "{key}: missing output (got {:?})",
+                            got.keys().collect::<Vec<_>>()
+                        ));
                     }
-                    (Some(_), Some(None)) => return Err(format!("{key}: expected an array, got None")),
-                    (Some(e), Some(Some(g))) => compare(e, g, case.tolerance).map_err(|why| format!("{key}: {why}"))?,
+                    (Some(_), Some(None)) => {
+                        return Err(format!("{key}: expected an array, got None"))
+                    }
+                    (Some(e), Some(Some(g))) => {
+                        compare(e, g, case.tolerance).map_err(|why| format!("{key}: {why}"))?
+                    }
                 }
             }
             Ok(())
         }
         (Expected::Outputs(_), Run::Error(e)) => Err(format!("unexpected error: {e}")),
-        (Expected::Error { kind, .. }, Run::Outputs(got)) => {
-            Err(format!("expected a {kind} error, got outputs {:?}", got.keys().collect::<Vec<_>>()))
-        }
+        (Expected::Error { kind, .. }, Run::Outputs(got)) => Err(format!(
+            "expected a {kind} error, got outputs {:?}",
+            got.keys().collect::<Vec<_>>()
+        )),
         (Expected::Error { kind, details }, Run::Error(e)) => check_error(case, kind, details, &e),
     }
 }
@@ -624,7 +718,11 @@ fn judge(case: &Case, run: Run) -> Result<(), String> {
 /// and dtypes exactly.
 fn compare(e: &Array, g: &Got, tol: Tolerance) -> Result<(), String> {
     if e.dtype != g.dtype {
-        return Err(format!("dtype: expected {}, got {}", e.dtype.name(), g.dtype.name()));
+        return Err(format!(
+            "dtype: expected {}, got {}",
+            e.dtype.name(),
+            g.dtype.name()
+        ));
     }
     if e.shape != g.shape {
         return Err(format!("shape: expected {:?}, got {:?}", e.shape, g.shape));
@@ -643,7 +741,10 @@ fn compare(e: &Array, g: &Got, tol: Tolerance) -> Result<(), String> {
         })
         .collect();
     if let Some(&i) = bad.first() {
-        let max_err = bad.iter().map(|&i| (g.data[i] - e.data[i]).abs()).fold(0.0, f64::max);
+        let max_err = bad
+            .iter()
+            .map(|&i| (g.data[i] - e.data[i]).abs())
+            .fold(0.0, f64::max);
         return Err(format!(
             "{} of {} values differ (rtol {}, atol {}); first at flat index {i}: expected {}, got {}; max abs error {max_err:e}",
             bad.len(),
@@ -659,11 +760,21 @@ fn compare(e: &Array, g: &Got, tol: Tolerance) -> Result<(), String> {
 
 /// The integers written in `msg` (to check a message names the sizes).
 fn integers_in(msg: &str) -> Vec<u64> {
-    msg.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).filter_map(|s| s.parse().ok()).collect()
+    msg.split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| s.parse().ok())
+        .collect()
 }
 
 fn json_usizes(v: &Value) -> Vec<usize> {
-    v.as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as usize).collect()).unwrap_or_default()
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_u64())
+                .map(|x| x as usize)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Checks the library's error has the category `kind` and names what `details` lists.
@@ -679,26 +790,42 @@ fn check_error(case: &Case, kind: &str, details: &Value, e: &VmapError) -> Resul
             let want = json_usizes(&details["batch_sizes"]);
             let got: Vec<usize> = arguments.iter().map(|(_, s)| *s).collect();
             if got != want {
-                return Err(format!("batch sizes: expected {want:?}, got {got:?} ({msg})"));
+                return Err(format!(
+                    "batch sizes: expected {want:?}, got {got:?} ({msg})"
+                ));
             }
             if let Some(&n) = want.iter().find(|&&n| !mentions(n)) {
                 return Err(format!("the message does not mention size {n}: {msg}"));
             }
             // Argument names: the library names an argument by its path, `args[i]` for the i-th
             // positional one; an argument that is not positional must appear as a whole word.
-            for name in details["arguments"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            for name in details["arguments"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+            {
                 let named = match case.arg_position(name) {
                     Some(i) => msg.contains(&format!("args[{i}]")),
-                    None => msg.split(|c: char| !(c.is_alphanumeric() || c == '_')).any(|w| w == name),
+                    None => msg
+                        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                        .any(|w| w == name),
                 };
                 if !named {
-                    let position = case.arg_position(name).map(|i| format!(" (args[{i}])")).unwrap_or_default();
-                    return Err(format!("the message does not name argument {name}{position}: {msg}"));
+                    let position = case
+                        .arg_position(name)
+                        .map(|i| format!(" (args[{i}])"))
+                        .unwrap_or_default();
+                    return Err(format!(
+                        "the message does not name argument {name}{position}: {msg}"
+                    ));
                 }
             }
             Ok(())
         }
-        other => Err(format!("runner: error kind {other} is not supported yet (got: {msg})")),
+        other => Err(format!(
+            "runner: error kind {other} is not supported yet (got: {msg})"
+        )),
     }
 }
 
@@ -729,10 +856,16 @@ fn run_api(case: &Case) -> Option<Result<Run, String>> {
 fn parse_axes(v: &Value) -> Result<Axes, String> {
     match v {
         Value::Null => Ok(Spec::Leaf(None)),
-        Value::Number(n) => Ok(Spec::Leaf(Some(n.as_i64().ok_or_else(|| format!("bad axis {n}"))? as isize))),
-        Value::Array(items) => Ok(Spec::Seq(items.iter().map(parse_axes).collect::<Result<_, _>>()?)),
+        Value::Number(n) => Ok(Spec::Leaf(Some(
+            n.as_i64().ok_or_else(|| format!("bad axis {n}"))? as isize,
+        ))),
+        Value::Array(items) => Ok(Spec::Seq(
+            items.iter().map(parse_axes).collect::<Result<_, _>>()?,
+        )),
         Value::Object(m) => Ok(Spec::fields(
-            m.iter().map(|(k, v)| Ok((k.clone(), parse_axes(v)?))).collect::<Result<Vec<_>, String>>()?,
+            m.iter()
+                .map(|(k, v)| Ok((k.clone(), parse_axes(v)?)))
+                .collect::<Result<Vec<_>, String>>()?,
         )),
         other => Err(format!("bad axes {other}")),
     }
@@ -746,7 +879,10 @@ fn api_vmap(case: &Case) -> Result<Run, String> {
     let in_axes = parse_axes(case.param("in_axes").unwrap_or(&Value::from(0)))?;
     let out_axes = parse_axes(case.param("out_axes").unwrap_or(&Value::from(0)))?;
     let inner = match case.param("inner_in_axes") {
-        Some(v) => Some((parse_axes(v)?, parse_axes(case.param("inner_out_axes").unwrap_or(&Value::from(0)))?)),
+        Some(v) => Some((
+            parse_axes(v)?,
+            parse_axes(case.param("inner_out_axes").unwrap_or(&Value::from(0)))?,
+        )),
         None => None,
     };
     if let Some(f) = ad_program::<AD>(&case.program) {
@@ -777,7 +913,9 @@ fn vmap_run<BI: BatchOps, BO: BatchOps>(
                     .call(a)
                     .unwrap_or_else(|e| panic::panic_any(InnerVmapError(e)))
             };
-            match panic::catch_unwind(AssertUnwindSafe(|| vmap(outer).in_axes(in_axes).out_axes(out_axes).call(args))) {
+            match panic::catch_unwind(AssertUnwindSafe(|| {
+                vmap(outer).in_axes(in_axes).out_axes(out_axes).call(args)
+            })) {
                 Ok(r) => r,
                 Err(payload) => match payload.downcast::<InnerVmapError>() {
                     Ok(e) => Err(e.0),
@@ -802,7 +940,9 @@ fn parse_argnums(v: Option<&Value>) -> Result<(Vec<usize>, bool), String> {
         None => Ok((vec![0], true)),
         Some(Value::Number(n)) => Ok((vec![n.as_u64().ok_or("bad argnums")? as usize], true)),
         Some(Value::Array(a)) => Ok((
-            a.iter().map(|x| x.as_u64().map(|x| x as usize).ok_or("bad argnums")).collect::<Result<_, _>>()?,
+            a.iter()
+                .map(|x| x.as_u64().map(|x| x as usize).ok_or("bad argnums"))
+                .collect::<Result<_, _>>()?,
             false,
         )),
         Some(other) => Err(format!("bad argnums {other}")),
@@ -813,7 +953,10 @@ fn parse_argnums(v: Option<&Value>) -> Result<(Vec<usize>, bool), String> {
 fn require_grad<B: AutodiffBackend>(p: Pt<B>) -> Pt<B> {
     p.map_leaves(&mut |l: Pt<B>| {
         if !l.is_float() {
-            panic!("runner: cannot differentiate w.r.t. a non-float argument ({})", l.describe());
+            panic!(
+                "runner: cannot differentiate w.r.t. a non-float argument ({})",
+                l.describe()
+            );
         }
         with_rank!(l.rank(), D => pt(l.f::<D>().require_grad()))
     })
@@ -832,21 +975,36 @@ fn grads_of<B: AutodiffBackend>(p: &Pt<B>, grads: &B::Gradients) -> Pt<B::InnerB
 
 /// `jax.value_and_grad` (FORMAT 3.10), no batching: outputs `loss` and `grads`.
 fn api_value_and_grad(case: &Case) -> Result<Run, String> {
-    let f = program::<ADPlain>(&case.program).ok_or_else(|| format!("runner: unknown program {:?}", case.program))?;
+    let f = program::<ADPlain>(&case.program)
+        .ok_or_else(|| format!("runner: unknown program {:?}", case.program))?;
     let (argnums, single) = parse_argnums(case.param("argnums"))?;
     let mut args = build_args::<ADPlain>(case)?;
     for &i in &argnums {
-        let a = args.get(i).ok_or_else(|| format!("argnums {i} out of range"))?.clone();
+        let a = args
+            .get(i)
+            .ok_or_else(|| format!("argnums {i} out of range"))?
+            .clone();
         args[i] = require_grad(a);
     }
     let loss = f(args.clone());
     let grads = match loss.leaf().shape().to_vec().as_slice() {
         [] => loss.clone().f::<0>().backward(),
         [1] => loss.clone().f::<1>().backward(),
-        other => return Err(format!("value_and_grad: the loss must be a scalar, got shape {other:?}")),
+        other => {
+            return Err(format!(
+                "value_and_grad: the loss must be a scalar, got shape {other:?}"
+            ))
+        }
     };
-    let g: Vec<_> = argnums.iter().map(|&i| grads_of(&args[i], &grads)).collect();
-    let g = if single { g.into_iter().next().unwrap() } else { Pt::Tuple(g) };
+    let g: Vec<_> = argnums
+        .iter()
+        .map(|&i| grads_of(&args[i], &grads))
+        .collect();
+    let g = if single {
+        g.into_iter().next().unwrap()
+    } else {
+        Pt::Tuple(g)
+    };
     let mut outputs = Outputs::new();
     collect_outputs("loss", loss, &mut outputs);
     // A `[1]` loss is Burn's scalar (see `programs::xent`): JAX's shape `()`.
@@ -930,9 +1088,18 @@ mod programs {
         axis: usize,
     ) -> Tensor<B, DM, K> {
         let dims = t.dims();
-        assert_eq!(dims[axis], 1, "runner: drop_axis of an axis of size {}", dims[axis]);
+        assert_eq!(
+            dims[axis], 1,
+            "runner: drop_axis of an axis of size {}",
+            dims[axis]
+        );
         let mut out = [0usize; DM];
-        for (o, &d) in out.iter_mut().zip(dims.iter().enumerate().filter(|(i, _)| *i != axis).map(|(_, d)| d)) {
+        for (o, &d) in out.iter_mut().zip(
+            dims.iter()
+                .enumerate()
+                .filter(|(i, _)| *i != axis)
+                .map(|(_, d)| d),
+        ) {
             *o = d;
         }
         t.reshape(out)
@@ -978,8 +1145,15 @@ mod programs {
     pub fn np_matmul<B: Backend>(a: Pt<B>, b: Pt<B>) -> Pt<B> {
         match (a.rank(), b.rank()) {
             (1, 1) => pt(scalar(sum1(binop!(a, b, |x, y| x * y)))),
-            (1, 2) => pt(a.f::<1>().unsqueeze::<2>().matmul(b.f::<2>()).squeeze_dim::<1>(0)),
-            (2, 1) => pt(a.f::<2>().matmul(b.f::<1>().unsqueeze_dim::<2>(1)).squeeze_dim::<1>(1)),
+            (1, 2) => pt(a
+                .f::<1>()
+                .unsqueeze::<2>()
+                .matmul(b.f::<2>())
+                .squeeze_dim::<1>(0)),
+            (2, 1) => pt(a
+                .f::<2>()
+                .matmul(b.f::<1>().unsqueeze_dim::<2>(1))
+                .squeeze_dim::<1>(1)),
             (ra, rb) if ra >= 2 && rb >= 2 => binop!(a, b, |x, y| x.matmul(y)),
             (ra, rb) => panic!("runner: matmul of ranks {ra} and {rb} is not supported"),
         }
@@ -1034,7 +1208,10 @@ mod programs {
         let [x, k] = take(args);
         let k = k.f::<4>();
         let [_, _, kh, kw] = k.dims();
-        let (lo, hi) = ([(kh - 1) / 2, (kw - 1) / 2], [kh - 1 - (kh - 1) / 2, kw - 1 - (kw - 1) / 2]);
+        let (lo, hi) = (
+            [(kh - 1) / 2, (kw - 1) / 2],
+            [kh - 1 - (kh - 1) / 2, kw - 1 - (kw - 1) / 2],
+        );
         let options = PaddedConvOptions::asymmetric([1, 1], lo, hi, [1, 1], 1);
         match x.rank() {
             3 => pt(conv2d(x.f::<3>().unsqueeze::<4>(), k, None, options).squeeze_dim::<3>(0)),
@@ -1052,7 +1229,9 @@ mod programs {
     pub fn dict_sum_scale<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
         let [d] = take(args);
         let (a, b) = (d.field("a"), d.field("b"));
-        let s = pt(scalar(binop!(pt(sum1(a.clone())), b.clone(), |x, y| x * y).f::<1>()));
+        let s = pt(scalar(
+            binop!(pt(sum1(a.clone())), b.clone(), |x, y| x * y).f::<1>(),
+        ));
         let p = binop!(a, b, |x, y| x * y);
         Pt::Dict(BTreeMap::from([("p".to_owned(), p), ("s".to_owned(), s)]))
     }
@@ -1064,7 +1243,9 @@ mod programs {
 
     pub fn dot_self_plus_one<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
         let [r] = take(args);
-        pt(scalar(sum1(binop!(r.clone(), r, |x, y| x * y)).add_scalar(1.0)))
+        pt(scalar(
+            sum1(binop!(r.clone(), r, |x, y| x * y)).add_scalar(1.0),
+        ))
     }
 
     /// `d/dw tanh(x·w)^2`: a gradient taken inside the program.
@@ -1193,17 +1374,21 @@ thread_local! {
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    LAST_PANIC.with(|p| p.borrow_mut().take()).unwrap_or_else(|| {
-        payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "panic with a non-string payload".into())
-    })
+    LAST_PANIC
+        .with(|p| p.borrow_mut().take())
+        .unwrap_or_else(|| {
+            payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic with a non-string payload".into())
+        })
 }
 
 fn run_case(case: &Case) -> Outcome {
-    let result = panic::catch_unwind(AssertUnwindSafe(|| run_api(case).map(|r| r.and_then(|run| judge(case, run)))));
+    let result = panic::catch_unwind(AssertUnwindSafe(|| {
+        run_api(case).map(|r| r.and_then(|run| judge(case, run)))
+    }));
     match result {
         Ok(None) => Outcome::Skip(format!("{} not implemented yet", case.api)),
         Ok(Some(Ok(()))) => Outcome::Pass,
@@ -1228,7 +1413,10 @@ fn conformance() {
             .cloned()
             .or_else(|| info.payload().downcast_ref::<&str>().map(|s| s.to_string()));
         if let Some(msg) = msg {
-            let at = info.location().map(|l| format!(" (at {}:{})", l.file(), l.line())).unwrap_or_default();
+            let at = info
+                .location()
+                .map(|l| format!(" (at {}:{})", l.file(), l.line()))
+                .unwrap_or_default();
             LAST_PANIC.with(|p| *p.borrow_mut() = Some(format!("{msg}{at}")));
         }
     }));
@@ -1261,5 +1449,8 @@ fn conformance() {
     panic::set_hook(default_hook);
 
     println!("conformance: {passed} passed, {failed} failed, {skipped} skipped");
-    assert_eq!(failed, 0, "{failed} conformance case(s) failed (see the FAIL lines above)");
+    assert_eq!(
+        failed, 0,
+        "{failed} conformance case(s) failed (see the FAIL lines above)"
+    );
 }

@@ -18,16 +18,28 @@ fn conv(x: Tensor<V, 4>, w: Tensor<V, 4>, b: Option<Tensor<V, 1>>, groups: usize
 fn check_conv(xb: bool, wb: bool, bb: bool, groups: usize) {
     let e = 3;
     let (n, c, o) = (2, 4, 6);
-    let x = if xb { rand([e, n, c, 5, 6]) } else { rand([1, n, c, 5, 6]) };
-    let w = if wb { rand([e, o, c / groups, 3, 2]) } else { rand([1, o, c / groups, 3, 2]) };
+    let x = if xb {
+        rand([e, n, c, 5, 6])
+    } else {
+        rand([1, n, c, 5, 6])
+    };
+    let w = if wb {
+        rand([e, o, c / groups, 3, 2])
+    } else {
+        rand([1, o, c / groups, 3, 2])
+    };
     let b = if bb { rand([e, o]) } else { rand([1, o]) };
     let ax = |batched: bool| if batched { Some(0) } else { None };
     let axes = [ax(xb), ax(wb), ax(bb)];
     let f = |(x, w, b): (Tensor<V, 4>, Tensor<V, 4>, Tensor<V, 1>)| conv(x, w, Some(b), groups);
     // Unmapped operands are passed without the batch dim, so each mix has its own input type.
     macro_rules! arg {
-        (true, $t:expr, $d:literal) => { $t.clone() };
-        (false, $t:expr, $d:literal) => { $t.clone().squeeze_dim::<$d>(0) };
+        (true, $t:expr, $d:literal) => {
+            $t.clone()
+        };
+        (false, $t:expr, $d:literal) => {
+            $t.clone().squeeze_dim::<$d>(0)
+        };
     }
     macro_rules! call {
         ($($x:tt $w:tt $b:tt),*) => {
@@ -38,21 +50,37 @@ fn check_conv(xb: bool, wb: bool, bb: bool, groups: usize) {
     }
     let out: Tensor<V, 5> = call!(true true true, true true false, true false true, true false false,
         false true true, false true false, false false true, false false false);
-    let pick = |t: &Tensor<V, 5>, batched: bool, i: usize| t.clone().narrow(0, if batched { i } else { 0 }, 1).squeeze_dim::<4>(0);
+    let pick = |t: &Tensor<V, 5>, batched: bool, i: usize| {
+        t.clone()
+            .narrow(0, if batched { i } else { 0 }, 1)
+            .squeeze_dim::<4>(0)
+    };
     let expected: Vec<Tensor<V, 4>> = (0..e)
         .map(|i| {
-            let bi = b.clone().narrow(0, if bb { i } else { 0 }, 1).squeeze_dim::<1>(0);
+            let bi = b
+                .clone()
+                .narrow(0, if bb { i } else { 0 }, 1)
+                .squeeze_dim::<1>(0);
             conv(pick(&x, xb, i), pick(&w, wb, i), Some(bi), groups)
         })
         .collect();
     let expected = Tensor::stack::<5>(expected, 0);
-    out.into_data().assert_approx_eq::<f32>(&expected.into_data(), Tolerance::default());
+    out.into_data()
+        .assert_approx_eq::<f32>(&expected.into_data(), Tolerance::default());
 }
 
 #[test]
 fn should_batch_conv2d_for_every_operand_mix() {
     for groups in [1, 2] {
-        for (xb, wb, bb) in [(true, false, false), (false, true, false), (true, true, false), (true, true, true), (false, false, true), (true, false, true), (false, true, true)] {
+        for (xb, wb, bb) in [
+            (true, false, false),
+            (false, true, false),
+            (true, true, false),
+            (true, true, true),
+            (false, false, true),
+            (true, false, true),
+            (false, true, true),
+        ] {
             check_conv(xb, wb, bb, groups);
         }
     }

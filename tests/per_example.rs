@@ -19,7 +19,11 @@ struct Mlp<B: Backend> {
 
 impl<B: Backend> Mlp<B> {
     fn new(device: &B::Device) -> Self {
-        Self { fc1: LinearConfig::new(6, 8).init(device), act: Relu::new(), fc2: LinearConfig::new(8, 3).init(device) }
+        Self {
+            fc1: LinearConfig::new(6, 8).init(device),
+            act: Relu::new(),
+            fc2: LinearConfig::new(8, 3).init(device),
+        }
     }
 
     /// Cross-entropy of a batch (rows of `x`) against integer labels, averaged.
@@ -46,11 +50,26 @@ fn should_reproduce_optax_docs_example() {
     .call((features, targets))
     .unwrap();
     let tol = Tolerance::<f32>::default();
-    grads.clone().into_data().assert_approx_eq::<f32>(&TensorData::from([[0.0f32], [-2.0], [-4.0], [-6.0]]), tol);
-    grads.clone().mean().into_data().assert_approx_eq::<f32>(&TensorData::from([-3.0f32]), tol);
-    (grads.clone() * grads.clone()).mean().into_data().assert_approx_eq::<f32>(&TensorData::from([14.0f32]), tol);
-    let norms = (grads.clone() * grads).sum_dim(1).sqrt().squeeze_dim::<1>(1);
-    norms.into_data().assert_approx_eq::<f32>(&TensorData::from([0.0f32, 2.0, 4.0, 6.0]), tol);
+    grads
+        .clone()
+        .into_data()
+        .assert_approx_eq::<f32>(&TensorData::from([[0.0f32], [-2.0], [-4.0], [-6.0]]), tol);
+    grads
+        .clone()
+        .mean()
+        .into_data()
+        .assert_approx_eq::<f32>(&TensorData::from([-3.0f32]), tol);
+    (grads.clone() * grads.clone())
+        .mean()
+        .into_data()
+        .assert_approx_eq::<f32>(&TensorData::from([14.0f32]), tol);
+    let norms = (grads.clone() * grads)
+        .sum_dim(1)
+        .sqrt()
+        .squeeze_dim::<1>(1);
+    norms
+        .into_data()
+        .assert_approx_eq::<f32>(&TensorData::from([0.0f32, 2.0, 4.0, 6.0]), tol);
 }
 
 fn loop_grads(model: &Mlp<AD>, x: &Tensor<AD, 2>, y: &Tensor<AD, 1, Int>) -> Vec<ParamGrads<V>> {
@@ -73,21 +92,42 @@ fn should_match_loop_for_burn_nn_mlp() {
     let y = Tensor::<AD, 1, Int>::from_ints([0, 2, 1, 1, 0], &device);
 
     // keep_batch_dim style: each example as a batch of one.
-    let pe = per_example_grads(&model, (x.clone(), y.clone()), |m: &Mlp<AD>, (xi, yi): (Tensor<AD, 1>, Tensor<AD, 0, Int>)| {
-        m.loss(xi.unsqueeze::<2>(), yi.reshape([1]))
-    })
+    let pe = per_example_grads(
+        &model,
+        (x.clone(), y.clone()),
+        |m: &Mlp<AD>, (xi, yi): (Tensor<AD, 1>, Tensor<AD, 0, Int>)| {
+            m.loss(xi.unsqueeze::<2>(), yi.reshape([1]))
+        },
+    )
     .unwrap();
     let reference = loop_grads(&model, &x, &y);
-    assert_eq!(pe.paths().collect::<Vec<_>>(), vec!["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]);
+    assert_eq!(
+        pe.paths().collect::<Vec<_>>(),
+        vec!["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    );
     for path in ["fc1.weight", "fc2.weight"] {
         let got: Tensor<V, 3> = pe.get(path).unwrap();
-        let want = Tensor::stack::<3>(reference.iter().map(|g| g.get::<2>(path).unwrap()).collect(), 0);
-        got.into_data().assert_approx_eq::<f32>(&want.into_data(), Tolerance::default());
+        let want = Tensor::stack::<3>(
+            reference
+                .iter()
+                .map(|g| g.get::<2>(path).unwrap())
+                .collect(),
+            0,
+        );
+        got.into_data()
+            .assert_approx_eq::<f32>(&want.into_data(), Tolerance::default());
     }
     for path in ["fc1.bias", "fc2.bias"] {
         let got: Tensor<V, 2> = pe.get(path).unwrap();
-        let want = Tensor::stack::<2>(reference.iter().map(|g| g.get::<1>(path).unwrap()).collect(), 0);
-        got.into_data().assert_approx_eq::<f32>(&want.into_data(), Tolerance::default());
+        let want = Tensor::stack::<2>(
+            reference
+                .iter()
+                .map(|g| g.get::<1>(path).unwrap())
+                .collect(),
+            0,
+        );
+        got.into_data()
+            .assert_approx_eq::<f32>(&want.into_data(), Tolerance::default());
     }
 
     // The mean of the per-example gradients is the batch gradient of the mean loss.
@@ -96,7 +136,10 @@ fn should_match_loop_for_burn_nn_mlp() {
     let batch = ParamGrads::from_module(&mut g, &model);
     for path in ["fc1.weight", "fc2.weight"] {
         let got: Tensor<V, 2> = mean.get(path).unwrap();
-        got.into_data().assert_approx_eq::<f32>(&batch.get::<2>(path).unwrap().into_data(), Tolerance::default());
+        got.into_data().assert_approx_eq::<f32>(
+            &batch.get::<2>(path).unwrap().into_data(),
+            Tolerance::default(),
+        );
     }
 }
 
@@ -107,28 +150,42 @@ fn should_handle_parameter_used_batched_and_unbatched() {
     let c = Tensor::<AD, 1>::from_floats([0.5, -1.0, 2.0], &device);
     let xs = Tensor::<AD, 2>::random([4, 3], Distribution::Normal(0.0, 1.0), &device);
     // w meets the batched x once and the unbatched c once.
-    let f = |x: Tensor<AD, 1>| ((x * w.clone()).tanh().sum() + (w.clone() * c.clone()).exp().sum()) * (w.clone() * w.clone()).sum();
-    let got: Tensor<V, 2> = vmap(|x: Tensor<AD, 1>| w.grad(&f(x).backward()).unwrap()).call(xs.clone()).unwrap();
+    let f = |x: Tensor<AD, 1>| {
+        ((x * w.clone()).tanh().sum() + (w.clone() * c.clone()).exp().sum())
+            * (w.clone() * w.clone()).sum()
+    };
+    let got: Tensor<V, 2> = vmap(|x: Tensor<AD, 1>| w.grad(&f(x).backward()).unwrap())
+        .call(xs.clone())
+        .unwrap();
     let want: Vec<Tensor<V, 1>> = (0..4)
         .map(|i| {
             let xi = xs.clone().narrow(0, i, 1).reshape([3]);
             w.grad(&f(xi).backward()).unwrap()
         })
         .collect();
-    got.into_data().assert_approx_eq::<f32>(&Tensor::stack::<2>(want, 0).into_data(), Tolerance::default());
+    got.into_data().assert_approx_eq::<f32>(
+        &Tensor::stack::<2>(want, 0).into_data(),
+        Tolerance::default(),
+    );
 }
 
 #[test]
 fn should_differentiate_through_vmap_itself() {
     // Gradient of sum(vmap(f)(xs)) with respect to xs: the batch/unbatch moves are differentiable.
     let device = Default::default();
-    let xs = Tensor::<AD, 2>::random([3, 4], Distribution::Normal(0.0, 1.0), &device).require_grad();
-    let ys: Tensor<AD, 2> = vmap(|v: Tensor<AD, 1>| v.clone().sin() * v.sum()).in_axes(1isize).out_axes(1isize).call(xs.clone().swap_dims(0, 1)).unwrap();
+    let xs =
+        Tensor::<AD, 2>::random([3, 4], Distribution::Normal(0.0, 1.0), &device).require_grad();
+    let ys: Tensor<AD, 2> = vmap(|v: Tensor<AD, 1>| v.clone().sin() * v.sum())
+        .in_axes(1isize)
+        .out_axes(1isize)
+        .call(xs.clone().swap_dims(0, 1))
+        .unwrap();
     let g = ys.sum().backward();
     let got = xs.grad(&g).unwrap();
     // Loop: d/dx_ij sum_k sin(x_ik) * S_i = cos(x_ij) S_i + sum_k sin(x_ik)
     let x = xs.clone().inner();
     let s = x.clone().sum_dim(1);
     let want = x.clone().cos() * s + x.sin().sum_dim(1);
-    got.into_data().assert_approx_eq::<f32>(&want.into_data(), Tolerance::default());
+    got.into_data()
+        .assert_approx_eq::<f32>(&want.into_data(), Tolerance::default());
 }

@@ -29,7 +29,9 @@ impl<B: Backend> BoolTensorOps<Self> for Vmap<B> {
         VmapTensor::unbatched(B::bool_from_data(data, device))
     }
 
-    fn bool_into_data(tensor: BoolTensor<Self>) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
+    fn bool_into_data(
+        tensor: BoolTensor<Self>,
+    ) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
         assert_unbatched(&tensor, "bool_into_data");
         B::bool_into_data(tensor.inner)
     }
@@ -84,7 +86,12 @@ impl<B: Backend> BoolTensorOps<Self> for Vmap<B> {
         view::slice::<B, Bool>(tensor, slices)
     }
 
-    fn bool_unfold(tensor: BoolTensor<Self>, dim: usize, size: usize, step: usize) -> BoolTensor<Self> {
+    fn bool_unfold(
+        tensor: BoolTensor<Self>,
+        dim: usize,
+        size: usize,
+        step: usize,
+    ) -> BoolTensor<Self> {
         reduce::along_dim(tensor, dim, |t, d| B::bool_unfold(t, d, size, step))
     }
 
@@ -94,31 +101,68 @@ impl<B: Backend> BoolTensorOps<Self> for Vmap<B> {
     }
 
     // --- indexing ----------------------------------------------------------------------------
-    fn bool_gather(dim: usize, tensor: BoolTensor<Self>, indices: IntTensor<Self>) -> BoolTensor<Self> {
+    fn bool_gather(
+        dim: usize,
+        tensor: BoolTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> BoolTensor<Self> {
         indexing::gather::<B, Bool>(dim, tensor, indices)
     }
 
-    fn bool_scatter_or(dim: usize, tensor: BoolTensor<Self>, indices: IntTensor<Self>, value: BoolTensor<Self>) -> BoolTensor<Self> {
+    fn bool_scatter_or(
+        dim: usize,
+        tensor: BoolTensor<Self>,
+        indices: IntTensor<Self>,
+        value: BoolTensor<Self>,
+    ) -> BoolTensor<Self> {
         indexing::scatter::<B, Bool>(dim, tensor, indices, value, B::bool_scatter_or)
     }
 
-    fn bool_select(tensor: BoolTensor<Self>, dim: usize, indices: IntTensor<Self>) -> BoolTensor<Self> {
+    fn bool_select(
+        tensor: BoolTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+    ) -> BoolTensor<Self> {
         indexing::select::<B, Bool>(tensor, dim, indices)
     }
 
-    fn bool_select_or(tensor: BoolTensor<Self>, dim: usize, indices: IntTensor<Self>, value: BoolTensor<Self>) -> BoolTensor<Self> {
-        indexing::select_add::<B, Bool>(tensor, dim, indices, value, B::bool_select_or, B::bool_scatter_or)
+    fn bool_select_or(
+        tensor: BoolTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+        value: BoolTensor<Self>,
+    ) -> BoolTensor<Self> {
+        indexing::select_add::<B, Bool>(
+            tensor,
+            dim,
+            indices,
+            value,
+            B::bool_select_or,
+            B::bool_scatter_or,
+        )
     }
 
-    fn bool_slice_assign(tensor: BoolTensor<Self>, slices: &[Slice], value: BoolTensor<Self>) -> BoolTensor<Self> {
+    fn bool_slice_assign(
+        tensor: BoolTensor<Self>,
+        slices: &[Slice],
+        value: BoolTensor<Self>,
+    ) -> BoolTensor<Self> {
         indexing::slice_assign::<B, Bool>(tensor, slices, value, B::bool_slice_assign)
     }
 
-    fn bool_mask_where(tensor: BoolTensor<Self>, mask: BoolTensor<Self>, value: BoolTensor<Self>) -> BoolTensor<Self> {
+    fn bool_mask_where(
+        tensor: BoolTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: BoolTensor<Self>,
+    ) -> BoolTensor<Self> {
         indexing::mask_where::<B, Bool>(tensor, mask, value, B::bool_mask_where)
     }
 
-    fn bool_mask_fill(tensor: BoolTensor<Self>, mask: BoolTensor<Self>, value: Scalar) -> BoolTensor<Self> {
+    fn bool_mask_fill(
+        tensor: BoolTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: Scalar,
+    ) -> BoolTensor<Self> {
         indexing::mask_fill::<B, Bool>(tensor, mask, |t, m| B::bool_mask_fill(t, m, value))
     }
 }

@@ -17,7 +17,12 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         VmapTensor::unbatched(B::float_from_data(data, device))
     }
 
-    fn float_random(shape: Shape, distribution: Distribution, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+    fn float_random(
+        shape: Shape,
+        distribution: Distribution,
+        device: &Device<Self>,
+        dtype: FloatDType,
+    ) -> FloatTensor<Self> {
         VmapTensor::unbatched(B::float_random(shape, distribution, device, dtype))
     }
 
@@ -36,11 +41,18 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
     }
 
     // Overridden (speed): as `float_zeros`.
-    fn float_full(shape: Shape, fill_value: Scalar, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+    fn float_full(
+        shape: Shape,
+        fill_value: Scalar,
+        device: &Device<Self>,
+        dtype: FloatDType,
+    ) -> FloatTensor<Self> {
         VmapTensor::unbatched(B::float_full(shape, fill_value, device, dtype))
     }
 
-    fn float_into_data(tensor: FloatTensor<Self>) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
+    fn float_into_data(
+        tensor: FloatTensor<Self>,
+    ) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
         assert_unbatched(&tensor, "float_into_data");
         B::float_into_data(tensor.inner)
     }
@@ -90,8 +102,14 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         linalg::matmul::<B, Float>(lhs, rhs, B::float_matmul, B::float_mul)
     }
 
-    fn float_cross(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
-        elementwise::binary_materialized::<B, Float, Float, _>(lhs, rhs, |l, r, nb| B::float_cross(l, r, dim + nb))
+    fn float_cross(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        dim: usize,
+    ) -> FloatTensor<Self> {
+        elementwise::binary_materialized::<B, Float, Float, _>(lhs, rhs, |l, r, nb| {
+            B::float_cross(l, r, dim + nb)
+        })
     }
 
     // --- views -------------------------------------------------------------------------------
@@ -119,7 +137,12 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         view::slice::<B, Float>(tensor, slices)
     }
 
-    fn float_unfold(tensor: FloatTensor<Self>, dim: usize, size: usize, step: usize) -> FloatTensor<Self> {
+    fn float_unfold(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        size: usize,
+        step: usize,
+    ) -> FloatTensor<Self> {
         reduce::along_dim(tensor, dim, |t, d| B::float_unfold(t, d, size, step))
     }
 
@@ -129,31 +152,68 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
     }
 
     // --- indexing ----------------------------------------------------------------------------
-    fn float_gather(dim: usize, tensor: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
+    fn float_gather(
+        dim: usize,
+        tensor: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
         indexing::gather::<B, Float>(dim, tensor, indices)
     }
 
-    fn float_scatter_add(dim: usize, tensor: FloatTensor<Self>, indices: IntTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn float_scatter_add(
+        dim: usize,
+        tensor: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         indexing::scatter::<B, Float>(dim, tensor, indices, value, B::float_scatter_add)
     }
 
-    fn float_select(tensor: FloatTensor<Self>, dim: usize, indices: IntTensor<Self>) -> FloatTensor<Self> {
+    fn float_select(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
         indexing::select::<B, Float>(tensor, dim, indices)
     }
 
-    fn float_select_add(tensor: FloatTensor<Self>, dim: usize, indices: IntTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> {
-        indexing::select_add::<B, Float>(tensor, dim, indices, value, B::float_select_add, B::float_scatter_add)
+    fn float_select_add(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        indexing::select_add::<B, Float>(
+            tensor,
+            dim,
+            indices,
+            value,
+            B::float_select_add,
+            B::float_scatter_add,
+        )
     }
 
-    fn float_slice_assign(tensor: FloatTensor<Self>, slices: &[Slice], value: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn float_slice_assign(
+        tensor: FloatTensor<Self>,
+        slices: &[Slice],
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         indexing::slice_assign::<B, Float>(tensor, slices, value, B::float_slice_assign)
     }
 
-    fn float_mask_where(tensor: FloatTensor<Self>, mask: BoolTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn float_mask_where(
+        tensor: FloatTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         indexing::mask_where::<B, Float>(tensor, mask, value, B::float_mask_where)
     }
 
-    fn float_mask_fill(tensor: FloatTensor<Self>, mask: BoolTensor<Self>, value: Scalar) -> FloatTensor<Self> {
+    fn float_mask_fill(
+        tensor: FloatTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: Scalar,
+    ) -> FloatTensor<Self> {
         indexing::mask_fill::<B, Float>(tensor, mask, |t, m| B::float_mask_fill(t, m, value))
     }
 
@@ -173,7 +233,12 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         reduce::along_dim(tensor, dim, |t, d| B::float_argmin(t, d, out_dtype))
     }
 
-    fn float_argtopk(tensor: FloatTensor<Self>, dim: usize, k: usize, out_dtype: IntDType) -> IntTensor<Self> {
+    fn float_argtopk(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        k: usize,
+        out_dtype: IntDType,
+    ) -> IntTensor<Self> {
         reduce::along_dim(tensor, dim, |t, d| B::float_argtopk(t, d, k, out_dtype))
     }
 
@@ -192,11 +257,28 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         indices_dtype: IntDType,
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
         let (inner, bdims) = tensor.into_parts();
-        let (values, indices) = B::float_sort_with_indices(inner, dim + bdims.len(), descending, indices_dtype);
-        (VmapTensor { inner: values, bdims: bdims.clone() }, VmapTensor { inner: indices, bdims })
+        let (values, indices) =
+            B::float_sort_with_indices(inner, dim + bdims.len(), descending, indices_dtype);
+        (
+            VmapTensor {
+                inner: values,
+                bdims: bdims.clone(),
+            },
+            VmapTensor {
+                inner: indices,
+                bdims,
+            },
+        )
     }
 
-    fn float_argsort(tensor: FloatTensor<Self>, dim: usize, descending: bool, out_dtype: IntDType) -> IntTensor<Self> {
-        reduce::along_dim(tensor, dim, |t, d| B::float_argsort(t, d, descending, out_dtype))
+    fn float_argsort(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        descending: bool,
+        out_dtype: IntDType,
+    ) -> IntTensor<Self> {
+        reduce::along_dim(tensor, dim, |t, d| {
+            B::float_argsort(t, d, descending, out_dtype)
+        })
     }
 }

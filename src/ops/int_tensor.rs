@@ -21,7 +21,12 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
         VmapTensor::unbatched(B::int_from_data(data, device))
     }
 
-    fn int_random(shape: Shape, distribution: Distribution, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self> {
+    fn int_random(
+        shape: Shape,
+        distribution: Distribution,
+        device: &Device<Self>,
+        dtype: IntDType,
+    ) -> IntTensor<Self> {
         VmapTensor::unbatched(B::int_random(shape, distribution, device, dtype))
     }
 
@@ -35,7 +40,9 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
         VmapTensor::unbatched(B::int_ones(shape, device, dtype))
     }
 
-    fn int_into_data(tensor: IntTensor<Self>) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
+    fn int_into_data(
+        tensor: IntTensor<Self>,
+    ) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
         assert_unbatched(&tensor, "int_into_data");
         B::int_into_data(tensor.inner)
     }
@@ -103,7 +110,12 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
         view::slice::<B, Int>(tensor, slices)
     }
 
-    fn int_unfold(tensor: IntTensor<Self>, dim: usize, size: usize, step: usize) -> IntTensor<Self> {
+    fn int_unfold(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        size: usize,
+        step: usize,
+    ) -> IntTensor<Self> {
         reduce::along_dim(tensor, dim, |t, d| B::int_unfold(t, d, size, step))
     }
 
@@ -113,31 +125,68 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
     }
 
     // --- indexing ----------------------------------------------------------------------------
-    fn int_gather(dim: usize, tensor: IntTensor<Self>, indices: IntTensor<Self>) -> IntTensor<Self> {
+    fn int_gather(
+        dim: usize,
+        tensor: IntTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         indexing::gather::<B, Int>(dim, tensor, indices)
     }
 
-    fn int_scatter_add(dim: usize, tensor: IntTensor<Self>, indices: IntTensor<Self>, value: IntTensor<Self>) -> IntTensor<Self> {
+    fn int_scatter_add(
+        dim: usize,
+        tensor: IntTensor<Self>,
+        indices: IntTensor<Self>,
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         indexing::scatter::<B, Int>(dim, tensor, indices, value, B::int_scatter_add)
     }
 
-    fn int_select(tensor: IntTensor<Self>, dim: usize, indices: IntTensor<Self>) -> IntTensor<Self> {
+    fn int_select(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         indexing::select::<B, Int>(tensor, dim, indices)
     }
 
-    fn int_select_add(tensor: IntTensor<Self>, dim: usize, indices: IntTensor<Self>, value: IntTensor<Self>) -> IntTensor<Self> {
-        indexing::select_add::<B, Int>(tensor, dim, indices, value, B::int_select_add, B::int_scatter_add)
+    fn int_select_add(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
+        indexing::select_add::<B, Int>(
+            tensor,
+            dim,
+            indices,
+            value,
+            B::int_select_add,
+            B::int_scatter_add,
+        )
     }
 
-    fn int_slice_assign(tensor: IntTensor<Self>, slices: &[Slice], value: IntTensor<Self>) -> IntTensor<Self> {
+    fn int_slice_assign(
+        tensor: IntTensor<Self>,
+        slices: &[Slice],
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         indexing::slice_assign::<B, Int>(tensor, slices, value, B::int_slice_assign)
     }
 
-    fn int_mask_where(tensor: IntTensor<Self>, mask: BoolTensor<Self>, value: IntTensor<Self>) -> IntTensor<Self> {
+    fn int_mask_where(
+        tensor: IntTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         indexing::mask_where::<B, Int>(tensor, mask, value, B::int_mask_where)
     }
 
-    fn int_mask_fill(tensor: IntTensor<Self>, mask: BoolTensor<Self>, value: Scalar) -> IntTensor<Self> {
+    fn int_mask_fill(
+        tensor: IntTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: Scalar,
+    ) -> IntTensor<Self> {
         indexing::mask_fill::<B, Int>(tensor, mask, |t, m| B::int_mask_fill(t, m, value))
     }
 
@@ -164,10 +213,23 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
         reduce::along_dim(tensor, dim, |t, d| B::int_sort(t, d, descending))
     }
 
-    fn int_sort_with_indices(tensor: IntTensor<Self>, dim: usize, descending: bool) -> (IntTensor<Self>, IntTensor<Self>) {
+    fn int_sort_with_indices(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        descending: bool,
+    ) -> (IntTensor<Self>, IntTensor<Self>) {
         let (inner, bdims) = tensor.into_parts();
         let (values, indices) = B::int_sort_with_indices(inner, dim + bdims.len(), descending);
-        (VmapTensor { inner: values, bdims: bdims.clone() }, VmapTensor { inner: indices, bdims })
+        (
+            VmapTensor {
+                inner: values,
+                bdims: bdims.clone(),
+            },
+            VmapTensor {
+                inner: indices,
+                bdims,
+            },
+        )
     }
 
     fn int_argsort(tensor: IntTensor<Self>, dim: usize, descending: bool) -> IntTensor<Self> {

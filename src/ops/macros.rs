@@ -78,6 +78,6 @@ macro_rules! dim_ops {
 }
 
 pub(crate) use {
-    broadcasting_ops, comparison_ops, comparison_scalar_ops, dim_ops, materializing_ops, scalar_ops,
-    unary_ops,
+    broadcasting_ops, comparison_ops, comparison_scalar_ops, dim_ops, materializing_ops,
+    scalar_ops, unary_ops,
 };

@@ -7,10 +7,10 @@
 
 use burn_backend::backend::Backend;
 use burn_backend::ops::{
-    AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConv2dBackward, DeformConvOptions,
-    InterpolateOptions, MaxPool2dBackward, MaxPool2dWithIndices, ModuleOps,
+    AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConv2dBackward,
+    DeformConvOptions, InterpolateOptions, MaxPool2dBackward, MaxPool2dWithIndices, ModuleOps,
 };
-use burn_backend::tensor::{BoolTensor, Bool, Float, FloatTensor, Int, IntTensor};
+use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
 
 use crate::rules::helpers::vmap_panic;
 use crate::rules::module::{fold_all, fold_to, unfold_out};
@@ -37,7 +37,10 @@ fn unbatched_opt<P>(op: &str, name: &str, t: Option<VmapTensor<P>>) -> Option<P>
 }
 
 /// One batched input `x`: fold into `N`.
-fn with_x<B: Backend>(x: FloatTensor<Vmap<B>>, f: impl FnOnce(FP<B>) -> FP<B>) -> FloatTensor<Vmap<B>> {
+fn with_x<B: Backend>(
+    x: FloatTensor<Vmap<B>>,
+    f: impl FnOnce(FP<B>) -> FP<B>,
+) -> FloatTensor<Vmap<B>> {
     let (bdims, [x]) = fold_all::<B, Float, 1>([x]);
     unfold_out::<B, Float>(f(x), &bdims)
 }
@@ -53,7 +56,12 @@ fn with_x_grad<B: Backend>(
 }
 
 impl<B: Backend> ModuleOps<Self> for Vmap<B> {
-    fn conv2d(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvOptions<2>) -> FloatTensor<Self> {
+    fn conv2d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Self> {
         crate::rules::module::conv::<B>(x, weight, bias, |x, w, b, factor| {
             let mut options = options;
             options.groups *= factor;
@@ -61,7 +69,12 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         })
     }
 
-    fn conv3d(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvOptions<3>) -> FloatTensor<Self> {
+    fn conv3d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvOptions<3>,
+    ) -> FloatTensor<Self> {
         crate::rules::module::conv::<B>(x, weight, bias, |x, w, b, factor| {
             let mut options = options;
             options.groups *= factor;
@@ -69,7 +82,12 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         })
     }
 
-    fn conv_transpose2d(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvTransposeOptions<2>) -> FloatTensor<Self> {
+    fn conv_transpose2d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvTransposeOptions<2>,
+    ) -> FloatTensor<Self> {
         crate::rules::module::conv::<B>(x, weight, bias, |x, w, b, factor| {
             let mut options = options;
             options.groups *= factor;
@@ -77,7 +95,12 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         })
     }
 
-    fn conv_transpose3d(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, options: ConvTransposeOptions<3>) -> FloatTensor<Self> {
+    fn conv_transpose3d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvTransposeOptions<3>,
+    ) -> FloatTensor<Self> {
         crate::rules::module::conv::<B>(x, weight, bias, |x, w, b, factor| {
             let mut options = options;
             options.groups *= factor;
@@ -98,7 +121,10 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         match mask {
             Some(mask) => {
                 let (bdims, [x, offset, mask]) = fold_all::<B, Float, 3>([x, offset, mask]);
-                unfold_out::<B, Float>(B::deform_conv2d(x, offset, w, Some(mask), b, options), &bdims)
+                unfold_out::<B, Float>(
+                    B::deform_conv2d(x, offset, w, Some(mask), b, options),
+                    &bdims,
+                )
             }
             None => {
                 let (bdims, [x, offset]) = fold_all::<B, Float, 2>([x, offset]);
@@ -147,30 +173,86 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         )
     }
 
-    fn avg_pool2d(x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self> {
-        with_x::<B>(x, |x| B::avg_pool2d(x, kernel_size, stride, padding, count_include_pad, ceil_mode))
+    fn avg_pool2d(
+        x: FloatTensor<Self>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        count_include_pad: bool,
+        ceil_mode: bool,
+    ) -> FloatTensor<Self> {
+        with_x::<B>(x, |x| {
+            B::avg_pool2d(
+                x,
+                kernel_size,
+                stride,
+                padding,
+                count_include_pad,
+                ceil_mode,
+            )
+        })
     }
 
-    fn avg_pool2d_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self> {
-        with_x_grad::<B>(x, grad, |x, g| B::avg_pool2d_backward(x, g, kernel_size, stride, padding, count_include_pad, ceil_mode))
+    fn avg_pool2d_backward(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        count_include_pad: bool,
+        ceil_mode: bool,
+    ) -> FloatTensor<Self> {
+        with_x_grad::<B>(x, grad, |x, g| {
+            B::avg_pool2d_backward(
+                x,
+                g,
+                kernel_size,
+                stride,
+                padding,
+                count_include_pad,
+                ceil_mode,
+            )
+        })
     }
 
     fn adaptive_avg_pool2d(x: FloatTensor<Self>, output_size: [usize; 2]) -> FloatTensor<Self> {
         with_x::<B>(x, |x| B::adaptive_avg_pool2d(x, output_size))
     }
 
-    fn adaptive_avg_pool2d_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn adaptive_avg_pool2d_backward(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         with_x_grad::<B>(x, grad, B::adaptive_avg_pool2d_backward)
     }
 
-    fn max_pool2d(x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], ceil_mode: bool) -> FloatTensor<Self> {
-        with_x::<B>(x, |x| B::max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode))
+    fn max_pool2d(
+        x: FloatTensor<Self>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        ceil_mode: bool,
+    ) -> FloatTensor<Self> {
+        with_x::<B>(x, |x| {
+            B::max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)
+        })
     }
 
-    fn max_pool2d_with_indices(x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], ceil_mode: bool) -> MaxPool2dWithIndices<Self> {
+    fn max_pool2d_with_indices(
+        x: FloatTensor<Self>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        ceil_mode: bool,
+    ) -> MaxPool2dWithIndices<Self> {
         let (bdims, [x]) = fold_all::<B, Float, 1>([x]);
         let out = B::max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode);
-        MaxPool2dWithIndices::new(unfold_out::<B, Float>(out.output, &bdims), unfold_out::<B, Int>(out.indices, &bdims))
+        MaxPool2dWithIndices::new(
+            unfold_out::<B, Float>(out.output, &bdims),
+            unfold_out::<B, Int>(out.indices, &bdims),
+        )
     }
 
     fn max_pool2d_with_indices_backward(
@@ -199,12 +281,23 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         MaxPool2dBackward::new(unfold_out::<B, Float>(out.x_grad, &bdims))
     }
 
-    fn interpolate(x: FloatTensor<Self>, output_size: [usize; 2], options: InterpolateOptions) -> FloatTensor<Self> {
+    fn interpolate(
+        x: FloatTensor<Self>,
+        output_size: [usize; 2],
+        options: InterpolateOptions,
+    ) -> FloatTensor<Self> {
         with_x::<B>(x, |x| B::interpolate(x, output_size, options))
     }
 
-    fn interpolate_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>, output_size: [usize; 2], options: InterpolateOptions) -> FloatTensor<Self> {
-        with_x_grad::<B>(x, grad, |x, g| B::interpolate_backward(x, g, output_size, options))
+    fn interpolate_backward(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        output_size: [usize; 2],
+        options: InterpolateOptions,
+    ) -> FloatTensor<Self> {
+        with_x_grad::<B>(x, grad, |x, g| {
+            B::interpolate_backward(x, g, output_size, options)
+        })
     }
 
     fn attention(
@@ -231,9 +324,15 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
             ));
         }
         let bdims = BatchDims::union(
-            [Some(&query.bdims), Some(&key.bdims), Some(&value.bdims), mask.as_ref().map(|m| &m.bdims), attn_bias.as_ref().map(|b| &b.bdims)]
-                .into_iter()
-                .flatten(),
+            [
+                Some(&query.bdims),
+                Some(&key.bdims),
+                Some(&value.bdims),
+                mask.as_ref().map(|m| &m.bdims),
+                attn_bias.as_ref().map(|b| &b.bdims),
+            ]
+            .into_iter()
+            .flatten(),
         );
         let fold = |t: FloatTensor<Self>| fold_to::<B, Float>(t, &bdims);
         let (q, k, v) = (fold(query), fold(key), fold(value));
@@ -242,16 +341,33 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         unfold_out::<B, Float>(B::attention(q, k, v, mask, bias, options), &bdims)
     }
 
-    fn rfft(signal: FloatTensor<Self>, dim: usize, n: Option<usize>) -> (FloatTensor<Self>, FloatTensor<Self>) {
+    fn rfft(
+        signal: FloatTensor<Self>,
+        dim: usize,
+        n: Option<usize>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let bdims = signal.bdims.clone();
         let out = along_dim(signal, dim, |s, d| B::rfft(s, d, n));
         let (re, im) = out.inner;
-        (VmapTensor { inner: re, bdims: bdims.clone() }, VmapTensor { inner: im, bdims })
+        (
+            VmapTensor {
+                inner: re,
+                bdims: bdims.clone(),
+            },
+            VmapTensor { inner: im, bdims },
+        )
     }
 
-    fn irfft(spectrum_re: FloatTensor<Self>, spectrum_im: FloatTensor<Self>, dim: usize, n: Option<usize>) -> FloatTensor<Self> {
-        crate::rules::elementwise::binary_materialized::<B, Float, Float, _>(spectrum_re, spectrum_im, |re, im, nb| {
-            B::irfft(re, im, dim + nb, n)
-        })
+    fn irfft(
+        spectrum_re: FloatTensor<Self>,
+        spectrum_im: FloatTensor<Self>,
+        dim: usize,
+        n: Option<usize>,
+    ) -> FloatTensor<Self> {
+        crate::rules::elementwise::binary_materialized::<B, Float, Float, _>(
+            spectrum_re,
+            spectrum_im,
+            |re, im, nb| B::irfft(re, im, dim + nb, n),
+        )
     }
 }

@@ -34,10 +34,18 @@ impl<B: Backend> QTensorOps<Self> for Vmap<B> {
         VmapTensor::unbatched(B::q_from_data(data, device))
     }
 
-    fn quantize(tensor: FloatTensor<Self>, scheme: &QuantScheme, qparams: QuantizationParametersPrimitive<Self>) -> QuantizedTensor<Self> {
+    fn quantize(
+        tensor: FloatTensor<Self>,
+        scheme: &QuantScheme,
+        qparams: QuantizationParametersPrimitive<Self>,
+    ) -> QuantizedTensor<Self> {
         let t = unbatched_q("quantize", tensor);
         let scales = unbatched_q("quantize", qparams.scales);
-        VmapTensor::unbatched(B::quantize(t, scheme, QuantizationParametersPrimitive { scales }))
+        VmapTensor::unbatched(B::quantize(
+            t,
+            scheme,
+            QuantizationParametersPrimitive { scales },
+        ))
     }
 
     fn dequantize(tensor: QuantizedTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
@@ -56,7 +64,9 @@ impl<B: Backend> QTensorOps<Self> for Vmap<B> {
         VmapTensor::unbatched(B::q_reshape(unbatched_q("q_reshape", tensor), shape))
     }
 
-    fn q_into_data(tensor: QuantizedTensor<Self>) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
+    fn q_into_data(
+        tensor: QuantizedTensor<Self>,
+    ) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
         assert_unbatched(&tensor, "q_into_data");
         B::q_into_data(tensor.inner)
     }
@@ -65,8 +75,16 @@ impl<B: Backend> QTensorOps<Self> for Vmap<B> {
         VmapTensor::unbatched(B::q_expand(unbatched_q("q_expand", tensor), shape))
     }
 
-    fn q_swap_dims(tensor: QuantizedTensor<Self>, dim1: usize, dim2: usize) -> QuantizedTensor<Self> {
-        VmapTensor::unbatched(B::q_swap_dims(unbatched_q("q_swap_dims", tensor), dim1, dim2))
+    fn q_swap_dims(
+        tensor: QuantizedTensor<Self>,
+        dim1: usize,
+        dim2: usize,
+    ) -> QuantizedTensor<Self> {
+        VmapTensor::unbatched(B::q_swap_dims(
+            unbatched_q("q_swap_dims", tensor),
+            dim1,
+            dim2,
+        ))
     }
 
     fn q_permute(tensor: QuantizedTensor<Self>, axes: &[usize]) -> QuantizedTensor<Self> {
@@ -77,7 +95,11 @@ impl<B: Backend> QTensorOps<Self> for Vmap<B> {
         VmapTensor::unbatched(B::q_flip(unbatched_q("q_flip", tensor), axes))
     }
 
-    fn q_select(tensor: QuantizedTensor<Self>, dim: usize, indices: IntTensor<Self>) -> QuantizedTensor<Self> {
+    fn q_select(
+        tensor: QuantizedTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+    ) -> QuantizedTensor<Self> {
         let t = unbatched_q("q_select", tensor);
         let i = unbatched_q("q_select", indices);
         VmapTensor::unbatched(B::q_select(t, dim, i))

@@ -55,9 +55,36 @@ macro_rules! impl_kind {
     };
 }
 
-impl_kind!(Float, FloatTensorPrimitive, float_reshape, float_permute, float_expand, float_slice, float_gather, float_select);
-impl_kind!(Int, IntTensorPrimitive, int_reshape, int_permute, int_expand, int_slice, int_gather, int_select);
-impl_kind!(Bool, BoolTensorPrimitive, bool_reshape, bool_permute, bool_expand, bool_slice, bool_gather, bool_select);
+impl_kind!(
+    Float,
+    FloatTensorPrimitive,
+    float_reshape,
+    float_permute,
+    float_expand,
+    float_slice,
+    float_gather,
+    float_select
+);
+impl_kind!(
+    Int,
+    IntTensorPrimitive,
+    int_reshape,
+    int_permute,
+    int_expand,
+    int_slice,
+    int_gather,
+    int_select
+);
+impl_kind!(
+    Bool,
+    BoolTensorPrimitive,
+    bool_reshape,
+    bool_permute,
+    bool_expand,
+    bool_slice,
+    bool_gather,
+    bool_select
+);
 
 /// Physical dim of logical dim `dim` (batch dims come first).
 #[inline]
@@ -82,10 +109,19 @@ pub(crate) fn align<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, target: &BatchD
     let dims: Shape = target
         .as_slice()
         .iter()
-        .map(|d| if bdims.position(d.level).is_some() { d.size } else { 1 })
+        .map(|d| {
+            if bdims.position(d.level).is_some() {
+                d.size
+            } else {
+                1
+            }
+        })
         .chain(logical.iter().copied())
         .collect();
-    debug_assert!(bdims.as_slice().iter().all(|d| target.position(d.level).is_some()));
+    debug_assert!(bdims
+        .as_slice()
+        .iter()
+        .all(|d| target.position(d.level).is_some()));
     K::reshape(inner, dims)
 }
 

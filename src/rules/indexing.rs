@@ -26,7 +26,10 @@ pub(crate) fn gather<B: Backend, K: Kind<B>>(
     let t = materialize::<B, K>(tensor, &bdims);
     let i = materialize::<B, Int>(indices, &bdims);
     let nb = bdims.len();
-    VmapTensor { inner: K::gather(dim + nb, t, i), bdims }
+    VmapTensor {
+        inner: K::gather(dim + nb, t, i),
+        bdims,
+    }
 }
 
 /// `scatter_add(dim, tensor, indices, value)` and `bool_scatter_or`.
@@ -45,12 +48,20 @@ pub(crate) fn scatter<B: Backend, K: Kind<B>>(
     let i = materialize::<B, Int>(indices, &bdims);
     let v = materialize::<B, K>(value, &bdims);
     let nb = bdims.len();
-    VmapTensor { inner: f(dim + nb, t, i, v), bdims }
+    VmapTensor {
+        inner: f(dim + nb, t, i, v),
+        bdims,
+    }
 }
 
 /// Turns a batched 1-D index `[batch.., k]` into gather/scatter indices of shape `target`
 /// (the physical shape of the output, batch dims first) along physical dim `pdim`.
-fn index_to_gather<B: Backend>(indices: IntP<B>, bdims: &BatchDims, pdim: usize, target: &Shape) -> IntP<B> {
+fn index_to_gather<B: Backend>(
+    indices: IntP<B>,
+    bdims: &BatchDims,
+    pdim: usize,
+    target: &Shape,
+) -> IntP<B> {
     let nb = bdims.len();
     let k = indices.shape()[nb];
     let rank = target.num_dims();
@@ -68,7 +79,10 @@ pub(crate) fn select<B: Backend, K: Kind<B>>(
 ) -> VmapTensor<K::P> {
     if indices.bdims.is_empty() {
         let pdim = dim + tensor.bdims.len();
-        return VmapTensor { inner: K::select(tensor.inner, pdim, indices.inner), bdims: tensor.bdims };
+        return VmapTensor {
+            inner: K::select(tensor.inner, pdim, indices.inner),
+            bdims: tensor.bdims,
+        };
     }
     // Per-example indices: a gather along the same dim.
     let bdims = BatchDims::union([&tensor.bdims, &indices.bdims]);
@@ -78,7 +92,10 @@ pub(crate) fn select<B: Backend, K: Kind<B>>(
     let mut out_shape = t.shape();
     out_shape[pdim] = i.shape()[bdims.len()];
     let i = index_to_gather::<B>(i, &bdims, pdim, &out_shape);
-    VmapTensor { inner: K::gather(pdim, t, i), bdims }
+    VmapTensor {
+        inner: K::gather(pdim, t, i),
+        bdims,
+    }
 }
 
 /// `select_add(tensor, dim, indices, value)` (and `bool_select_or`); a batched index becomes a
@@ -99,7 +116,10 @@ pub(crate) fn select_add<B: Backend, K: Kind<B>>(
         let t = materialize::<B, K>(tensor, &bdims);
         let v = materialize::<B, K>(value, &bdims);
         let pdim = dim + bdims.len();
-        return VmapTensor { inner: select_f(t, pdim, indices.inner, v), bdims };
+        return VmapTensor {
+            inner: select_f(t, pdim, indices.inner, v),
+            bdims,
+        };
     }
     let bdims = BatchDims::union([&tensor.bdims, &indices.bdims, &value.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
@@ -107,7 +127,10 @@ pub(crate) fn select_add<B: Backend, K: Kind<B>>(
     let i = materialize::<B, Int>(indices, &bdims);
     let pdim = dim + bdims.len();
     let i = index_to_gather::<B>(i, &bdims, pdim, &v.shape());
-    VmapTensor { inner: scatter_f(pdim, t, i, v), bdims }
+    VmapTensor {
+        inner: scatter_f(pdim, t, i, v),
+        bdims,
+    }
 }
 
 /// `slice_assign(tensor, slices, value)`.
@@ -124,7 +147,10 @@ pub(crate) fn slice_assign<B: Backend, K: Kind<B>>(
     let t = materialize::<B, K>(tensor, &bdims);
     let v = materialize::<B, K>(value, &bdims);
     let slices = batch_slices(&bdims, slices);
-    VmapTensor { inner: f(t, &slices, v), bdims }
+    VmapTensor {
+        inner: f(t, &slices, v),
+        bdims,
+    }
 }
 
 /// `mask_where(tensor, mask, value)`.
@@ -141,7 +167,10 @@ pub(crate) fn mask_where<B: Backend, K: Kind<B>>(
     let t = materialize::<B, K>(tensor, &bdims);
     let m = materialize::<B, Bool>(mask, &bdims);
     let v = materialize::<B, K>(value, &bdims);
-    VmapTensor { inner: f(t, m, v), bdims }
+    VmapTensor {
+        inner: f(t, m, v),
+        bdims,
+    }
 }
 
 /// `mask_fill(tensor, mask, scalar)`.
@@ -156,5 +185,8 @@ pub(crate) fn mask_fill<B: Backend, K: Kind<B>>(
     let bdims = BatchDims::union([&tensor.bdims, &mask.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let m = materialize::<B, Bool>(mask, &bdims);
-    VmapTensor { inner: f(t, m), bdims }
+    VmapTensor {
+        inner: f(t, m),
+        bdims,
+    }
 }

@@ -24,12 +24,18 @@ pub(crate) fn matmul<B: Backend, K: Kind<B>>(
         return VmapTensor::unbatched(f(lhs.inner, rhs.inner));
     }
     let lshape = lhs.inner.shape();
-    if lshape.num_dims() >= 2 && lshape[lshape.num_dims() - 1] == 1 && lhs.inner.rank() - lhs.bdims.len() >= 2 {
+    if lshape.num_dims() >= 2
+        && lshape[lshape.num_dims() - 1] == 1
+        && lhs.inner.rank() - lhs.bdims.len() >= 2
+    {
         // [.., m, 1] x [.., 1, n] = [.., m, 1] * [.., 1, n] (broadcast).
         let bdims = BatchDims::union([&lhs.bdims, &rhs.bdims]);
         let l = align::<B, K>(lhs, &bdims);
         let r = align::<B, K>(rhs, &bdims);
-        return VmapTensor { inner: mul(l, r), bdims };
+        return VmapTensor {
+            inner: mul(l, r),
+            bdims,
+        };
     }
     if rhs.bdims.is_empty() {
         let rshape = rhs.inner.shape();
@@ -47,11 +53,17 @@ pub(crate) fn matmul<B: Backend, K: Kind<B>>(
             let out = f(l2, r2);
             let mut out_dims = lshape.to_vec();
             *out_dims.last_mut().expect("rank >= 2") = n;
-            return VmapTensor { inner: K::reshape(out, Shape::from(out_dims)), bdims: lhs.bdims };
+            return VmapTensor {
+                inner: K::reshape(out, Shape::from(out_dims)),
+                bdims: lhs.bdims,
+            };
         }
     }
     let bdims = BatchDims::union([&lhs.bdims, &rhs.bdims]);
     let l = align::<B, K>(lhs, &bdims);
     let r = align::<B, K>(rhs, &bdims);
-    VmapTensor { inner: f(l, r), bdims }
+    VmapTensor {
+        inner: f(l, r),
+        bdims,
+    }
 }

@@ -54,7 +54,10 @@ pub(crate) fn unfold_out<B: Backend, K: Kind<B>>(out: K::P, bdims: &BatchDims) -
     if bdims.is_empty() {
         return VmapTensor::unbatched(out);
     }
-    VmapTensor { inner: unfold_n::<B, K>(out, bdims), bdims: bdims.clone() }
+    VmapTensor {
+        inner: unfold_n::<B, K>(out, bdims),
+        bdims: bdims.clone(),
+    }
 }
 
 type FP<B> = <B as burn_backend::backend::BackendTypes>::FloatTensorPrimitive;
@@ -82,7 +85,13 @@ pub(crate) fn conv<B: Backend>(
         return unfold_out::<B, Float>(f(x, weight.inner, bias.map(|b| b.inner), 1), &bdims);
     }
     let bdims = BatchDims::union(
-        [Some(&x.bdims), Some(&weight.bdims), bias.as_ref().map(|b| &b.bdims)].into_iter().flatten(),
+        [
+            Some(&x.bdims),
+            Some(&weight.bdims),
+            bias.as_ref().map(|b| &b.bdims),
+        ]
+        .into_iter()
+        .flatten(),
     );
     let nb = bdims.len();
     let e = bdims.num_examples();
@@ -126,5 +135,8 @@ pub(crate) fn conv<B: Backend>(
     let mut axes: Vec<usize> = (1..=nb).collect();
     axes.push(0);
     axes.extend(nb + 1..rank);
-    VmapTensor { inner: B::float_permute(out, &axes), bdims }
+    VmapTensor {
+        inner: B::float_permute(out, &axes),
+        bdims,
+    }
 }

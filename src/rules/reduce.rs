@@ -8,9 +8,16 @@ use crate::tensor::VmapTensor;
 
 /// An op along one logical dim (`sum_dim`, `argmax`, `cumsum`, `unfold`, ...).
 #[inline]
-pub(crate) fn along_dim<P, Q>(t: VmapTensor<P>, dim: usize, f: impl FnOnce(P, usize) -> Q) -> VmapTensor<Q> {
+pub(crate) fn along_dim<P, Q>(
+    t: VmapTensor<P>,
+    dim: usize,
+    f: impl FnOnce(P, usize) -> Q,
+) -> VmapTensor<Q> {
     let pdim = physical_dim(&t.bdims, dim);
-    VmapTensor { inner: f(t.inner, pdim), bdims: t.bdims }
+    VmapTensor {
+        inner: f(t.inner, pdim),
+        bdims: t.bdims,
+    }
 }
 
 /// A reduction over all logical elements (`sum`, `prod`), given as its `*_dim` op: each example
@@ -21,12 +28,18 @@ pub(crate) fn all<B: Backend, K: Kind<B>>(
     along: impl FnOnce(K::P, usize) -> K::P,
 ) -> VmapTensor<K::P> {
     if t.bdims.is_empty() {
-        return VmapTensor { inner: full(t.inner), bdims: t.bdims };
+        return VmapTensor {
+            inner: full(t.inner),
+            bdims: t.bdims,
+        };
     }
     let nb = t.bdims.len();
     let shape = t.inner.shape();
     let numel: usize = shape[nb..].iter().product();
     let flat: Shape = t.bdims.sizes().chain([numel]).collect();
     let reduced = along(K::reshape(t.inner, flat), nb);
-    VmapTensor { inner: reduced, bdims: t.bdims }
+    VmapTensor {
+        inner: reduced,
+        bdims: t.bdims,
+    }
 }

@@ -6,20 +6,38 @@ use burn_backend::{Shape, Slice, TensorMetadata};
 use super::helpers::{batch_axes, batch_slices, with_batch_sizes, Kind};
 use crate::tensor::VmapTensor;
 
-pub(crate) fn reshape<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, shape: Shape) -> VmapTensor<K::P> {
+pub(crate) fn reshape<B: Backend, K: Kind<B>>(
+    t: VmapTensor<K::P>,
+    shape: Shape,
+) -> VmapTensor<K::P> {
     if t.bdims.is_empty() {
-        return VmapTensor { inner: K::reshape(t.inner, shape), bdims: t.bdims };
+        return VmapTensor {
+            inner: K::reshape(t.inner, shape),
+            bdims: t.bdims,
+        };
     }
     let phys = with_batch_sizes(&t.bdims, &shape);
-    VmapTensor { inner: K::reshape(t.inner, phys), bdims: t.bdims }
+    VmapTensor {
+        inner: K::reshape(t.inner, phys),
+        bdims: t.bdims,
+    }
 }
 
-pub(crate) fn permute<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, axes: &[usize]) -> VmapTensor<K::P> {
+pub(crate) fn permute<B: Backend, K: Kind<B>>(
+    t: VmapTensor<K::P>,
+    axes: &[usize],
+) -> VmapTensor<K::P> {
     if t.bdims.is_empty() {
-        return VmapTensor { inner: K::permute(t.inner, axes), bdims: t.bdims };
+        return VmapTensor {
+            inner: K::permute(t.inner, axes),
+            bdims: t.bdims,
+        };
     }
     let axes = batch_axes(&t.bdims, axes);
-    VmapTensor { inner: K::permute(t.inner, &axes), bdims: t.bdims }
+    VmapTensor {
+        inner: K::permute(t.inner, &axes),
+        bdims: t.bdims,
+    }
 }
 
 pub(crate) fn swap_dims<B: Backend, K: Kind<B>>(
@@ -29,22 +47,41 @@ pub(crate) fn swap_dims<B: Backend, K: Kind<B>>(
     f: impl FnOnce(K::P, usize, usize) -> K::P,
 ) -> VmapTensor<K::P> {
     let nb = t.bdims.len();
-    VmapTensor { inner: f(t.inner, dim1 + nb, dim2 + nb), bdims: t.bdims }
+    VmapTensor {
+        inner: f(t.inner, dim1 + nb, dim2 + nb),
+        bdims: t.bdims,
+    }
 }
 
-pub(crate) fn flip<P>(t: VmapTensor<P>, axes: &[usize], f: impl FnOnce(P, &[usize]) -> P) -> VmapTensor<P> {
+pub(crate) fn flip<P>(
+    t: VmapTensor<P>,
+    axes: &[usize],
+    f: impl FnOnce(P, &[usize]) -> P,
+) -> VmapTensor<P> {
     if t.bdims.is_empty() {
-        return VmapTensor { inner: f(t.inner, axes), bdims: t.bdims };
+        return VmapTensor {
+            inner: f(t.inner, axes),
+            bdims: t.bdims,
+        };
     }
     let nb = t.bdims.len();
     let axes: Vec<usize> = axes.iter().map(|a| a + nb).collect();
-    VmapTensor { inner: f(t.inner, &axes), bdims: t.bdims }
+    VmapTensor {
+        inner: f(t.inner, &axes),
+        bdims: t.bdims,
+    }
 }
 
 /// `expand` to a logical shape that may add leading dims: the new dims go after the batch dims.
-pub(crate) fn expand<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, shape: Shape) -> VmapTensor<K::P> {
+pub(crate) fn expand<B: Backend, K: Kind<B>>(
+    t: VmapTensor<K::P>,
+    shape: Shape,
+) -> VmapTensor<K::P> {
     if t.bdims.is_empty() {
-        return VmapTensor { inner: K::expand(t.inner, shape), bdims: t.bdims };
+        return VmapTensor {
+            inner: K::expand(t.inner, shape),
+            bdims: t.bdims,
+        };
     }
     let nb = t.bdims.len();
     let phys = t.inner.shape();
@@ -61,15 +98,27 @@ pub(crate) fn expand<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, shape: Shape) 
         inner = K::reshape(inner, padded);
     }
     let target = with_batch_sizes(&t.bdims, &shape);
-    VmapTensor { inner: K::expand(inner, target), bdims: t.bdims }
+    VmapTensor {
+        inner: K::expand(inner, target),
+        bdims: t.bdims,
+    }
 }
 
-pub(crate) fn slice<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, slices: &[Slice]) -> VmapTensor<K::P> {
+pub(crate) fn slice<B: Backend, K: Kind<B>>(
+    t: VmapTensor<K::P>,
+    slices: &[Slice],
+) -> VmapTensor<K::P> {
     if t.bdims.is_empty() {
-        return VmapTensor { inner: K::slice(t.inner, slices), bdims: t.bdims };
+        return VmapTensor {
+            inner: K::slice(t.inner, slices),
+            bdims: t.bdims,
+        };
     }
     let slices = batch_slices(&t.bdims, slices);
-    VmapTensor { inner: K::slice(t.inner, &slices), bdims: t.bdims }
+    VmapTensor {
+        inner: K::slice(t.inner, &slices),
+        bdims: t.bdims,
+    }
 }
 
 /// `cat(tensors, dim)`: batch dims are materialized over their union, then one inner `cat`.
@@ -87,5 +136,8 @@ pub(crate) fn cat<B: Backend, K: Kind<B>>(
         .map(|t| super::helpers::materialize::<B, K>(t, &bdims))
         .collect();
     let nb = bdims.len();
-    VmapTensor { inner: f(inners, dim + nb), bdims }
+    VmapTensor {
+        inner: f(inners, dim + nb),
+        bdims,
+    }
 }

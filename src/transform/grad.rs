@@ -43,7 +43,11 @@ impl<AB: AutodiffBackend> ModuleVisitor<AB> for Collect<'_, AB> {
 
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<AB, D>>) {
         if let Some(g) = param.grad_remove(self.grads) {
-            self.out.push((self.path.join("."), param.id, TensorPrimitive::Float(g.into_primitive().tensor())));
+            self.out.push((
+                self.path.join("."),
+                param.id,
+                TensorPrimitive::Float(g.into_primitive().tensor()),
+            ));
         }
     }
 }
@@ -56,9 +60,15 @@ impl<B: Backend> ParamGrads<B> {
         AB: AutodiffBackend<InnerBackend = B>,
         M: AutodiffModule<AB>,
     {
-        let mut visitor = Collect::<AB> { grads, path: Vec::new(), out: Vec::new() };
+        let mut visitor = Collect::<AB> {
+            grads,
+            path: Vec::new(),
+            out: Vec::new(),
+        };
         module.visit(&mut visitor);
-        Self { entries: visitor.out }
+        Self {
+            entries: visitor.out,
+        }
     }
 
     /// Number of parameters with a gradient.
@@ -82,7 +92,12 @@ impl<B: Backend> ParamGrads<B> {
     /// If the gradient's rank is not `D`.
     pub fn get<const D: usize>(&self, path: &str) -> Option<Tensor<B, D>> {
         let (_, _, g) = self.entries.iter().find(|(p, _, _)| p == path)?;
-        assert_eq!(g.rank(), D, "ParamGrads::get: `{path}` has rank {}, not {D}", g.rank());
+        assert_eq!(
+            g.rank(),
+            D,
+            "ParamGrads::get: `{path}` has rank {}, not {D}",
+            g.rank()
+        );
         Some(Tensor::from_primitive(g.clone()))
     }
 
@@ -94,7 +109,16 @@ impl<B: Backend> ParamGrads<B> {
 
     /// Applies `f` to every gradient primitive.
     pub fn map(self, mut f: impl FnMut(&str, TensorPrimitive<B>) -> TensorPrimitive<B>) -> Self {
-        Self { entries: self.entries.into_iter().map(|(p, i, g)| { let g = f(&p, g); (p, i, g) }).collect() }
+        Self {
+            entries: self
+                .entries
+                .into_iter()
+                .map(|(p, i, g)| {
+                    let g = f(&p, g);
+                    (p, i, g)
+                })
+                .collect(),
+        }
     }
 
     /// Per-example gradients (leading batch dim) averaged over the batch: the batch gradient of
@@ -154,7 +178,11 @@ fn register<B: Backend>(out: &mut GradientsParams, id: ParamId, g: TensorPrimiti
 /// Sums (or averages) over the leading dim and drops it.
 fn reduce_first<B: Backend>(t: B::FloatTensorPrimitive, mean: bool) -> B::FloatTensorPrimitive {
     let shape = t.shape();
-    let r = if mean { B::float_mean_dim(t, 0) } else { B::float_sum_dim(t, 0) };
+    let r = if mean {
+        B::float_mean_dim(t, 0)
+    } else {
+        B::float_sum_dim(t, 0)
+    };
     B::float_reshape(r, shape.iter().skip(1).copied().collect())
 }
 
@@ -162,7 +190,11 @@ impl<B: Backend> Tree<B> for ParamGrads<B> {
     fn flatten_into(self, leaves: &mut Vec<Leaf<B>>) -> TreeDef {
         let mut keys = Vec::with_capacity(self.entries.len() + 1);
         let mut children = Vec::with_capacity(self.entries.len() + 1);
-        let ids: Vec<(String, ParamId)> = self.entries.iter().map(|(p, i, _)| (p.clone(), *i)).collect();
+        let ids: Vec<(String, ParamId)> = self
+            .entries
+            .iter()
+            .map(|(p, i, _)| (p.clone(), *i))
+            .collect();
         keys.push(Key::Field("#ids".into()));
         children.push(TreeDef::Static(std::sync::Arc::new(ids)));
         for (p, _, g) in self.entries {
@@ -170,7 +202,11 @@ impl<B: Backend> Tree<B> for ParamGrads<B> {
             leaves.push(Leaf::Float(g));
             children.push(TreeDef::Leaf);
         }
-        TreeDef::Node { kind: NodeKind::Struct("ParamGrads"), keys, children }
+        TreeDef::Node {
+            kind: NodeKind::Struct("ParamGrads"),
+            keys,
+            children,
+        }
     }
 
     fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
@@ -179,13 +215,20 @@ impl<B: Backend> Tree<B> for ParamGrads<B> {
             path: leaves.path(),
             why: format!("expected ParamGrads, found {def:?}"),
         };
-        let TreeDef::Node { kind: NodeKind::Struct("ParamGrads"), children, .. } = def else {
+        let TreeDef::Node {
+            kind: NodeKind::Struct("ParamGrads"),
+            children,
+            ..
+        } = def
+        else {
             return Err(bad(leaves));
         };
         let Some(TreeDef::Static(ids)) = children.first() else {
             return Err(bad(leaves));
         };
-        let ids = ids.downcast_ref::<Vec<(String, ParamId)>>().ok_or_else(|| bad(leaves))?;
+        let ids = ids
+            .downcast_ref::<Vec<(String, ParamId)>>()
+            .ok_or_else(|| bad(leaves))?;
         let mut entries = Vec::with_capacity(ids.len());
         for (path, id) in ids {
             match leaves.with_key(Key::Field(path.clone()), |l| l.next_leaf())? {
@@ -194,7 +237,10 @@ impl<B: Backend> Tree<B> for ParamGrads<B> {
                     return Err(VmapError::TreeMismatch {
                         what: "tree".into(),
                         path: path.clone(),
-                        why: format!("expected a float gradient, found a {} tensor", other.kind_name()),
+                        why: format!(
+                            "expected a float gradient, found a {} tensor",
+                            other.kind_name()
+                        ),
                     })
                 }
             }
@@ -231,7 +277,11 @@ impl<B: Backend> Tree<B> for ParamGrads<B> {
 ///
 /// # Errors
 /// As [`vmap`]: inconsistent batch sizes, or inputs whose ranks do not fit `loss_fn`.
-pub fn per_example_grads<AB, M, I, A, F>(module: &M, inputs: I, loss_fn: F) -> Result<ParamGrads<AB::InnerBackend>, VmapError>
+pub fn per_example_grads<AB, M, I, A, F>(
+    module: &M,
+    inputs: I,
+    loss_fn: F,
+) -> Result<ParamGrads<AB::InnerBackend>, VmapError>
 where
     AB: AutodiffBackend + BatchOps,
     AB::InnerBackend: BatchOps,

@@ -9,15 +9,29 @@ use crate::tree::Leaf;
 pub(crate) fn batch_leaf<B: BatchOps>(leaf: Leaf<B>, axis: usize, level: Level) -> Leaf<B> {
     match leaf {
         // A quantized input is dequantized: its scales are shared by the whole batch.
-        Leaf::Float(t) => Leaf::Float(TensorPrimitive::Float(B::float_batch(t.tensor(), axis, level))),
+        Leaf::Float(t) => Leaf::Float(TensorPrimitive::Float(B::float_batch(
+            t.tensor(),
+            axis,
+            level,
+        ))),
         Leaf::Int(t) => Leaf::Int(B::int_batch(t, axis, level)),
         Leaf::Bool(t) => Leaf::Bool(B::bool_batch(t, axis, level)),
     }
 }
 
-pub(crate) fn unbatch_leaf<B: BatchOps>(leaf: Leaf<B>, level: Level, size: usize, axis: usize) -> Leaf<B> {
+pub(crate) fn unbatch_leaf<B: BatchOps>(
+    leaf: Leaf<B>,
+    level: Level,
+    size: usize,
+    axis: usize,
+) -> Leaf<B> {
     match leaf {
-        Leaf::Float(t) => Leaf::Float(TensorPrimitive::Float(B::float_unbatch(t.tensor(), level, size, axis))),
+        Leaf::Float(t) => Leaf::Float(TensorPrimitive::Float(B::float_unbatch(
+            t.tensor(),
+            level,
+            size,
+            axis,
+        ))),
         Leaf::Int(t) => Leaf::Int(B::int_unbatch(t, level, size, axis)),
         Leaf::Bool(t) => Leaf::Bool(B::bool_unbatch(t, level, size, axis)),
     }

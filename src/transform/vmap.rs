@@ -62,7 +62,11 @@ impl From<i32> for Axes {
 /// - [`VmapError::TreeMismatch`], [`VmapError::LeafMismatch`]: axes that do not fit the
 ///   arguments, or argument/result types whose ranks do not match the mapped axes.
 pub fn vmap<F>(f: F) -> Vmapped<F> {
-    Vmapped { f, in_axes: Spec::Leaf(Some(0)), out_axes: Spec::Leaf(Some(0)) }
+    Vmapped {
+        f,
+        in_axes: Spec::Leaf(Some(0)),
+        out_axes: Spec::Leaf(Some(0)),
+    }
 }
 
 /// A function vectorized by [`vmap`].
@@ -81,17 +85,30 @@ pub(crate) struct Batched<B: BatchOps> {
     pub(crate) size: usize,
 }
 
-fn normalize_axis(axis: isize, rank: usize, argument: &str, shape: &[usize]) -> Result<usize, VmapError> {
+fn normalize_axis(
+    axis: isize,
+    rank: usize,
+    argument: &str,
+    shape: &[usize],
+) -> Result<usize, VmapError> {
     let a = if axis < 0 { axis + rank as isize } else { axis };
     if a < 0 || a as usize >= rank {
-        return Err(VmapError::AxisOutOfRange { argument: argument.into(), axis, rank, shape: shape.to_vec() });
+        return Err(VmapError::AxisOutOfRange {
+            argument: argument.into(),
+            axis,
+            rank,
+            shape: shape.to_vec(),
+        });
     }
     Ok(a as usize)
 }
 
 /// Flattens `inputs`, checks `in_axes` and the batch sizes, and batches every mapped leaf at a
 /// fresh level.
-pub(crate) fn batch_inputs<B: BatchOps, I: Tree<B>>(inputs: I, in_axes: &Axes) -> Result<Batched<B>, VmapError> {
+pub(crate) fn batch_inputs<B: BatchOps, I: Tree<B>>(
+    inputs: I,
+    in_axes: &Axes,
+) -> Result<Batched<B>, VmapError> {
     let (leaves, def) = inputs.flatten();
     let axes = in_axes.broadcast_to(&def, "in_axes", "args")?;
     let paths = def.leaf_paths("args");
@@ -123,7 +140,12 @@ pub(crate) fn batch_inputs<B: BatchOps, I: Tree<B>>(inputs: I, in_axes: &Axes) -
             None => leaf,
         })
         .collect();
-    Ok(Batched { leaves, def, level, size })
+    Ok(Batched {
+        leaves,
+        def,
+        level,
+        size,
+    })
 }
 
 /// Unbatches every leaf of `out` from `level` into its `out_axes` position.
@@ -149,7 +171,8 @@ pub(crate) fn unbatch_outputs<B: BatchOps, R: Tree<B>, O: Tree<B>>(
                     return Err(VmapError::TreeMismatch {
                         what: "out_axes".into(),
                         path,
-                        why: "the output varies across the batch but its out_axes entry is None".into(),
+                        why: "the output varies across the batch but its out_axes entry is None"
+                            .into(),
                     });
                 }
                 result.push(leaf);

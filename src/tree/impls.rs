@@ -10,10 +10,19 @@ use super::{Key, Leaf, Leaves, NodeKind, Static, Tree, TreeDef};
 use crate::VmapError;
 
 fn mismatch(path: String, want: &str, def: &TreeDef) -> VmapError {
-    VmapError::TreeMismatch { what: "tree".into(), path, why: format!("expected {want}, found {def:?}") }
+    VmapError::TreeMismatch {
+        what: "tree".into(),
+        path,
+        why: format!("expected {want}, found {def:?}"),
+    }
 }
 
-fn leaf_error<B: Backend>(path: String, expected: &'static str, expected_rank: usize, leaf: &Leaf<B>) -> VmapError {
+fn leaf_error<B: Backend>(
+    path: String,
+    expected: &'static str,
+    expected_rank: usize,
+    leaf: &Leaf<B>,
+) -> VmapError {
     let shape = leaf.shape();
     VmapError::LeafMismatch {
         path,
@@ -51,11 +60,18 @@ tensor_tree!(Int, Int, "int");
 tensor_tree!(Bool, Bool, "bool");
 
 /// Checks `def` is a node of `kind` with `n` children (any count when `n` is `None`).
-fn node<'a>(def: &'a TreeDef, kind: NodeKind, n: Option<usize>, path: impl FnOnce() -> String) -> Result<(&'a [Key], &'a [TreeDef]), VmapError> {
+fn node<'a>(
+    def: &'a TreeDef,
+    kind: NodeKind,
+    n: Option<usize>,
+    path: impl FnOnce() -> String,
+) -> Result<(&'a [Key], &'a [TreeDef]), VmapError> {
     match def {
-        TreeDef::Node { kind: k, keys, children } if *k == kind && n.is_none_or(|n| n == children.len()) => {
-            Ok((keys, children))
-        }
+        TreeDef::Node {
+            kind: k,
+            keys,
+            children,
+        } if *k == kind && n.is_none_or(|n| n == children.len()) => Ok((keys, children)),
         _ => Err(mismatch(
             path(),
             &match n {
@@ -69,7 +85,11 @@ fn node<'a>(def: &'a TreeDef, kind: NodeKind, n: Option<usize>, path: impl FnOnc
 
 impl<B: Backend> Tree<B> for () {
     fn flatten_into(self, _leaves: &mut Vec<Leaf<B>>) -> TreeDef {
-        TreeDef::Node { kind: NodeKind::Tuple, keys: vec![], children: vec![] }
+        TreeDef::Node {
+            kind: NodeKind::Tuple,
+            keys: vec![],
+            children: vec![],
+        }
     }
 
     fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
@@ -103,9 +123,16 @@ tuple_tree!(6; T0 0, T1 1, T2 2, T3 3, T4 4, T5 5);
 tuple_tree!(7; T0 0, T1 1, T2 2, T3 3, T4 4, T5 5, T6 6);
 tuple_tree!(8; T0 0, T1 1, T2 2, T3 3, T4 4, T5 5, T6 6, T7 7);
 
-fn seq_def<B: Backend, T: Tree<B>>(items: impl Iterator<Item = T>, leaves: &mut Vec<Leaf<B>>) -> TreeDef {
+fn seq_def<B: Backend, T: Tree<B>>(
+    items: impl Iterator<Item = T>,
+    leaves: &mut Vec<Leaf<B>>,
+) -> TreeDef {
     let children: Vec<TreeDef> = items.map(|x| x.flatten_into(leaves)).collect();
-    TreeDef::Node { kind: NodeKind::Seq, keys: (0..children.len()).map(Key::Index).collect(), children }
+    TreeDef::Node {
+        kind: NodeKind::Seq,
+        keys: (0..children.len()).map(Key::Index).collect(),
+        children,
+    }
 }
 
 impl<B: Backend, T: Tree<B>> Tree<B> for Vec<T> {
@@ -131,9 +158,11 @@ impl<B: Backend, T: Tree<B>, const N: usize> Tree<B> for [T; N] {
     fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
         let items = Vec::<T>::unflatten_from(def, leaves)?;
         let got = items.len();
-        items
-            .try_into()
-            .map_err(|_| VmapError::LeafCount { path: leaves.path(), expected: N, got })
+        items.try_into().map_err(|_| VmapError::LeafCount {
+            path: leaves.path(),
+            expected: N,
+            got,
+        })
     }
 }
 
@@ -143,14 +172,20 @@ impl<B: Backend, T: Tree<B>> Tree<B> for Option<T> {
             Some(x) => vec![x.flatten_into(leaves)],
             None => vec![],
         };
-        TreeDef::Node { kind: NodeKind::Option, keys: (0..children.len()).map(Key::Index).collect(), children }
+        TreeDef::Node {
+            kind: NodeKind::Option,
+            keys: (0..children.len()).map(Key::Index).collect(),
+            children,
+        }
     }
 
     fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
         let (_, children) = node(def, NodeKind::Option, None, || leaves.path())?;
         match children {
             [] => Ok(None),
-            [c] => Ok(Some(leaves.with_key(Key::Index(0), |l| T::unflatten_from(c, l))?)),
+            [c] => Ok(Some(
+                leaves.with_key(Key::Index(0), |l| T::unflatten_from(c, l))?,
+            )),
             _ => Err(mismatch(leaves.path(), "an Option", def)),
         }
     }
@@ -174,7 +209,11 @@ impl<B: Backend, T: Tree<B>> Tree<B> for BTreeMap<String, T> {
             keys.push(Key::Field(k));
             children.push(v.flatten_into(leaves));
         }
-        TreeDef::Node { kind: NodeKind::Map, keys, children }
+        TreeDef::Node {
+            kind: NodeKind::Map,
+            keys,
+            children,
+        }
     }
 
     fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
@@ -198,11 +237,13 @@ impl<B: Backend, T: Clone + Send + Sync + 'static> Tree<B> for Static<T> {
 
     fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
         match def {
-            TreeDef::Static(v) => v
-                .downcast_ref::<T>()
-                .cloned()
-                .map(Static)
-                .ok_or_else(|| mismatch(leaves.path(), &format!("a Static<{}>", std::any::type_name::<T>()), def)),
+            TreeDef::Static(v) => v.downcast_ref::<T>().cloned().map(Static).ok_or_else(|| {
+                mismatch(
+                    leaves.path(),
+                    &format!("a Static<{}>", std::any::type_name::<T>()),
+                    def,
+                )
+            }),
             _ => Err(mismatch(leaves.path(), "a Static value", def)),
         }
     }

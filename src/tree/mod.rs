@@ -121,7 +121,11 @@ impl fmt::Debug for TreeDef {
         match self {
             TreeDef::Leaf => write!(f, "*"),
             TreeDef::Static(_) => write!(f, "Static"),
-            TreeDef::Node { kind, keys, children } => {
+            TreeDef::Node {
+                kind,
+                keys,
+                children,
+            } => {
                 write!(f, "{kind:?}(")?;
                 for (i, (k, c)) in keys.iter().zip(children).enumerate() {
                     if i > 0 {
@@ -171,8 +175,16 @@ impl TreeDef {
         match (self, other) {
             (TreeDef::Leaf, TreeDef::Leaf) | (TreeDef::Static(_), TreeDef::Static(_)) => true,
             (
-                TreeDef::Node { kind: k1, keys: a, children: c1 },
-                TreeDef::Node { kind: k2, keys: b, children: c2 },
+                TreeDef::Node {
+                    kind: k1,
+                    keys: a,
+                    children: c1,
+                },
+                TreeDef::Node {
+                    kind: k2,
+                    keys: b,
+                    children: c2,
+                },
             ) => k1 == k2 && a == b && c1.iter().zip(c2).all(|(x, y)| x.same_structure(y)),
             _ => false,
         }
@@ -189,12 +201,20 @@ pub struct Leaves<B: Backend> {
 impl<B: Backend> Leaves<B> {
     /// Starts a cursor named `root` (the first segment of every path in errors).
     pub fn new(leaves: Vec<Leaf<B>>, root: impl Into<String>) -> Self {
-        Self { iter: leaves.into_iter(), path: Vec::new(), root: root.into() }
+        Self {
+            iter: leaves.into_iter(),
+            path: Vec::new(),
+            root: root.into(),
+        }
     }
 
     /// The next leaf, or an error naming the current path.
     pub fn next_leaf(&mut self) -> Result<Leaf<B>, VmapError> {
-        self.iter.next().ok_or_else(|| VmapError::LeafCount { path: self.path(), expected: 1, got: 0 })
+        self.iter.next().ok_or_else(|| VmapError::LeafCount {
+            path: self.path(),
+            expected: 1,
+            got: 0,
+        })
     }
 
     /// Runs `f` one key deeper.
@@ -271,7 +291,11 @@ pub trait Tree<B: Backend>: Sized {
         let mut cursor = Leaves::new(leaves, root);
         let out = Self::unflatten_from(def, &mut cursor)?;
         if cursor.remaining() > 0 {
-            return Err(VmapError::LeafCount { path: root.to_string(), expected: total - cursor.remaining(), got: total });
+            return Err(VmapError::LeafCount {
+                path: root.to_string(),
+                expected: total - cursor.remaining(),
+                got: total,
+            });
         }
         Ok(out)
     }

@@ -42,8 +42,18 @@ impl<T: Clone> Spec<T> {
     }
 }
 
-fn go<T: Clone>(spec: &Spec<T>, def: &TreeDef, what: &str, path: &mut String, out: &mut Vec<T>) -> Result<(), VmapError> {
-    let err = |path: &str, why: String| VmapError::TreeMismatch { what: what.into(), path: path.into(), why };
+fn go<T: Clone>(
+    spec: &Spec<T>,
+    def: &TreeDef,
+    what: &str,
+    path: &mut String,
+    out: &mut Vec<T>,
+) -> Result<(), VmapError> {
+    let err = |path: &str, why: String| VmapError::TreeMismatch {
+        what: what.into(),
+        path: path.into(),
+        why,
+    };
     match (spec, def) {
         (Spec::Leaf(v), _) => {
             out.extend(core::iter::repeat_n(v.clone(), def.num_leaves()));
@@ -51,7 +61,14 @@ fn go<T: Clone>(spec: &Spec<T>, def: &TreeDef, what: &str, path: &mut String, ou
         }
         (Spec::Seq(specs), TreeDef::Node { keys, children, .. }) => {
             if specs.len() != children.len() {
-                return Err(err(path, format!("{} entries given for a node with {} children", specs.len(), children.len())));
+                return Err(err(
+                    path,
+                    format!(
+                        "{} entries given for a node with {} children",
+                        specs.len(),
+                        children.len()
+                    ),
+                ));
             }
             for ((s, k), c) in specs.iter().zip(keys).zip(children) {
                 let len = path.len();
@@ -69,7 +86,10 @@ fn go<T: Clone>(spec: &Spec<T>, def: &TreeDef, what: &str, path: &mut String, ou
             }
             for (k, c) in keys.iter().zip(children) {
                 let Key::Field(f) = k else {
-                    return Err(err(path, "named entries given for a positional node".into()));
+                    return Err(err(
+                        path,
+                        "named entries given for a positional node".into(),
+                    ));
                 };
                 let Some((_, s)) = specs.iter().find(|(n, _)| n == f) else {
                     return Err(err(path, format!("missing an entry for field `{f}`")));
@@ -82,7 +102,10 @@ fn go<T: Clone>(spec: &Spec<T>, def: &TreeDef, what: &str, path: &mut String, ou
             Ok(())
         }
         (_, TreeDef::Static(_)) => Ok(()),
-        (_, TreeDef::Leaf) => Err(err(path, "a nested specification was given for a single tensor".into())),
+        (_, TreeDef::Leaf) => Err(err(
+            path,
+            "a nested specification was given for a single tensor".into(),
+        )),
     }
 }
 

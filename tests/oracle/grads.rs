@@ -16,7 +16,9 @@ use burn::tensor::{Int, Tensor};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use crate::harness::{diff, make_inputs, make_levels, oracle, quietly, vmapped_b, Gen, Host, Operand, Rng, T, TOL, V};
+use crate::harness::{
+    diff, make_inputs, make_levels, oracle, quietly, vmapped_b, Gen, Host, Operand, Rng, T, TOL, V,
+};
 
 type AD = Autodiff<V>;
 type ADL = Autodiff<burn_vmap::TestBackend>;
@@ -24,11 +26,19 @@ type ADL = Autodiff<burn_vmap::TestBackend>;
 /// A loss of one example.
 type Loss<B> = fn(Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 1, Int>) -> Tensor<B, 1>;
 
-fn loss_matmul_tanh<B: Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>, _i: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+fn loss_matmul_tanh<B: Backend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    _i: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
     x.matmul(w).tanh().sum()
 }
 
-fn loss_elementwise<B: Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>, _i: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+fn loss_elementwise<B: Backend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    _i: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
     // exp, log1p, sqrt, div, powf_scalar, mul, sub, abs.
     let y = x.clone().matmul(w.clone());
     let a = (y.clone().exp() + 1.0).log1p().sqrt();
@@ -36,7 +46,11 @@ fn loss_elementwise<B: Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>, _i: Tensor<B, 
     (a + b).mean() + w.powf_scalar(2.0).sum().mul_scalar(0.1) + x.sin().sum()
 }
 
-fn loss_softmax_slice<B: Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>, _i: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+fn loss_softmax_slice<B: Backend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    _i: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
     let y = activation::softmax(x.matmul(w), 1);
     let [m, n] = y.dims();
     let top = y.clone().slice([0..m, 0..n.div_ceil(2)]);
@@ -44,14 +58,22 @@ fn loss_softmax_slice<B: Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>, _i: Tensor<B
     z.powf_scalar(2.0).sum() + activation::log_softmax(y, 0).mean()
 }
 
-fn loss_select_gather<B: Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>, i: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+fn loss_select_gather<B: Backend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    i: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
     let y = x.matmul(w); // [m, n]
     let picked = y.clone().gather(1, i.clone().unsqueeze_dim::<2>(1)); // [m, 1]
     let rows = y.clone().swap_dims(0, 1).select(0, i.clone()); // [m', m]
     (picked.exp().sum() + rows.tanh().sum()).mul_scalar(0.5) + y.sum_dim(0).cumsum(1).sum()
 }
 
-fn loss_scatter_mask<B: Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>, i: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+fn loss_scatter_mask<B: Backend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    i: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
     use burn::tensor::IndexingUpdateOp::Add;
     let y = x.clone().matmul(w); // [m, n]
     let [m, n] = y.dims();
@@ -59,9 +81,19 @@ fn loss_scatter_mask<B: Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>, i: Tensor<B, 
     let device = x.device();
     // Unbatched zeros created inside vmap, updated with batched values at (maybe batched) indices.
     let sel = Tensor::<B, 2>::zeros([n, k], &device).select_assign(0, i.clone(), x.clone(), Add);
-    let sc = Tensor::<B, 2>::zeros([m, n], &device).scatter(1, i.unsqueeze_dim::<2>(1), y.clone().slice([0..m, 0..1]), Add);
-    let masked = y.clone().mask_where(y.clone().lower_elem(0.0), y.clone().mul_scalar(0.1));
-    sel.powf_scalar(2.0).sum() + sc.exp().sum() + masked.sum() + x.max_dim(1).sum()
+    let sc = Tensor::<B, 2>::zeros([m, n], &device).scatter(
+        1,
+        i.unsqueeze_dim::<2>(1),
+        y.clone().slice([0..m, 0..1]),
+        Add,
+    );
+    let masked = y
+        .clone()
+        .mask_where(y.clone().lower_elem(0.0), y.clone().mul_scalar(0.1));
+    sel.powf_scalar(2.0).sum()
+        + sc.exp().sum()
+        + masked.sum()
+        + x.max_dim(1).sum()
         + y.flip([0]).reshape([-1]).cumsum(0).mean()
 }
 
@@ -73,11 +105,31 @@ struct GradCase {
 
 fn grad_cases() -> Vec<GradCase> {
     vec![
-        GradCase { name: "grad_matmul_tanh", loss_v: loss_matmul_tanh::<AD>, loss_l: loss_matmul_tanh::<ADL> },
-        GradCase { name: "grad_elementwise", loss_v: loss_elementwise::<AD>, loss_l: loss_elementwise::<ADL> },
-        GradCase { name: "grad_softmax_slice_cat", loss_v: loss_softmax_slice::<AD>, loss_l: loss_softmax_slice::<ADL> },
-        GradCase { name: "grad_select_gather", loss_v: loss_select_gather::<AD>, loss_l: loss_select_gather::<ADL> },
-        GradCase { name: "grad_scatter_mask", loss_v: loss_scatter_mask::<AD>, loss_l: loss_scatter_mask::<ADL> },
+        GradCase {
+            name: "grad_matmul_tanh",
+            loss_v: loss_matmul_tanh::<AD>,
+            loss_l: loss_matmul_tanh::<ADL>,
+        },
+        GradCase {
+            name: "grad_elementwise",
+            loss_v: loss_elementwise::<AD>,
+            loss_l: loss_elementwise::<ADL>,
+        },
+        GradCase {
+            name: "grad_softmax_slice_cat",
+            loss_v: loss_softmax_slice::<AD>,
+            loss_l: loss_softmax_slice::<ADL>,
+        },
+        GradCase {
+            name: "grad_select_gather",
+            loss_v: loss_select_gather::<AD>,
+            loss_l: loss_select_gather::<ADL>,
+        },
+        GradCase {
+            name: "grad_scatter_mask",
+            loss_v: loss_scatter_mask::<AD>,
+            loss_l: loss_scatter_mask::<ADL>,
+        },
     ]
 }
 
@@ -87,7 +139,10 @@ fn single(loss: Loss<ADL>, x: &Host, w: &Host, i: &Host) -> (Host, Host) {
     let w = w.to_tb::<ADL>().f::<2>().require_grad();
     let i = i.to_tb::<ADL>().i::<1>();
     let g = loss(x.clone(), w.clone(), i).backward();
-    (Host::from_t(T::from(w.grad(&g).unwrap())), Host::from_t(T::from(x.grad(&g).unwrap())))
+    (
+        Host::from_t(T::from(w.grad(&g).unwrap())),
+        Host::from_t(T::from(x.grad(&g).unwrap())),
+    )
 }
 
 /// One configuration: operands `[x, i, w]`; `w_mapped` says whether `w` is mapped at any level
@@ -96,15 +151,25 @@ fn check_config(case: &GradCase, p: &[usize; 3], seed: u64) -> Result<(), String
     let [m, k, n] = *p;
     let mut rng = Rng::new(seed);
     let operands = vec![
-        Operand { shape: vec![m, k], gen: Gen::F(-1.0, 1.0) },
-        Operand { shape: vec![m], gen: Gen::I(0, n as i64 - 1) },
-        Operand { shape: vec![k, n], gen: Gen::F(-1.0, 1.0) },
+        Operand {
+            shape: vec![m, k],
+            gen: Gen::F(-1.0, 1.0),
+        },
+        Operand {
+            shape: vec![m],
+            gen: Gen::I(0, n as i64 - 1),
+        },
+        Operand {
+            shape: vec![k, n],
+            gen: Gen::F(-1.0, 1.0),
+        },
     ];
     let nlevels = 1 + rng.below(2);
     let w_mapped = rng.coin();
     // x mapped at every level; i and w at random levels (w at none when captured).
-    let mapped: Vec<Vec<bool>> =
-        (0..nlevels).map(|_| vec![true, rng.coin(), w_mapped && rng.coin()]).collect();
+    let mapped: Vec<Vec<bool>> = (0..nlevels)
+        .map(|_| vec![true, rng.coin(), w_mapped && rng.coin()])
+        .collect();
     let sizes: Vec<usize> = (0..nlevels).map(|_| 1 + rng.below(3)).collect();
     let levels = make_levels(&mut rng, &[2, 1, 2], &[2, 2], &mapped, &sizes);
     let inputs = make_inputs(&mut rng, &operands, &levels);
@@ -113,10 +178,18 @@ fn check_config(case: &GradCase, p: &[usize; 3], seed: u64) -> Result<(), String
     // Oracle: the loop of single-example backward passes.
     let loss_l = case.loss_l;
     let f_loop = move |a: Vec<T>| {
-        let (gw, gx) = single(loss_l, &Host::from_t(a[0].clone()), &Host::from_t(a[2].clone()), &Host::from_t(a[1].clone()));
+        let (gw, gx) = single(
+            loss_l,
+            &Host::from_t(a[0].clone()),
+            &Host::from_t(a[2].clone()),
+            &Host::from_t(a[1].clone()),
+        );
         vec![gw.to_t(), gx.to_t()]
     };
-    let out_example = vec![Host::zeros_like(&[k, n], crate::harness::K::F), Host::zeros_like(&[m, k], crate::harness::K::F)];
+    let out_example = vec![
+        Host::zeros_like(&[k, n], crate::harness::K::F),
+        Host::zeros_like(&[m, k], crate::harness::K::F),
+    ];
     let expected = oracle(&f_loop, &inputs, &levels, &out_example);
 
     // vmap on Autodiff<Vmap<_>>: w captured (created outside, require_grad) or mapped.
@@ -130,7 +203,10 @@ fn check_config(case: &GradCase, p: &[usize; 3], seed: u64) -> Result<(), String
             None => a[2].f::<2>().require_grad(),
         };
         let g = loss_v(x.clone(), w.clone(), i).backward();
-        vec![T::from(w.grad(&g).expect("no grad for w")), T::from(x.grad(&g).expect("no grad for x"))]
+        vec![
+            T::from(w.grad(&g).expect("no grad for w")),
+            T::from(x.grad(&g).expect("no grad for x")),
+        ]
     };
     // A captured w is passed along unmapped (in_axes None) and ignored by the body.
     let args: Vec<T<AD>> = inputs.iter().map(|h| h.to_tb::<AD>()).collect();
@@ -145,12 +221,19 @@ fn check_config(case: &GradCase, p: &[usize; 3], seed: u64) -> Result<(), String
             ))
         }
     };
-    for (name, e, g) in [("dl/dw", &expected[0], &got[0]), ("dl/dx", &expected[1], &got[1])] {
+    for (name, e, g) in [
+        ("dl/dw", &expected[0], &got[0]),
+        ("dl/dx", &expected[1], &got[1]),
+    ] {
         if let Some(d) = diff(e, g, TOL) {
             return Err(format!(
                 "{}: {name} ({}): {d}{}",
                 case.name,
-                if w_is_mapped { "w mapped" } else { "w captured" },
+                if w_is_mapped {
+                    "w mapped"
+                } else {
+                    "w captured"
+                },
                 crate::harness::describe(&operands, &levels, &inputs)
             ));
         }
@@ -167,20 +250,33 @@ fn oracle_per_example_grads() {
         config.max_shrink_iters = 128;
         let mut runner = TestRunner::new(config);
         let strategy = ([1usize..=3, 1usize..=3, 1usize..=3], any::<u64>());
-        if let Err(e) = runner.run(&strategy, |(p, seed)| check_config(&case, &p, seed).map_err(TestCaseError::fail)) {
+        if let Err(e) = runner.run(&strategy, |(p, seed)| {
+            check_config(&case, &p, seed).map_err(TestCaseError::fail)
+        }) {
             failures.push(format!("[{}] {e}", case.name));
         }
     }
-    assert!(failures.is_empty(), "{} gradient cases failed:\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} gradient cases failed:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
 }
 
 /// The documented pattern, written out: per-example gradients of a captured parameter.
 #[test]
 fn per_example_grads_of_captured_weight() {
     let device = Default::default();
-    let w = Tensor::<AD, 2>::from_floats([[1.0, -1.0], [0.5, 2.0], [0.0, 1.0]], &device).require_grad();
+    let w =
+        Tensor::<AD, 2>::from_floats([[1.0, -1.0], [0.5, 2.0], [0.0, 1.0]], &device).require_grad();
     let xs = Tensor::<AD, 3>::from_floats(
-        [[[1.0, 2.0, 3.0]], [[0.0, -1.0, 1.0]], [[2.0, 0.0, 0.0]], [[-1.0, 1.0, 0.5]]],
+        [
+            [[1.0, 2.0, 3.0]],
+            [[0.0, -1.0, 1.0]],
+            [[2.0, 0.0, 0.0]],
+            [[-1.0, 1.0, 0.5]],
+        ],
         &device,
     );
     let grads: Tensor<V, 3> = burn_vmap::vmap(|x: Tensor<AD, 2>| {
@@ -192,11 +288,25 @@ fn per_example_grads_of_captured_weight() {
     let grads = Host::from_t(T::from(grads));
     let mut parts = Vec::new();
     for b in 0..4 {
-        let x = Host::from_t(T::from(xs.clone().inner().slice([b..b + 1]).squeeze_dim::<2>(0)));
+        let x = Host::from_t(T::from(
+            xs.clone().inner().slice([b..b + 1]).squeeze_dim::<2>(0),
+        ));
         let w0 = Host::from_t(T::from(w.clone().inner()));
-        let (gw, _) = single(loss_matmul_tanh::<ADL>, &x, &w0, &Host { shape: vec![1], data: crate::harness::Data::I(vec![0]) });
+        let (gw, _) = single(
+            loss_matmul_tanh::<ADL>,
+            &x,
+            &w0,
+            &Host {
+                shape: vec![1],
+                data: crate::harness::Data::I(vec![0]),
+            },
+        );
         parts.push(gw);
     }
     let expected = Host::stack(&parts, 0, &parts[0]);
-    assert!(diff(&expected, &grads, TOL).is_none(), "{:?}", diff(&expected, &grads, TOL));
+    assert!(
+        diff(&expected, &grads, TOL).is_none(),
+        "{:?}",
+        diff(&expected, &grads, TOL)
+    );
 }

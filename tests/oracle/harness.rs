@@ -141,23 +141,38 @@ pub struct Operand {
 
 /// Float operand in `[-2, 2]`.
 pub fn fl(shape: &[usize]) -> Operand {
-    Operand { shape: shape.to_vec(), gen: Gen::F(-2.0, 2.0) }
+    Operand {
+        shape: shape.to_vec(),
+        gen: Gen::F(-2.0, 2.0),
+    }
 }
 /// Operand with a given generator.
 pub fn op(shape: &[usize], gen: Gen) -> Operand {
-    Operand { shape: shape.to_vec(), gen }
+    Operand {
+        shape: shape.to_vec(),
+        gen,
+    }
 }
 /// Int operand in `[-4, 4]`.
 pub fn it(shape: &[usize]) -> Operand {
-    Operand { shape: shape.to_vec(), gen: Gen::I(-4, 4) }
+    Operand {
+        shape: shape.to_vec(),
+        gen: Gen::I(-4, 4),
+    }
 }
 /// Index operand in `0..bound`.
 pub fn idx(shape: &[usize], bound: usize) -> Operand {
-    Operand { shape: shape.to_vec(), gen: Gen::I(0, bound as i64 - 1) }
+    Operand {
+        shape: shape.to_vec(),
+        gen: Gen::I(0, bound as i64 - 1),
+    }
 }
 /// Bool operand.
 pub fn bo(shape: &[usize]) -> Operand {
-    Operand { shape: shape.to_vec(), gen: Gen::B }
+    Operand {
+        shape: shape.to_vec(),
+        gen: Gen::B,
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -181,14 +196,25 @@ impl P {
     /// A deterministic choice in `0..n`, different per `salt`.
     pub fn pick(&self, salt: u64, n: usize) -> usize {
         assert!(n > 0);
-        Rng::new(self.seed.wrapping_mul(31).wrapping_add(salt.wrapping_mul(0x1234_5678_9ABC))).below(n)
+        Rng::new(
+            self.seed
+                .wrapping_mul(31)
+                .wrapping_add(salt.wrapping_mul(0x1234_5678_9ABC)),
+        )
+        .below(n)
     }
     /// `shape()` with some dims replaced by 1 (a broadcasting operand), chosen by `salt`.
     pub fn bshape(&self, salt: u64) -> Vec<usize> {
         self.shape()
             .iter()
             .enumerate()
-            .map(|(i, &d)| if self.pick(salt + 100 + i as u64, 3) == 0 { 1 } else { d })
+            .map(|(i, &d)| {
+                if self.pick(salt + 100 + i as u64, 3) == 0 {
+                    1
+                } else {
+                    d
+                }
+            })
             .collect()
     }
     /// A dim of the first `rank` dims.
@@ -214,7 +240,11 @@ impl P {
 
 /// Proptest strategy for case parameters: dims in `1..=4`, rank in `ranks`, a seed.
 pub fn shape_strategy(ranks: RangeInclusive<usize>) -> impl Strategy<Value = P> {
-    (prop::collection::vec(1usize..=4, 4), ranks, any::<u64>()).prop_map(|(d, rank, seed)| P { d, rank, seed })
+    (prop::collection::vec(1usize..=4, 4), ranks, any::<u64>()).prop_map(|(d, rank, seed)| P {
+        d,
+        rank,
+        seed,
+    })
 }
 
 // ------------------------------------------------------------------------------------------
@@ -269,7 +299,11 @@ impl<B: Backend> T<B> {
     pub fn f<const D: usize>(&self) -> Tensor<B, D> {
         match &self.0 {
             Leaf::Float(p) if self.rank() == D => Tensor::from_primitive(p.clone()),
-            _ => panic!("expected a float tensor of rank {D}, got {:?} of rank {}", self.kind(), self.rank()),
+            _ => panic!(
+                "expected a float tensor of rank {D}, got {:?} of rank {}",
+                self.kind(),
+                self.rank()
+            ),
         }
     }
     /// As an int tensor of rank `D`.
@@ -277,7 +311,11 @@ impl<B: Backend> T<B> {
     pub fn i<const D: usize>(&self) -> Tensor<B, D, Int> {
         match &self.0 {
             Leaf::Int(p) if self.rank() == D => Tensor::from_primitive(p.clone()),
-            _ => panic!("expected an int tensor of rank {D}, got {:?} of rank {}", self.kind(), self.rank()),
+            _ => panic!(
+                "expected an int tensor of rank {D}, got {:?} of rank {}",
+                self.kind(),
+                self.rank()
+            ),
         }
     }
     /// As a bool tensor of rank `D`.
@@ -285,7 +323,11 @@ impl<B: Backend> T<B> {
     pub fn b<const D: usize>(&self) -> Tensor<B, D, Bool> {
         match &self.0 {
             Leaf::Bool(p) if self.rank() == D => Tensor::from_primitive(p.clone()),
-            _ => panic!("expected a bool tensor of rank {D}, got {:?} of rank {}", self.kind(), self.rank()),
+            _ => panic!(
+                "expected a bool tensor of rank {D}, got {:?} of rank {}",
+                self.kind(),
+                self.rank()
+            ),
         }
     }
 }
@@ -301,11 +343,26 @@ macro_rules! ranked {
     ($t:expr, $acc:ident, |$x:ident| $body:expr) => {{
         let t: &$crate::harness::T = &$t;
         match t.rank() {
-            0 => { let $x = t.$acc::<0>(); $crate::harness::T::from($body) }
-            1 => { let $x = t.$acc::<1>(); $crate::harness::T::from($body) }
-            2 => { let $x = t.$acc::<2>(); $crate::harness::T::from($body) }
-            3 => { let $x = t.$acc::<3>(); $crate::harness::T::from($body) }
-            4 => { let $x = t.$acc::<4>(); $crate::harness::T::from($body) }
+            0 => {
+                let $x = t.$acc::<0>();
+                $crate::harness::T::from($body)
+            }
+            1 => {
+                let $x = t.$acc::<1>();
+                $crate::harness::T::from($body)
+            }
+            2 => {
+                let $x = t.$acc::<2>();
+                $crate::harness::T::from($body)
+            }
+            3 => {
+                let $x = t.$acc::<3>();
+                $crate::harness::T::from($body)
+            }
+            4 => {
+                let $x = t.$acc::<4>();
+                $crate::harness::T::from($body)
+            }
             r => panic!("ranked!: rank {r} not supported"),
         }
     }};
@@ -313,11 +370,31 @@ macro_rules! ranked {
         let t: &$crate::harness::T = &$t;
         let u: &$crate::harness::T = &$u;
         match t.rank() {
-            0 => { let $x = t.$acc::<0>(); let $y = u.$acc2::<0>(); $crate::harness::T::from($body) }
-            1 => { let $x = t.$acc::<1>(); let $y = u.$acc2::<1>(); $crate::harness::T::from($body) }
-            2 => { let $x = t.$acc::<2>(); let $y = u.$acc2::<2>(); $crate::harness::T::from($body) }
-            3 => { let $x = t.$acc::<3>(); let $y = u.$acc2::<3>(); $crate::harness::T::from($body) }
-            4 => { let $x = t.$acc::<4>(); let $y = u.$acc2::<4>(); $crate::harness::T::from($body) }
+            0 => {
+                let $x = t.$acc::<0>();
+                let $y = u.$acc2::<0>();
+                $crate::harness::T::from($body)
+            }
+            1 => {
+                let $x = t.$acc::<1>();
+                let $y = u.$acc2::<1>();
+                $crate::harness::T::from($body)
+            }
+            2 => {
+                let $x = t.$acc::<2>();
+                let $y = u.$acc2::<2>();
+                $crate::harness::T::from($body)
+            }
+            3 => {
+                let $x = t.$acc::<3>();
+                let $y = u.$acc2::<3>();
+                $crate::harness::T::from($body)
+            }
+            4 => {
+                let $x = t.$acc::<4>();
+                let $y = u.$acc2::<4>();
+                $crate::harness::T::from($body)
+            }
             r => panic!("ranked!: rank {r} not supported"),
         }
     }};
@@ -326,10 +403,30 @@ macro_rules! ranked {
         let u: &$crate::harness::T = &$u;
         let w: &$crate::harness::T = &$w;
         match t.rank() {
-            1 => { let $x = t.$acc::<1>(); let $y = u.$acc2::<1>(); let $z = w.$acc3::<1>(); $crate::harness::T::from($body) }
-            2 => { let $x = t.$acc::<2>(); let $y = u.$acc2::<2>(); let $z = w.$acc3::<2>(); $crate::harness::T::from($body) }
-            3 => { let $x = t.$acc::<3>(); let $y = u.$acc2::<3>(); let $z = w.$acc3::<3>(); $crate::harness::T::from($body) }
-            4 => { let $x = t.$acc::<4>(); let $y = u.$acc2::<4>(); let $z = w.$acc3::<4>(); $crate::harness::T::from($body) }
+            1 => {
+                let $x = t.$acc::<1>();
+                let $y = u.$acc2::<1>();
+                let $z = w.$acc3::<1>();
+                $crate::harness::T::from($body)
+            }
+            2 => {
+                let $x = t.$acc::<2>();
+                let $y = u.$acc2::<2>();
+                let $z = w.$acc3::<2>();
+                $crate::harness::T::from($body)
+            }
+            3 => {
+                let $x = t.$acc::<3>();
+                let $y = u.$acc2::<3>();
+                let $z = w.$acc3::<3>();
+                $crate::harness::T::from($body)
+            }
+            4 => {
+                let $x = t.$acc::<4>();
+                let $y = u.$acc2::<4>();
+                let $z = w.$acc3::<4>();
+                $crate::harness::T::from($body)
+            }
             r => panic!("ranked!: rank {r} not supported"),
         }
     }};
@@ -381,15 +478,42 @@ fn stack_vec<E: Clone>(parts: &[&Vec<E>], part_shape: &[usize], axis: usize) -> 
 macro_rules! by_rank {
     ($rank:expr, $R:ident => $body:expr) => {
         match $rank {
-            0 => { const $R: usize = 0; $body }
-            1 => { const $R: usize = 1; $body }
-            2 => { const $R: usize = 2; $body }
-            3 => { const $R: usize = 3; $body }
-            4 => { const $R: usize = 4; $body }
-            5 => { const $R: usize = 5; $body }
-            6 => { const $R: usize = 6; $body }
-            7 => { const $R: usize = 7; $body }
-            8 => { const $R: usize = 8; $body }
+            0 => {
+                const $R: usize = 0;
+                $body
+            }
+            1 => {
+                const $R: usize = 1;
+                $body
+            }
+            2 => {
+                const $R: usize = 2;
+                $body
+            }
+            3 => {
+                const $R: usize = 3;
+                $body
+            }
+            4 => {
+                const $R: usize = 4;
+                $body
+            }
+            5 => {
+                const $R: usize = 5;
+                $body
+            }
+            6 => {
+                const $R: usize = 6;
+                $body
+            }
+            7 => {
+                const $R: usize = 7;
+                $body
+            }
+            8 => {
+                const $R: usize = 8;
+                $body
+            }
             r => panic!("rank {r} not supported by the harness"),
         }
     };
@@ -412,7 +536,11 @@ impl Host {
     pub fn gen(shape: &[usize], gen: &Gen, rng: &mut Rng) -> Host {
         let n: usize = shape.iter().product();
         let data = match *gen {
-            Gen::F(lo, hi) => Data::F((0..n).map(|_| ((lo + (hi - lo) * rng.unit()) as f32) as f64).collect()),
+            Gen::F(lo, hi) => Data::F(
+                (0..n)
+                    .map(|_| ((lo + (hi - lo) * rng.unit()) as f32) as f64)
+                    .collect(),
+            ),
             Gen::FNonZero(lo, hi) => Data::F(
                 (0..n)
                     .map(|_| {
@@ -421,7 +549,11 @@ impl Host {
                     })
                     .collect(),
             ),
-            Gen::FGrid => Data::F((0..n).map(|_| rng.choose(&[-1.0, -0.5, 0.0, 0.5, 1.0])).collect()),
+            Gen::FGrid => Data::F(
+                (0..n)
+                    .map(|_| rng.choose(&[-1.0, -0.5, 0.0, 0.5, 1.0]))
+                    .collect(),
+            ),
             Gen::FDistinct => {
                 let mut v: Vec<f64> = (0..n).map(|i| i as f64 * 0.25 - 1.0).collect();
                 for i in (1..n).rev() {
@@ -434,7 +566,11 @@ impl Host {
                 (0..n)
                     .map(|_| {
                         let m = rng.range(lo, hi);
-                        if rng.coin() { m } else { -m }
+                        if rng.coin() {
+                            m
+                        } else {
+                            -m
+                        }
                     })
                     .collect(),
             ),
@@ -447,7 +583,10 @@ impl Host {
             }
             Gen::B => Data::B((0..n).map(|_| rng.coin()).collect()),
         };
-        Host { shape: shape.to_vec(), data }
+        Host {
+            shape: shape.to_vec(),
+            data,
+        }
     }
 
     /// Example `i` along `axis` (the axis is removed).
@@ -465,25 +604,49 @@ impl Host {
     /// Stacks equally shaped parts along a new `axis`; `empty` gives kind and part shape when
     /// there are no parts (batch size 0).
     pub fn stack(parts: &[Host], axis: usize, empty: &Host) -> Host {
-        let part_shape = parts.first().map(|p| p.shape.clone()).unwrap_or_else(|| empty.shape.clone());
+        let part_shape = parts
+            .first()
+            .map(|p| p.shape.clone())
+            .unwrap_or_else(|| empty.shape.clone());
         for p in parts {
-            assert_eq!(p.shape, part_shape, "oracle: examples returned different shapes");
+            assert_eq!(
+                p.shape, part_shape,
+                "oracle: examples returned different shapes"
+            );
         }
         let mut shape = part_shape.clone();
         shape.insert(axis, parts.len());
         let data = match &empty.data {
             Data::F(_) => Data::F(stack_vec(
-                &parts.iter().map(|p| match &p.data { Data::F(v) => v, _ => panic!("kind") }).collect::<Vec<_>>(),
+                &parts
+                    .iter()
+                    .map(|p| match &p.data {
+                        Data::F(v) => v,
+                        _ => panic!("kind"),
+                    })
+                    .collect::<Vec<_>>(),
                 &part_shape,
                 axis,
             )),
             Data::I(_) => Data::I(stack_vec(
-                &parts.iter().map(|p| match &p.data { Data::I(v) => v, _ => panic!("kind") }).collect::<Vec<_>>(),
+                &parts
+                    .iter()
+                    .map(|p| match &p.data {
+                        Data::I(v) => v,
+                        _ => panic!("kind"),
+                    })
+                    .collect::<Vec<_>>(),
                 &part_shape,
                 axis,
             )),
             Data::B(_) => Data::B(stack_vec(
-                &parts.iter().map(|p| match &p.data { Data::B(v) => v, _ => panic!("kind") }).collect::<Vec<_>>(),
+                &parts
+                    .iter()
+                    .map(|p| match &p.data {
+                        Data::B(v) => v,
+                        _ => panic!("kind"),
+                    })
+                    .collect::<Vec<_>>(),
                 &part_shape,
                 axis,
             )),
@@ -521,12 +684,22 @@ impl Host {
                 Leaf::Float(TensorPrimitive::Float(B::float_from_data(data, &device)))
             }
             Data::I(v) => {
-                let dtype = Tensor::<B, 1, Int>::from_data(TensorData::new(vec![v[0]], [1]), &device).dtype();
-                Leaf::Int(B::int_from_data(TensorData::new(vec![v[0]], scalar).convert_dtype(dtype), &device))
+                let dtype =
+                    Tensor::<B, 1, Int>::from_data(TensorData::new(vec![v[0]], [1]), &device)
+                        .dtype();
+                Leaf::Int(B::int_from_data(
+                    TensorData::new(vec![v[0]], scalar).convert_dtype(dtype),
+                    &device,
+                ))
             }
             Data::B(v) => {
-                let dtype = Tensor::<B, 1, Bool>::from_data(TensorData::new(vec![v[0]], [1]), &device).dtype();
-                Leaf::Bool(B::bool_from_data(TensorData::new(vec![v[0]], scalar).convert_dtype(dtype), &device))
+                let dtype =
+                    Tensor::<B, 1, Bool>::from_data(TensorData::new(vec![v[0]], [1]), &device)
+                        .dtype();
+                Leaf::Bool(B::bool_from_data(
+                    TensorData::new(vec![v[0]], scalar).convert_dtype(dtype),
+                    &device,
+                ))
             }
         })
     }
@@ -562,7 +735,10 @@ impl Host {
             K::I => Data::I(vec![1; n]),
             K::B => Data::B(vec![false; n]),
         };
-        Host { shape: shape.to_vec(), data }
+        Host {
+            shape: shape.to_vec(),
+            data,
+        }
     }
 }
 
@@ -573,12 +749,18 @@ pub struct Tol {
     pub atol: f64,
 }
 
-pub const TOL: Tol = Tol { rtol: 1e-4, atol: 1e-5 };
+pub const TOL: Tol = Tol {
+    rtol: 1e-4,
+    atol: 1e-5,
+};
 
 /// First difference between two host tensors, if any.
 pub fn diff(expected: &Host, got: &Host, tol: Tol) -> Option<String> {
     if expected.shape != got.shape {
-        return Some(format!("shape: expected {:?}, got {:?}", expected.shape, got.shape));
+        return Some(format!(
+            "shape: expected {:?}, got {:?}",
+            expected.shape, got.shape
+        ));
     }
     let fmt_idx = |flat: usize| {
         let mut idx = vec![0; expected.shape.len()];
@@ -611,7 +793,11 @@ pub fn diff(expected: &Host, got: &Host, tol: Tol) -> Option<String> {
             .zip(b)
             .position(|(x, y)| x != y)
             .map(|i| format!("at {:?}: expected {}, got {}", fmt_idx(i), a[i], b[i])),
-        (a, b) => Some(format!("kind: expected {:?}, got {:?}", kind_of(a), kind_of(b))),
+        (a, b) => Some(format!(
+            "kind: expected {:?}, got {:?}",
+            kind_of(a),
+            kind_of(b)
+        )),
     }
 }
 
@@ -639,7 +825,10 @@ pub struct LevelCfg {
 
 fn norm(axis: isize, rank: usize) -> usize {
     let a = if axis < 0 { axis + rank as isize } else { axis };
-    assert!(a >= 0 && (a as usize) < rank, "axis {axis} out of range for rank {rank}");
+    assert!(
+        a >= 0 && (a as usize) < rank,
+        "axis {axis} out of range for rank {rank}"
+    );
     a as usize
 }
 
@@ -680,7 +869,11 @@ pub fn make_levels(
                 rng.choose(&axis_choices(rank))
             })
             .collect();
-        levels.push(LevelCfg { size: sizes[l], in_axes, out_axes });
+        levels.push(LevelCfg {
+            size: sizes[l],
+            in_axes,
+            out_axes,
+        });
     }
     levels
 }
@@ -708,9 +901,17 @@ pub fn make_inputs(rng: &mut Rng, operands: &[Operand], levels: &[LevelCfg]) -> 
 pub type OpFn = fn(&P, Vec<T>) -> Vec<T>;
 
 /// The oracle: loop over the examples of every level and stack.
-pub fn oracle(f: &dyn Fn(Vec<T>) -> Vec<T>, args: &[Host], levels: &[LevelCfg], out_example: &[Host]) -> Vec<Host> {
+pub fn oracle(
+    f: &dyn Fn(Vec<T>) -> Vec<T>,
+    args: &[Host],
+    levels: &[LevelCfg],
+    out_example: &[Host],
+) -> Vec<Host> {
     let Some((lvl, rest)) = levels.split_first() else {
-        return f(args.iter().map(Host::to_t).collect()).into_iter().map(Host::from_t).collect();
+        return f(args.iter().map(Host::to_t).collect())
+            .into_iter()
+            .map(Host::from_t)
+            .collect();
     };
     let mut per_example: Vec<Vec<Host>> = Vec::with_capacity(lvl.size);
     for i in 0..lvl.size {
@@ -740,7 +941,11 @@ pub fn oracle(f: &dyn Fn(Vec<T>) -> Vec<T>, args: &[Host], levels: &[LevelCfg], 
 }
 
 /// The vmapped computation: one `vmap` per level.
-pub fn vmapped(f: &dyn Fn(Vec<T>) -> Vec<T>, args: Vec<T>, levels: &[LevelCfg]) -> Result<Vec<T>, VmapError> {
+pub fn vmapped(
+    f: &dyn Fn(Vec<T>) -> Vec<T>,
+    args: Vec<T>,
+    levels: &[LevelCfg],
+) -> Result<Vec<T>, VmapError> {
     vmapped_b::<V, V>(f, args, levels)
 }
 
@@ -774,12 +979,20 @@ pub fn describe(operands: &[Operand], levels: &[LevelCfg], inputs: &[Host]) -> S
             "\n    arg{o}: {:?} per-example {:?}, {} -> batched shape {:?}",
             spec.gen.kind(),
             spec.shape,
-            if maps.is_empty() { "unbatched".to_string() } else { maps.join(", ") },
+            if maps.is_empty() {
+                "unbatched".to_string()
+            } else {
+                maps.join(", ")
+            },
             inputs[o].shape
         );
     }
     for (l, lvl) in levels.iter().enumerate() {
-        let _ = write!(s, "\n    level {l}: size {}, out_axes {:?}", lvl.size, lvl.out_axes);
+        let _ = write!(
+            s,
+            "\n    level {l}: size {}, out_axes {:?}",
+            lvl.size, lvl.out_axes
+        );
     }
     s
 }
@@ -803,15 +1016,32 @@ pub fn check_levels(
     let args: Vec<T> = inputs.iter().map(Host::to_t).collect();
     let got = match quietly(|| vmapped(f, args, levels)) {
         Ok(Ok(outs)) => outs.into_iter().map(Host::from_t).collect::<Vec<_>>(),
-        Ok(Err(e)) => return Err(format!("{name}: vmap returned an error: {e}{}", describe(operands, levels, &inputs))),
-        Err(msg) => return Err(format!("{name}: vmap panicked: {msg}{}", describe(operands, levels, &inputs))),
+        Ok(Err(e)) => {
+            return Err(format!(
+                "{name}: vmap returned an error: {e}{}",
+                describe(operands, levels, &inputs)
+            ))
+        }
+        Err(msg) => {
+            return Err(format!(
+                "{name}: vmap panicked: {msg}{}",
+                describe(operands, levels, &inputs)
+            ))
+        }
     };
     if got.len() != expected.len() {
-        return Err(format!("{name}: {} outputs, expected {}", got.len(), expected.len()));
+        return Err(format!(
+            "{name}: {} outputs, expected {}",
+            got.len(),
+            expected.len()
+        ));
     }
     for (k, (e, g)) in expected.iter().zip(&got).enumerate() {
         if let Some(d) = diff(e, g, tol) {
-            return Err(format!("{name}: output {k}: {d}{}", describe(operands, levels, &inputs)));
+            return Err(format!(
+                "{name}: output {k}: {d}{}",
+                describe(operands, levels, &inputs)
+            ));
         }
     }
     Ok(())
@@ -848,7 +1078,15 @@ pub fn case(
     operands: fn(&P) -> Vec<Operand>,
     f: OpFn,
 ) -> OpCase {
-    OpCase { name, covers, ranks, operands, f, tol: TOL, nested: true }
+    OpCase {
+        name,
+        covers,
+        ranks,
+        operands,
+        f,
+        tol: TOL,
+        nested: true,
+    }
 }
 
 /// Largest physical rank of the test backend (NdArray: 6).
@@ -864,7 +1102,10 @@ pub fn check_case(case: &OpCase, p: &P) -> Result<(), String> {
     let f = |a: Vec<T>| (case.f)(p, a);
 
     // One example, unbatched: the output kinds and shapes.
-    let example: Vec<Host> = operands.iter().map(|o| Host::gen(&o.shape, &o.gen, &mut rng)).collect();
+    let example: Vec<Host> = operands
+        .iter()
+        .map(|o| Host::gen(&o.shape, &o.gen, &mut rng))
+        .collect();
     let out_example: Vec<Host> =
         match quietly(|| f(example.iter().map(Host::to_t).collect()).into_iter().map(Host::from_t).collect::<Vec<_>>()) {
             Ok(o) => o,
@@ -879,7 +1120,12 @@ pub fn check_case(case: &OpCase, p: &P) -> Result<(), String> {
     let out_ranks: Vec<usize> = out_example.iter().map(|h| h.shape.len()).collect();
 
     // NdArray supports physical ranks up to 6; every level adds one dim.
-    let max_rank = base_ranks.iter().chain(&out_ranks).copied().max().unwrap_or(0);
+    let max_rank = base_ranks
+        .iter()
+        .chain(&out_ranks)
+        .copied()
+        .max()
+        .unwrap_or(0);
     let max_levels = MAX_PHYSICAL_RANK.saturating_sub(max_rank);
 
     let mut configs: Vec<(Vec<Vec<bool>>, Vec<usize>)> = Vec::new();
@@ -892,13 +1138,19 @@ pub fn check_case(case: &OpCase, p: &P) -> Result<(), String> {
         // Two levels: both on operand 0.
         let mut both = vec![false; n];
         both[0] = true;
-        configs.push((vec![both.clone(), both], vec![1 + rng.below(3), 1 + rng.below(3)]));
+        configs.push((
+            vec![both.clone(), both],
+            vec![1 + rng.below(3), 1 + rng.below(3)],
+        ));
         if n >= 2 {
             // Outer maps operand 0, inner maps operand 1; and the reverse.
             let (mut a, mut b) = (vec![false; n], vec![false; n]);
             a[0] = true;
             b[1] = true;
-            configs.push((vec![a.clone(), b.clone()], vec![1 + rng.below(3), 1 + rng.below(3)]));
+            configs.push((
+                vec![a.clone(), b.clone()],
+                vec![1 + rng.below(3), 1 + rng.below(3)],
+            ));
             configs.push((vec![b, a], vec![1 + rng.below(3), 1 + rng.below(3)]));
             // Two random mixes (each level maps at least one operand).
             for _ in 0..2 {
@@ -921,7 +1173,10 @@ pub fn check_case(case: &OpCase, p: &P) -> Result<(), String> {
                 }
             })
             .collect();
-        configs.push((lv3, vec![1 + rng.below(2), 1 + rng.below(2), 1 + rng.below(2)]));
+        configs.push((
+            lv3,
+            vec![1 + rng.below(2), 1 + rng.below(2), 1 + rng.below(2)],
+        ));
     }
 
     for (mapped, sizes) in configs {
@@ -929,7 +1184,15 @@ pub fn check_case(case: &OpCase, p: &P) -> Result<(), String> {
             continue;
         }
         let levels = make_levels(&mut rng, &base_ranks, &out_ranks, &mapped, &sizes);
-        check_levels(case.name, &f, &operands, &levels, &out_example, &mut rng, case.tol)?;
+        check_levels(
+            case.name,
+            &f,
+            &operands,
+            &levels,
+            &out_example,
+            &mut rng,
+            case.tol,
+        )?;
     }
     Ok(())
 }
@@ -937,17 +1200,31 @@ pub fn check_case(case: &OpCase, p: &P) -> Result<(), String> {
 /// Number of proptest cases per op (`ORACLE_CASES` overrides): 16 on ndarray, 2 on the GPU
 /// backends (every op is a kernel launch there, and CI runs them on a software Vulkan driver).
 pub fn num_cases() -> u32 {
-    let default = if cfg!(any(feature = "wgpu", feature = "cuda")) { 2 } else { 16 };
-    std::env::var("ORACLE_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+    let default = if cfg!(any(feature = "wgpu", feature = "cuda")) {
+        2
+    } else {
+        16
+    };
+    std::env::var("ORACLE_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
 }
 
 /// Whether the unbatched op panics with "not implemented" in the test backend (NdArray lacks
 /// `argtopk`, for example): such a case cannot have an oracle here.
 pub fn backend_lacks(case: &OpCase) -> Option<String> {
-    let p = P { d: vec![2, 3, 2, 3], rank: *case.ranks.end(), seed: 1 };
+    let p = P {
+        d: vec![2, 3, 2, 3],
+        rank: *case.ranks.end(),
+        seed: 1,
+    };
     let operands = (case.operands)(&p);
     let mut rng = Rng::new(1);
-    let args: Vec<T> = operands.iter().map(|o| Host::gen(&o.shape, &o.gen, &mut rng).to_t()).collect();
+    let args: Vec<T> = operands
+        .iter()
+        .map(|o| Host::gen(&o.shape, &o.gen, &mut rng).to_t())
+        .collect();
     match quietly(|| (case.f)(&p, args).into_iter().map(Host::from_t).count()) {
         Ok(_) => None,
         Err(msg) => msg.contains("not implemented").then_some(msg),
@@ -969,7 +1246,10 @@ pub fn run_cases(cases: Vec<OpCase>) {
         }
         ran += 1;
         if let Some(why) = backend_lacks(&case) {
-            println!("[{}] SKIPPED: the test backend lacks this op ({why})", case.name);
+            println!(
+                "[{}] SKIPPED: the test backend lacks this op ({why})",
+                case.name
+            );
             skipped.push(case.name);
             continue;
         }

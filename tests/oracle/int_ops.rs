@@ -18,7 +18,10 @@ pub fn cases() -> Vec<OpCase> {
         scatter: "int_scatter_add", select_add: "int_select_add");
     v.extend(vec![
         // --- creation, casts -------------------------------------------------------------------
-        case("int_random", &["int_random", "int_device", "int_greater_equal_elem"], 0..=3,
+        case(
+            "int_random",
+            &["int_random", "int_device", "int_greater_equal_elem"],
+            0..=3,
             |p| vec![it(&p.shape())],
             |_p, a| {
                 let r = ranked!(a[0], i, |x| int_random_like(&x));
@@ -26,93 +29,338 @@ pub fn cases() -> Vec<OpCase> {
                     ranked!(a[0], i, r, i, |x, r| x + r.mul_scalar(0)),
                     ranked!(r, i, |r| r.greater_equal_elem(0)),
                 ]
-            }),
-        case("int_zeros_ones_full", &[], 1..=3,
+            },
+        ),
+        case(
+            "int_zeros_ones_full",
+            &[],
+            1..=3,
             |p| vec![it(&p.shape())],
-            |_p, a| vec![ranked!(a[0], i, |x| {
-                let d = x.device();
-                x.clone() * Tensor::<V, _, Int>::ones(x.dims(), &d) + Tensor::<V, _, Int>::zeros(x.dims(), &d)
-                    - Tensor::<V, _, Int>::full(x.dims(), 3, &d) + x.zeros_like()
-            })]),
+            |_p, a| {
+                vec![ranked!(a[0], i, |x| {
+                    let d = x.device();
+                    x.clone() * Tensor::<V, _, Int>::ones(x.dims(), &d)
+                        + Tensor::<V, _, Int>::zeros(x.dims(), &d)
+                        - Tensor::<V, _, Int>::full(x.dims(), 3, &d)
+                        + x.zeros_like()
+                })]
+            },
+        ),
         unary!("int_into_float", ["int_into_float"], ALL, i, |x| x.float()),
-        unary!("int_cast", ["int_cast"], ALL, i, |x| x.cast(IntDType::I32).mul_scalar(3)),
+        unary!("int_cast", ["int_cast"], ALL, i, |x| x
+            .cast(IntDType::I32)
+            .mul_scalar(3)),
         // --- arithmetic ----------------------------------------------------------------------
         binary!("int_add", ["int_add"], ALL, ALL, i, |x, y| x + y),
         binary!("int_sub", ["int_sub"], ALL, ALL, i, |x, y| x - y),
         binary!("int_mul", ["int_mul"], ALL, ALL, i, |x, y| x * y),
         binary!("int_div", ["int_div"], ALL, NZ, i, |x, y| x / y),
-        binary_eq!("int_remainder", ["int_remainder"], Gen::I(-9, 9), NZ, i, |x, y| x.remainder(y)),
-        unary!("int_add_scalar", ["int_add_scalar"], ALL, i, |x| x.add_scalar(3)),
-        unary!("int_sub_scalar", ["int_sub_scalar"], ALL, i, |x| x.sub_scalar(2)),
-        unary!("int_mul_scalar", ["int_mul_scalar"], ALL, i, |x| x.mul_scalar(-2)),
-        unary!("int_div_scalar", ["int_div_scalar"], Gen::I(-9, 9), i, |x| x.div_scalar(2)),
-        unary!("int_remainder_scalar", ["int_remainder_scalar"], Gen::I(-9, 9), i, |x| x.remainder_scalar(3)),
+        binary_eq!(
+            "int_remainder",
+            ["int_remainder"],
+            Gen::I(-9, 9),
+            NZ,
+            i,
+            |x, y| x.remainder(y)
+        ),
+        unary!("int_add_scalar", ["int_add_scalar"], ALL, i, |x| x
+            .add_scalar(3)),
+        unary!("int_sub_scalar", ["int_sub_scalar"], ALL, i, |x| x
+            .sub_scalar(2)),
+        unary!("int_mul_scalar", ["int_mul_scalar"], ALL, i, |x| x
+            .mul_scalar(-2)),
+        unary!(
+            "int_div_scalar",
+            ["int_div_scalar"],
+            Gen::I(-9, 9),
+            i,
+            |x| x.div_scalar(2)
+        ),
+        unary!(
+            "int_remainder_scalar",
+            ["int_remainder_scalar"],
+            Gen::I(-9, 9),
+            i,
+            |x| x.remainder_scalar(3)
+        ),
         unary!("int_abs", ["int_abs"], ALL, i, |x| x.abs()),
         // --- comparisons ---------------------------------------------------------------------
-        binary!("int_equal", ["int_equal"], Gen::I(-1, 1), Gen::I(-1, 1), i, |x, y| x.equal(y)),
-        binary!("int_greater", ["int_greater"], Gen::I(-1, 1), Gen::I(-1, 1), i, |x, y| x.greater(y)),
-        binary!("int_greater_equal", ["int_greater_equal"], Gen::I(-1, 1), Gen::I(-1, 1), i, |x, y| x.greater_equal(y)),
-        binary!("int_lower", ["int_lower"], Gen::I(-1, 1), Gen::I(-1, 1), i, |x, y| x.lower(y)),
-        binary!("int_lower_equal", ["int_lower_equal"], Gen::I(-1, 1), Gen::I(-1, 1), i, |x, y| x.lower_equal(y)),
-        unary!("int_equal_elem", ["int_equal_elem"], Gen::I(-1, 1), i, |x| x.equal_elem(0)),
-        unary!("int_greater_elem", ["int_greater_elem"], Gen::I(-1, 1), i, |x| x.greater_elem(0)),
-        unary!("int_greater_equal_elem", ["int_greater_equal_elem"], Gen::I(-1, 1), i, |x| x.greater_equal_elem(0)),
-        unary!("int_lower_elem", ["int_lower_elem"], Gen::I(-1, 1), i, |x| x.lower_elem(1)),
-        unary!("int_lower_equal_elem", ["int_lower_equal_elem"], Gen::I(-1, 1), i, |x| x.lower_equal_elem(-1)),
+        binary!(
+            "int_equal",
+            ["int_equal"],
+            Gen::I(-1, 1),
+            Gen::I(-1, 1),
+            i,
+            |x, y| x.equal(y)
+        ),
+        binary!(
+            "int_greater",
+            ["int_greater"],
+            Gen::I(-1, 1),
+            Gen::I(-1, 1),
+            i,
+            |x, y| x.greater(y)
+        ),
+        binary!(
+            "int_greater_equal",
+            ["int_greater_equal"],
+            Gen::I(-1, 1),
+            Gen::I(-1, 1),
+            i,
+            |x, y| x.greater_equal(y)
+        ),
+        binary!(
+            "int_lower",
+            ["int_lower"],
+            Gen::I(-1, 1),
+            Gen::I(-1, 1),
+            i,
+            |x, y| x.lower(y)
+        ),
+        binary!(
+            "int_lower_equal",
+            ["int_lower_equal"],
+            Gen::I(-1, 1),
+            Gen::I(-1, 1),
+            i,
+            |x, y| x.lower_equal(y)
+        ),
+        unary!(
+            "int_equal_elem",
+            ["int_equal_elem"],
+            Gen::I(-1, 1),
+            i,
+            |x| x.equal_elem(0)
+        ),
+        unary!(
+            "int_greater_elem",
+            ["int_greater_elem"],
+            Gen::I(-1, 1),
+            i,
+            |x| x.greater_elem(0)
+        ),
+        unary!(
+            "int_greater_equal_elem",
+            ["int_greater_equal_elem"],
+            Gen::I(-1, 1),
+            i,
+            |x| x.greater_equal_elem(0)
+        ),
+        unary!(
+            "int_lower_elem",
+            ["int_lower_elem"],
+            Gen::I(-1, 1),
+            i,
+            |x| x.lower_elem(1)
+        ),
+        unary!(
+            "int_lower_equal_elem",
+            ["int_lower_equal_elem"],
+            Gen::I(-1, 1),
+            i,
+            |x| x.lower_equal_elem(-1)
+        ),
         // --- bitwise -------------------------------------------------------------------------
-        binary!("bitwise_and", ["bitwise_and"], ALL, ALL, i, |x, y| x.bitwise_and(y)),
-        binary!("bitwise_or", ["bitwise_or"], ALL, ALL, i, |x, y| x.bitwise_or(y)),
-        binary!("bitwise_xor", ["bitwise_xor"], ALL, ALL, i, |x, y| x.bitwise_xor(y)),
-        binary!("bitwise_left_shift", ["bitwise_left_shift"], ALL, SHIFT, i, |x, y| x.bitwise_left_shift(y)),
-        binary!("bitwise_right_shift", ["bitwise_right_shift"], ALL, SHIFT, i, |x, y| x.bitwise_right_shift(y)),
+        binary!("bitwise_and", ["bitwise_and"], ALL, ALL, i, |x, y| x
+            .bitwise_and(y)),
+        binary!("bitwise_or", ["bitwise_or"], ALL, ALL, i, |x, y| x
+            .bitwise_or(y)),
+        binary!("bitwise_xor", ["bitwise_xor"], ALL, ALL, i, |x, y| x
+            .bitwise_xor(y)),
+        binary!(
+            "bitwise_left_shift",
+            ["bitwise_left_shift"],
+            ALL,
+            SHIFT,
+            i,
+            |x, y| x.bitwise_left_shift(y)
+        ),
+        binary!(
+            "bitwise_right_shift",
+            ["bitwise_right_shift"],
+            ALL,
+            SHIFT,
+            i,
+            |x, y| x.bitwise_right_shift(y)
+        ),
         unary!("bitwise_not", ["bitwise_not"], ALL, i, |x| x.bitwise_not()),
-        unary!("bitwise_and_scalar", ["bitwise_and_scalar"], ALL, i, |x| x.bitwise_and_scalar(6)),
-        unary!("bitwise_or_scalar", ["bitwise_or_scalar"], ALL, i, |x| x.bitwise_or_scalar(1)),
-        unary!("bitwise_xor_scalar", ["bitwise_xor_scalar"], ALL, i, |x| x.bitwise_xor_scalar(5)),
-        unary!("bitwise_left_shift_scalar", ["bitwise_left_shift_scalar"], ALL, i, |x| x.bitwise_left_shift_scalar(2)),
-        unary!("bitwise_right_shift_scalar", ["bitwise_right_shift_scalar"], ALL, i, |x| x.bitwise_right_shift_scalar(1)),
+        unary!("bitwise_and_scalar", ["bitwise_and_scalar"], ALL, i, |x| x
+            .bitwise_and_scalar(6)),
+        unary!("bitwise_or_scalar", ["bitwise_or_scalar"], ALL, i, |x| x
+            .bitwise_or_scalar(1)),
+        unary!("bitwise_xor_scalar", ["bitwise_xor_scalar"], ALL, i, |x| x
+            .bitwise_xor_scalar(5)),
+        unary!(
+            "bitwise_left_shift_scalar",
+            ["bitwise_left_shift_scalar"],
+            ALL,
+            i,
+            |x| x.bitwise_left_shift_scalar(2)
+        ),
+        unary!(
+            "bitwise_right_shift_scalar",
+            ["bitwise_right_shift_scalar"],
+            ALL,
+            i,
+            |x| x.bitwise_right_shift_scalar(1)
+        ),
         // --- linear algebra ------------------------------------------------------------------
-        case("int_matmul", &["int_matmul"], 2..=2,
+        case(
+            "int_matmul",
+            &["int_matmul"],
+            2..=2,
             |p| vec![it(&[p.d[0], p.d[1]]), it(&[p.d[1], p.d[2]])],
-            |_p, a| vec![T::from(a[0].i::<2>().matmul(a[1].i::<2>()))]),
-        case("int_matmul_r3_broadcast", &["int_matmul"], 3..=3,
+            |_p, a| vec![T::from(a[0].i::<2>().matmul(a[1].i::<2>()))],
+        ),
+        case(
+            "int_matmul_r3_broadcast",
+            &["int_matmul"],
+            3..=3,
             |p| {
-                let (la, lb) = match p.pick(5, 3) { 0 => (p.d[3], p.d[3]), 1 => (p.d[3], 1), _ => (1, p.d[3]) };
+                let (la, lb) = match p.pick(5, 3) {
+                    0 => (p.d[3], p.d[3]),
+                    1 => (p.d[3], 1),
+                    _ => (1, p.d[3]),
+                };
                 vec![it(&[la, p.d[0], p.d[1]]), it(&[lb, p.d[1], p.d[2]])]
             },
-            |_p, a| vec![T::from(a[0].i::<3>().matmul(a[1].i::<3>()))]),
+            |_p, a| vec![T::from(a[0].i::<3>().matmul(a[1].i::<3>()))],
+        ),
         // --- reductions and scans ------------------------------------------------------------
         unary!("int_sum", ["int_sum"], ALL, i, |x| x.sum()),
-        case("int_prod", &["int_prod"], 0..=2, |p| vec![op(&p.shape(), Gen::I(-2, 2))],
-            |_p, a| vec![ranked!(a[0], i, |x| x.prod())]),
-        case("int_sum_dim", &["int_sum_dim"], 1..=3, |p| vec![it(&p.shape())],
-            |p, a| { let d = p.dim(1); vec![ranked!(a[0], i, |x| x.sum_dim(d))] }),
-        case("int_prod_dim", &["int_prod_dim"], 1..=3, |p| vec![op(&p.shape(), Gen::I(-2, 2))],
-            |p, a| { let d = p.dim(1); vec![ranked!(a[0], i, |x| x.prod_dim(d))] }),
-        case("int_mean_dim", &["int_mean_dim"], 1..=3, |p| vec![op(&p.shape(), Gen::I(-9, 9))],
-            |p, a| { let d = p.dim(1); vec![ranked!(a[0], i, |x| x.mean_dim(d))] }),
-        case("int_cumsum", &["int_cumsum"], 1..=3, |p| vec![it(&p.shape())],
-            |p, a| { let d = p.dim(1); vec![ranked!(a[0], i, |x| x.cumsum(d))] }),
-        case("int_cumprod", &["int_cumprod"], 1..=3, |p| vec![op(&p.shape(), Gen::I(-2, 2))],
-            |p, a| { let d = p.dim(1); vec![ranked!(a[0], i, |x| x.cumprod(d))] }),
-        case("int_cummin", &["int_cummin"], 1..=3, |p| vec![it(&p.shape())],
-            |p, a| { let d = p.dim(1); vec![ranked!(a[0], i, |x| x.cummin(d))] }),
-        case("int_cummax", &["int_cummax"], 1..=3, |p| vec![it(&p.shape())],
-            |p, a| { let d = p.dim(1); vec![ranked!(a[0], i, |x| x.cummax(d))] }),
-        case("int_argmax", &["int_argmax"], 1..=3, |p| vec![op(&p.shape(), Gen::IDistinct)],
-            |p, a| { let d = p.dim(1); vec![ranked!(a[0], i, |x| x.argmax(d))] }),
-        case("int_argmin", &["int_argmin"], 1..=3, |p| vec![op(&p.shape(), Gen::IDistinct)],
-            |p, a| { let d = p.dim(1); vec![ranked!(a[0], i, |x| x.argmin(d))] }),
+        case(
+            "int_prod",
+            &["int_prod"],
+            0..=2,
+            |p| vec![op(&p.shape(), Gen::I(-2, 2))],
+            |_p, a| vec![ranked!(a[0], i, |x| x.prod())],
+        ),
+        case(
+            "int_sum_dim",
+            &["int_sum_dim"],
+            1..=3,
+            |p| vec![it(&p.shape())],
+            |p, a| {
+                let d = p.dim(1);
+                vec![ranked!(a[0], i, |x| x.sum_dim(d))]
+            },
+        ),
+        case(
+            "int_prod_dim",
+            &["int_prod_dim"],
+            1..=3,
+            |p| vec![op(&p.shape(), Gen::I(-2, 2))],
+            |p, a| {
+                let d = p.dim(1);
+                vec![ranked!(a[0], i, |x| x.prod_dim(d))]
+            },
+        ),
+        case(
+            "int_mean_dim",
+            &["int_mean_dim"],
+            1..=3,
+            |p| vec![op(&p.shape(), Gen::I(-9, 9))],
+            |p, a| {
+                let d = p.dim(1);
+                vec![ranked!(a[0], i, |x| x.mean_dim(d))]
+            },
+        ),
+        case(
+            "int_cumsum",
+            &["int_cumsum"],
+            1..=3,
+            |p| vec![it(&p.shape())],
+            |p, a| {
+                let d = p.dim(1);
+                vec![ranked!(a[0], i, |x| x.cumsum(d))]
+            },
+        ),
+        case(
+            "int_cumprod",
+            &["int_cumprod"],
+            1..=3,
+            |p| vec![op(&p.shape(), Gen::I(-2, 2))],
+            |p, a| {
+                let d = p.dim(1);
+                vec![ranked!(a[0], i, |x| x.cumprod(d))]
+            },
+        ),
+        case(
+            "int_cummin",
+            &["int_cummin"],
+            1..=3,
+            |p| vec![it(&p.shape())],
+            |p, a| {
+                let d = p.dim(1);
+                vec![ranked!(a[0], i, |x| x.cummin(d))]
+            },
+        ),
+        case(
+            "int_cummax",
+            &["int_cummax"],
+            1..=3,
+            |p| vec![it(&p.shape())],
+            |p, a| {
+                let d = p.dim(1);
+                vec![ranked!(a[0], i, |x| x.cummax(d))]
+            },
+        ),
+        case(
+            "int_argmax",
+            &["int_argmax"],
+            1..=3,
+            |p| vec![op(&p.shape(), Gen::IDistinct)],
+            |p, a| {
+                let d = p.dim(1);
+                vec![ranked!(a[0], i, |x| x.argmax(d))]
+            },
+        ),
+        case(
+            "int_argmin",
+            &["int_argmin"],
+            1..=3,
+            |p| vec![op(&p.shape(), Gen::IDistinct)],
+            |p, a| {
+                let d = p.dim(1);
+                vec![ranked!(a[0], i, |x| x.argmin(d))]
+            },
+        ),
         // `Tensor::argtopk` asserts `k < size`: the dim gets size >= 2.
-        case("int_argtopk", &["int_argtopk"], 1..=3,
-            |p| { let d = p.dim(1); vec![op(&with(&p.shape(), d, p.d[d].max(2)), Gen::IDistinct)] },
-            |p, a| { let d = p.dim(1); let k = 1 + p.pick(2, p.d[d].max(2) - 1); vec![ranked!(a[0], i, |x| x.argtopk(k, d))] }),
+        case(
+            "int_argtopk",
+            &["int_argtopk"],
+            1..=3,
+            |p| {
+                let d = p.dim(1);
+                vec![op(&with(&p.shape(), d, p.d[d].max(2)), Gen::IDistinct)]
+            },
+            |p, a| {
+                let d = p.dim(1);
+                let k = 1 + p.pick(2, p.d[d].max(2) - 1);
+                vec![ranked!(a[0], i, |x| x.argtopk(k, d))]
+            },
+        ),
     ]);
     // Ties: burn-ndarray returns the first index, batched or not. GPU reductions need not break
     // ties the same way for a batched and an unbatched reduction, so this runs on ndarray only.
-    if cfg!(all(feature = "ndarray", not(feature = "wgpu"), not(feature = "cuda"))) {
-        v.push(case("int_argmax_ties", &["int_argmax", "int_argmin"], 1..=3, |p| vec![op(&p.shape(), Gen::I(0, 1))],
-            |p, a| { let d = p.dim(1); vec![ranked!(a[0], i, |x| x.clone().argmax(d)), ranked!(a[0], i, |x| x.argmin(d))] }));
+    if cfg!(all(
+        feature = "ndarray",
+        not(feature = "wgpu"),
+        not(feature = "cuda")
+    )) {
+        v.push(case(
+            "int_argmax_ties",
+            &["int_argmax", "int_argmin"],
+            1..=3,
+            |p| vec![op(&p.shape(), Gen::I(0, 1))],
+            |p, a| {
+                let d = p.dim(1);
+                vec![
+                    ranked!(a[0], i, |x| x.clone().argmax(d)),
+                    ranked!(a[0], i, |x| x.argmin(d)),
+                ]
+            },
+        ));
     }
     v
 }

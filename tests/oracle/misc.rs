@@ -6,33 +6,104 @@ use burn_vmap::{vmap, Vmap, VmapError};
 use crate::harness::{check_levels, fl, it, quietly, Host, LevelCfg, Operand, Rng, T, TOL, V};
 
 /// Batch size 0: the output has a 0-sized batch axis and the per-example shape.
-fn check_empty_batch(name: &str, operands: &[Operand], in_axes: Vec<Option<isize>>, f: &dyn Fn(Vec<T>) -> Vec<T>) -> Result<(), String> {
+fn check_empty_batch(
+    name: &str,
+    operands: &[Operand],
+    in_axes: Vec<Option<isize>>,
+    f: &dyn Fn(Vec<T>) -> Vec<T>,
+) -> Result<(), String> {
     let mut rng = Rng::new(7);
-    let example: Vec<Host> = operands.iter().map(|o| Host::gen(&o.shape, &o.gen, &mut rng)).collect();
-    let out_example: Vec<Host> = f(example.iter().map(Host::to_t).collect()).into_iter().map(Host::from_t).collect();
-    let levels = [LevelCfg { size: 0, in_axes, out_axes: vec![0; out_example.len()] }];
+    let example: Vec<Host> = operands
+        .iter()
+        .map(|o| Host::gen(&o.shape, &o.gen, &mut rng))
+        .collect();
+    let out_example: Vec<Host> = f(example.iter().map(Host::to_t).collect())
+        .into_iter()
+        .map(Host::from_t)
+        .collect();
+    let levels = [LevelCfg {
+        size: 0,
+        in_axes,
+        out_axes: vec![0; out_example.len()],
+    }];
     check_levels(name, f, operands, &levels, &out_example, &mut rng, TOL)
 }
 
 #[test]
 fn batch_size_zero() {
     let mut failures = Vec::new();
-    let cases: Vec<(&str, Vec<Operand>, Vec<Option<isize>>, Box<dyn Fn(Vec<T>) -> Vec<T>>)> = vec![
-        ("exp", vec![fl(&[3])], vec![Some(0)], Box::new(|a: Vec<T>| vec![T::from(a[0].f::<1>().exp())])),
-        ("exp_axis1", vec![fl(&[2, 3])], vec![Some(1)], Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().exp())])),
-        ("add_batched_unbatched", vec![fl(&[3]), fl(&[3])], vec![Some(0), None],
-            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<1>() + a[1].f::<1>())])),
-        ("add_both_batched", vec![fl(&[3]), fl(&[3])], vec![Some(0), Some(-1)],
-            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<1>() + a[1].f::<1>())])),
-        ("int_mul", vec![it(&[2, 2]), it(&[2, 2])], vec![Some(0), None],
-            Box::new(|a: Vec<T>| vec![T::from(a[0].i::<2>() * a[1].i::<2>())])),
-        ("sum_dim", vec![fl(&[2, 3])], vec![Some(0)], Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().sum_dim(1))])),
-        ("sum", vec![fl(&[2, 3])], vec![Some(0)], Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().sum())])),
-        ("matmul_batched_lhs", vec![fl(&[2, 3]), fl(&[3, 4])], vec![Some(0), None],
-            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().matmul(a[1].f::<2>()))])),
-        ("gather_batched_indices", vec![fl(&[2, 3]), Operand { shape: vec![2, 2], gen: crate::harness::Gen::I(0, 2) }], vec![None, Some(0)],
-            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().gather(1, a[1].i::<2>()))])),
-        ("comparison", vec![fl(&[3])], vec![Some(0)], Box::new(|a: Vec<T>| vec![T::from(a[0].f::<1>().greater_elem(0.0))])),
+    let cases: Vec<(
+        &str,
+        Vec<Operand>,
+        Vec<Option<isize>>,
+        Box<dyn Fn(Vec<T>) -> Vec<T>>,
+    )> = vec![
+        (
+            "exp",
+            vec![fl(&[3])],
+            vec![Some(0)],
+            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<1>().exp())]),
+        ),
+        (
+            "exp_axis1",
+            vec![fl(&[2, 3])],
+            vec![Some(1)],
+            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().exp())]),
+        ),
+        (
+            "add_batched_unbatched",
+            vec![fl(&[3]), fl(&[3])],
+            vec![Some(0), None],
+            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<1>() + a[1].f::<1>())]),
+        ),
+        (
+            "add_both_batched",
+            vec![fl(&[3]), fl(&[3])],
+            vec![Some(0), Some(-1)],
+            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<1>() + a[1].f::<1>())]),
+        ),
+        (
+            "int_mul",
+            vec![it(&[2, 2]), it(&[2, 2])],
+            vec![Some(0), None],
+            Box::new(|a: Vec<T>| vec![T::from(a[0].i::<2>() * a[1].i::<2>())]),
+        ),
+        (
+            "sum_dim",
+            vec![fl(&[2, 3])],
+            vec![Some(0)],
+            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().sum_dim(1))]),
+        ),
+        (
+            "sum",
+            vec![fl(&[2, 3])],
+            vec![Some(0)],
+            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().sum())]),
+        ),
+        (
+            "matmul_batched_lhs",
+            vec![fl(&[2, 3]), fl(&[3, 4])],
+            vec![Some(0), None],
+            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().matmul(a[1].f::<2>()))]),
+        ),
+        (
+            "gather_batched_indices",
+            vec![
+                fl(&[2, 3]),
+                Operand {
+                    shape: vec![2, 2],
+                    gen: crate::harness::Gen::I(0, 2),
+                },
+            ],
+            vec![None, Some(0)],
+            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().gather(1, a[1].i::<2>()))]),
+        ),
+        (
+            "comparison",
+            vec![fl(&[3])],
+            vec![Some(0)],
+            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<1>().greater_elem(0.0))]),
+        ),
     ];
     for (name, operands, in_axes, f) in cases {
         match quietly(|| check_empty_batch(name, &operands, in_axes.clone(), &*f)) {
@@ -41,7 +112,11 @@ fn batch_size_zero() {
             Err(msg) => failures.push(format!("{name}: panicked: {msg}")),
         }
     }
-    assert!(failures.is_empty(), "batch size 0 failures:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "batch size 0 failures:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -84,7 +159,8 @@ fn reading_an_unbatched_tensor_inside_vmap_works() {
     })
     .call(xs)
     .unwrap();
-    out.into_data().assert_eq(&TensorData::from([[21.0f32, 42.0], [23.0, 44.0]]), false);
+    out.into_data()
+        .assert_eq(&TensorData::from([[21.0f32, 42.0], [23.0, 44.0]]), false);
 }
 
 /// The nestings of the brief, spelled out: outer maps `a`, inner maps `b` (different levels);
@@ -93,7 +169,15 @@ fn reading_an_unbatched_tensor_inside_vmap_works() {
 fn explicit_nested_levels() {
     let device = Default::default();
     let a = Tensor::<V, 2>::from_floats([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], &device); // [2, 3]
-    let b = Tensor::<V, 2>::from_floats([[1.0, 0.0, -1.0], [0.5, 0.5, 0.5], [2.0, 2.0, 2.0], [0.0, 1.0, 0.0]], &device); // [4, 3]
+    let b = Tensor::<V, 2>::from_floats(
+        [
+            [1.0, 0.0, -1.0],
+            [0.5, 0.5, 0.5],
+            [2.0, 2.0, 2.0],
+            [0.0, 1.0, 0.0],
+        ],
+        &device,
+    ); // [4, 3]
 
     // out[i, j, 0] = sum(a[i] * b[j])
     let out: Tensor<V, 3> = vmap(|(a, b): (Tensor<V, 1>, Tensor<V, 2>)| -> Tensor<V, 2> {
@@ -106,16 +190,23 @@ fn explicit_nested_levels() {
     .call((a.clone(), b.clone()))
     .unwrap();
     let expected = a.clone().matmul(b.clone().transpose()).reshape([2, 4, 1]);
-    out.into_data().assert_approx_eq::<f32>(&expected.into_data(), burn::tensor::Tolerance::default());
+    out.into_data()
+        .assert_approx_eq::<f32>(&expected.into_data(), burn::tensor::Tolerance::default());
 
     // Both levels on the same operand, the inner on axis -1: out[i, j] = exp(a[i, j]), transposed by out_axes.
     let out: Tensor<V, 2> = vmap(|row: Tensor<V, 1>| -> Tensor<V, 1> {
-        vmap(|x: Tensor<V, 0>| x.exp()).in_axes(-1isize).call(row).unwrap()
+        vmap(|x: Tensor<V, 0>| x.exp())
+            .in_axes(-1isize)
+            .call(row)
+            .unwrap()
     })
     .out_axes(1isize)
     .call(a.clone())
     .unwrap();
-    out.into_data().assert_approx_eq::<f32>(&a.exp().transpose().into_data(), burn::tensor::Tolerance::default());
+    out.into_data().assert_approx_eq::<f32>(
+        &a.exp().transpose().into_data(),
+        burn::tensor::Tolerance::default(),
+    );
 }
 
 #[test]
@@ -124,11 +215,22 @@ fn vmap_errors_name_the_argument() {
     let a = Tensor::<V, 2>::zeros([2, 3], &device);
     let b = Tensor::<V, 2>::zeros([3, 3], &device);
     let f = |(a, b): (Tensor<V, 1>, Tensor<V, 1>)| a + b;
-    let err = vmap(f).call::<_, _, _, _, _, Tensor<V, 2>>((a.clone(), b)).unwrap_err();
-    assert!(matches!(err, VmapError::InconsistentBatchSizes { .. }), "{err}");
-    let err = vmap(|a: Tensor<V, 1>| a).in_axes(2isize).call::<_, _, _, _, _, Tensor<V, 2>>(a.clone()).unwrap_err();
+    let err = vmap(f)
+        .call::<_, _, _, _, _, Tensor<V, 2>>((a.clone(), b))
+        .unwrap_err();
+    assert!(
+        matches!(err, VmapError::InconsistentBatchSizes { .. }),
+        "{err}"
+    );
+    let err = vmap(|a: Tensor<V, 1>| a)
+        .in_axes(2isize)
+        .call::<_, _, _, _, _, Tensor<V, 2>>(a.clone())
+        .unwrap_err();
     assert!(matches!(err, VmapError::AxisOutOfRange { .. }), "{err}");
-    let err = vmap(|a: Tensor<V, 2>| a).in_axes(Option::<isize>::None).call::<_, _, _, _, _, Tensor<V, 2>>(a).unwrap_err();
+    let err = vmap(|a: Tensor<V, 2>| a)
+        .in_axes(Option::<isize>::None)
+        .call::<_, _, _, _, _, Tensor<V, 2>>(a)
+        .unwrap_err();
     assert!(matches!(err, VmapError::NothingMapped), "{err}");
     let _ = Vmap::<burn_vmap::TestBackend>::default();
 }
@@ -141,26 +243,51 @@ fn pass_through_sample<B: burn::tensor::backend::Backend>(device: &B::Device) ->
     let y = Tensor::<B, 2>::from_floats([[1.0, 2.0, -3.0], [0.5, -0.5, 4.0]], device);
     let i = Tensor::<B, 2, Int>::from_ints([[2, 0, 1], [1, 1, 0]], device);
     let s = Tensor::<B, 1, Int>::from_ints([1, 0, 1], device);
-    let m = Tensor::<B, 2, Bool>::from_bool(TensorData::from([[true, false, true], [false, false, true]]), device);
+    let m = Tensor::<B, 2, Bool>::from_bool(
+        TensorData::from([[true, false, true], [false, false, true]]),
+        device,
+    );
     let xi = Tensor::<B, 2, Int>::from_ints([[5, -3, 7], [2, 0, -8]], device);
     vec![
         (x.clone() + y.clone() * 2.0 - y.clone() / 3.0).into_data(),
-        x.clone().remainder(y.clone()).powf(y.clone().abs()).into_data(),
+        x.clone()
+            .remainder(y.clone())
+            .powf(y.clone().abs())
+            .into_data(),
         x.clone().matmul(y.clone().transpose()).into_data(),
         x.clone().gather(1, i.clone()).into_data(),
         x.clone().select(1, s.clone()).into_data(),
-        x.clone().scatter(1, i.clone(), y.clone(), IndexingUpdateOp::Add).into_data(),
-        x.clone().select_assign(1, s.clone(), y.clone(), IndexingUpdateOp::Add).into_data(),
-        x.clone().slice_assign([0..1, 1..3], y.clone().slice([1..2, 0..2])).into_data(),
-        x.clone().mask_where(m.clone(), y.clone()).mask_fill(m.clone().bool_not(), 9.0).into_data(),
+        x.clone()
+            .scatter(1, i.clone(), y.clone(), IndexingUpdateOp::Add)
+            .into_data(),
+        x.clone()
+            .select_assign(1, s.clone(), y.clone(), IndexingUpdateOp::Add)
+            .into_data(),
+        x.clone()
+            .slice_assign([0..1, 1..3], y.clone().slice([1..2, 0..2]))
+            .into_data(),
+        x.clone()
+            .mask_where(m.clone(), y.clone())
+            .mask_fill(m.clone().bool_not(), 9.0)
+            .into_data(),
         x.clone().cumsum(1).cummax(0).exp().log().sqrt().into_data(),
         x.clone().argmax(1).into_data(),
         x.clone().greater(y.clone()).bool_and(m.clone()).into_data(),
-        x.clone().swap_dims(0, 1).flip([0]).reshape([3, 2]).sum_dim(1).into_data(),
+        x.clone()
+            .swap_dims(0, 1)
+            .flip([0])
+            .reshape([3, 2])
+            .sum_dim(1)
+            .into_data(),
         x.clone().unfold::<3, usize>(1, 2, 1).into_data(),
         x.clone().expand([4, 2, 3]).into_data(),
-        xi.clone().bitwise_xor(i.clone()).bitwise_left_shift_scalar(1i32.elem()).into_data(),
-        (xi.clone() / 3 + xi.clone().remainder_scalar(3)).prod_dim(1).into_data(),
+        xi.clone()
+            .bitwise_xor(i.clone())
+            .bitwise_left_shift_scalar(1i32.elem())
+            .into_data(),
+        (xi.clone() / 3 + xi.clone().remainder_scalar(3))
+            .prod_dim(1)
+            .into_data(),
         xi.clone().matmul(i.clone().transpose()).into_data(),
         m.clone().int().float().into_data(),
         x.clone().int().into_data(),
@@ -176,6 +303,10 @@ fn pass_through_matches_inner_backend() {
     for (k, (a, b)) in via_vmap.iter().zip(&direct).enumerate() {
         assert_eq!(a.shape, b.shape, "sample {k}: shape");
         assert_eq!(a.dtype, b.dtype, "sample {k}: dtype");
-        assert_eq!(a.as_bytes(), b.as_bytes(), "sample {k}: values differ between Vmap<B> (unbatched) and B");
+        assert_eq!(
+            a.as_bytes(),
+            b.as_bytes(),
+            "sample {k}: values differ between Vmap<B> (unbatched) and B"
+        );
     }
 }
