@@ -67,6 +67,64 @@ pub enum VmapError {
         /// Actual number.
         got: usize,
     },
+    /// The microbatch size does not divide the batch size.
+    #[error("micro: batch_size={batch_size} must be divisible by microbatch_size={microbatch_size}; pick a microbatch size that divides the batch")]
+    NonDividingMicrobatchSize {
+        /// The batch size `B`.
+        batch_size: usize,
+        /// The microbatch size given.
+        microbatch_size: usize,
+    },
+    /// `micro_vmap` supports only `out_axes = 0`.
+    #[error("micro_vmap: out_axes={out_axes} is not supported; only 0 (the batch axis first) is")]
+    UnsupportedOutAxes {
+        /// The `out_axes` given.
+        out_axes: String,
+    },
+    /// `num_real_microbatches` exceeds the number of microbatches.
+    #[error("micro: num_real_microbatches={num_real_microbatches} is larger than the {num_microbatches} microbatches of the batch")]
+    NumRealMicrobatchesOutOfRange {
+        /// The value given.
+        num_real_microbatches: usize,
+        /// `B / microbatch_size`.
+        num_microbatches: usize,
+    },
+    /// A (custom) accumulator returned the wrong number of rows.
+    #[error("micro: {path}: accumulator `{accumulator}` returned {got} rows where {expected} were expected (1 for a reduction, the batch size when it keeps the batch axis)")]
+    AccumulatorRows {
+        /// Path of the output leaf.
+        path: String,
+        /// The accumulator's name.
+        accumulator: String,
+        /// Rows expected.
+        expected: usize,
+        /// Rows returned.
+        got: usize,
+    },
+    /// An argument index past the last argument.
+    #[error("micro_grad: {what} names argument {index}, but the function takes {num_arguments} arguments")]
+    ArgumentIndex {
+        /// `argnums` or `batch_argnums`.
+        what: String,
+        /// The index given.
+        index: usize,
+        /// The number of arguments.
+        num_arguments: usize,
+    },
+    /// A differentiated argument holds an int or bool tensor.
+    #[error("micro_grad: {path} is a {kind} tensor and cannot be differentiated; remove its argument from argnums")]
+    NotDifferentiable {
+        /// Path of the leaf.
+        path: String,
+        /// Its kind.
+        kind: &'static str,
+    },
+    /// The loss of one example has more than one element.
+    #[error("micro_grad: the loss of one example must have exactly one element, got shape {shape:?}; reduce it (e.g. .sum() or .mean())")]
+    LossNotScalar {
+        /// The per-example loss shape.
+        shape: Vec<usize>,
+    },
 }
 
 fn fmt_sizes(args: &[(String, usize)]) -> String {

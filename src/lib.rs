@@ -38,8 +38,15 @@ pub use batching::BatchOps;
 pub use error::VmapError;
 pub use tensor::{BatchDim, BatchDims, Level, VmapTensor};
 pub use transform::grad::{per_example_grads, ParamGrads};
+pub use transform::micro::{
+    micro_grad, micro_vmap, DynTree, GradFn, LossOutput, MicroAux, MicroGrad, MicroVmap, PlainVmap,
+    VmapFn,
+};
 pub use transform::vmap::{vmap, Axes, Vmapped};
-pub use tree::{Leaf, Spec, Static, Tree, TreeDef};
+pub use tree::{
+    Acc, AccContext, AccKind, Accumulator, Concat, Custom, Leaf, Mean, RunningMean, Spec, Static,
+    Sum, Tree, TreeDef,
+};
 
 /// The inner backend selected by the crate's cargo feature, for tests, examples and benches:
 /// `ndarray` (default), `wgpu` or `cuda`.

@@ -2,4 +2,5 @@
 
 pub mod grad;
 pub(crate) mod leaf;
+pub mod micro;
 pub mod vmap;

@@ -6,6 +6,7 @@
 //! less (what a function under `vmap` sees). The leaf order is defined: fields in declaration
 //! order, tuple and sequence elements by position, map entries by key order.
 
+pub mod accumulate;
 mod impls;
 mod spec;
 
@@ -18,6 +19,9 @@ use burn_backend::{Shape, TensorMetadata, TensorPrimitive};
 
 use crate::VmapError;
 
+pub use accumulate::{
+    Acc, AccContext, AccKind, Accumulator, Concat, Custom, Mean, RunningMean, Sum,
+};
 pub use spec::Spec;
 
 /// One leaf of a flattened tree: a tensor primitive of any rank.
