@@ -34,7 +34,10 @@ use burn::backend::Autodiff;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{BasicOps, Bool, Float, Int, Shape, Tensor, TensorData};
 use burn_vmap::tree::{Key, Leaves, NodeKind, TreeDef};
-use burn_vmap::{vmap, Axes, BatchOps, Leaf, Spec, TestBackend, Tree, Vmap, VmapError};
+use burn_vmap::{
+    micro_grad, micro_vmap, vmap, Acc, AccContext, AccKind, Accumulator, Axes, BatchOps, Concat,
+    Leaf, LossOutput, Mean, RunningMean, Spec, Sum, TestBackend, Tree, Vmap, VmapError,
+};
 use serde_json::Value;
 
 /// The batching backend.
@@ -535,6 +538,27 @@ impl<B: Backend> Pt<B> {
     }
 
     /// Applies `f` to every leaf, keeping the structure.
+    /// Leafwise `f(self_leaf, other_leaf)` over two trees of the same structure.
+    fn zip_with(self, other: &Pt<B>, f: impl Fn(Pt<B>, Pt<B>) -> Pt<B> + Copy) -> Pt<B> {
+        match (self, other) {
+            (Pt::Dict(a), Pt::Dict(b)) => Pt::Dict(
+                a.into_iter()
+                    .map(|(k, v)| {
+                        let o = &b[&k];
+                        (k, v.zip_with(o, f))
+                    })
+                    .collect(),
+            ),
+            (Pt::Tuple(a), Pt::Tuple(b)) => Pt::Tuple(
+                a.into_iter()
+                    .zip(b)
+                    .map(|(x, y)| x.zip_with(y, f))
+                    .collect(),
+            ),
+            (a, b) => f(a, b.clone()),
+        }
+    }
+
     fn map_leaves<C: Backend>(self, f: &mut impl FnMut(Pt<B>) -> Pt<C>) -> Pt<C> {
         match self {
             Pt::Leaf(_) => f(self),
@@ -823,6 +847,38 @@ fn check_error(case: &Case, kind: &str, details: &Value, e: &VmapError) -> Resul
             }
             Ok(())
         }
+        "non_dividing_microbatch_size" => {
+            let VmapError::NonDividingMicrobatchSize {
+                batch_size,
+                microbatch_size,
+            } = e
+            else {
+                return Err(format!("expected NonDividingMicrobatchSize, got {e:?}"));
+            };
+            let want = (
+                details["batch_size"].as_u64().unwrap_or(u64::MAX) as usize,
+                details["microbatch_size"].as_u64().unwrap_or(u64::MAX) as usize,
+            );
+            if (*batch_size, *microbatch_size) != want {
+                return Err(format!(
+                    "expected batch_size/microbatch_size {want:?}, got ({batch_size}, {microbatch_size})"
+                ));
+            }
+            if !(mentions(want.0) && mentions(want.1)) {
+                return Err(format!("the message does not name both sizes: {msg}"));
+            }
+            Ok(())
+        }
+        "unsupported_out_axes" => {
+            let VmapError::UnsupportedOutAxes { .. } = e else {
+                return Err(format!("expected UnsupportedOutAxes, got {e:?}"));
+            };
+            let want = details["out_axes"].as_u64().unwrap_or(u64::MAX) as usize;
+            if !mentions(want) {
+                return Err(format!("the message does not name out_axes {want}: {msg}"));
+            }
+            Ok(())
+        }
         other => Err(format!(
             "runner: error kind {other} is not supported yet (got: {msg})"
         )),
@@ -845,7 +901,8 @@ fn run_api(case: &Case) -> Option<Result<Run, String>> {
     Some(match case.api.as_str() {
         "jax.vmap" => api_vmap(case),
         "jax.value_and_grad" => api_value_and_grad(case),
-        // "optax.microbatching.micro_vmap", "optax.microbatching.micro_grad",
+        "optax.microbatching.micro_vmap" => api_micro_vmap(case),
+        "optax.microbatching.micro_grad" => api_micro_grad(case),
         // "powerpax.chunked_vmap", "powerpax.sliced_scan", "powerpax.checkpoint_chunked_scan",
         // "jax_autovmap.auto_vmap": not yet.
         _ => return None,
@@ -1015,6 +1072,268 @@ fn api_value_and_grad(case: &Case) -> Result<Run, String> {
     Ok(Run::Outputs(outputs))
 }
 
+// ---- optax.microbatching ------------------------------------------------------------------------
+
+/// The custom `max` accumulator of the vectors (FORMAT 3.4): a running maximum from `-inf`.
+#[derive(Clone)]
+struct MaxAcc;
+
+impl Accumulator for MaxAcc {
+    fn name(&self) -> String {
+        "max".into()
+    }
+    fn aggregate<B: Backend, K: AccKind<B>>(&self, rows: Tensor<B, 2, K>) -> Tensor<B, 2, K> {
+        rows.max_dim(0)
+    }
+    fn init<B: Backend, K: AccKind<B>>(
+        &self,
+        value: &Tensor<B, 2, K>,
+        _: &AccContext,
+    ) -> Tensor<B, 2, K> {
+        Tensor::full(value.shape(), f32::NEG_INFINITY, &value.device())
+    }
+    fn update<B: Backend, K: AccKind<B>>(
+        &self,
+        carry: Tensor<B, 2, K>,
+        value: Tensor<B, 2, K>,
+        _: usize,
+        _: &AccContext,
+    ) -> Tensor<B, 2, K> {
+        carry.max_pair(value)
+    }
+}
+
+/// An accumulator id or a tree prefix of ids (FORMAT 3.4).
+fn parse_accumulator<B: Backend>(v: &Value) -> Result<Spec<Acc<B>>, String> {
+    match v {
+        Value::String(s) => Ok(Spec::Leaf(match s.as_str() {
+            "SUM" => Acc::new(Sum),
+            "MEAN" => Acc::new(Mean),
+            "RUNNING_MEAN" => Acc::new(RunningMean),
+            "CONCAT" => Acc::new(Concat),
+            "max" => Acc::new(MaxAcc),
+            other => return Err(format!("runner: unknown accumulator {other}")),
+        })),
+        Value::Array(items) => Ok(Spec::Seq(
+            items
+                .iter()
+                .map(parse_accumulator)
+                .collect::<Result<_, _>>()?,
+        )),
+        Value::Object(m) => Ok(Spec::Fields(
+            m.iter()
+                .map(|(k, v)| Ok((k.clone(), parse_accumulator(v)?)))
+                .collect::<Result<_, String>>()?,
+        )),
+        other => Err(format!("runner: bad accumulator {other}")),
+    }
+}
+
+fn parse_usize_opt(v: Option<&Value>) -> Option<usize> {
+    v.and_then(Value::as_u64).map(|x| x as usize)
+}
+
+/// `optax.microbatching.micro_vmap` (FORMAT 3.2). Keyword arguments follow the positional ones,
+/// batched on axis 0.
+fn api_micro_vmap(case: &Case) -> Result<Run, String> {
+    let f = program::<V>(&case.program)
+        .ok_or_else(|| format!("runner: unknown program {:?}", case.program))?;
+    let n_pos = case.args.len();
+    let in_axes = match case.param("in_axes").unwrap_or(&Value::from(0)) {
+        Value::Array(_) => parse_axes(case.param("in_axes").unwrap())?,
+        v => Spec::Seq(vec![parse_axes(v)?; n_pos]),
+    };
+    let mut args = build_args::<V>(case)?;
+    let mut in_axes = match in_axes {
+        Spec::Seq(s) => s,
+        other => vec![other],
+    };
+    let device = Default::default();
+    for (_, input) in case.kwargs.iter() {
+        args.push(Pt::Leaf(input_leaf(case.input(input)?, &device)));
+        in_axes.push(Spec::Leaf(Some(0)));
+    }
+    let acc = parse_accumulator::<V>(case.param("accumulator").unwrap_or(&Value::from("CONCAT")))?;
+    let built = micro_vmap(move |a: Pt<V>| f(a.into_args()))
+        .in_axes(Spec::Seq(in_axes))
+        .microbatch_size(parse_usize_opt(case.param("microbatch_size")))
+        .num_real_microbatches(parse_usize_opt(case.param("num_real_microbatches")))
+        .accumulator(acc);
+    let out_axes = parse_axes(case.param("out_axes").unwrap_or(&Value::from(0)))?;
+    let built = match built.out_axes(out_axes) {
+        Ok(b) => b,
+        Err(e) => return Ok(Run::Error(e)),
+    };
+    Ok(match built.call::<V, V, _, _, _, Pt<V>>(Pt::Tuple(args)) {
+        Ok(out) => {
+            let mut outputs = Outputs::new();
+            collect_outputs("out", out, &mut outputs);
+            Run::Outputs(outputs)
+        }
+        Err(e) => Run::Error(e),
+    })
+}
+
+/// A loss `Pt` as Burn's scalar `[1]`.
+fn loss1<B: Backend>(p: Pt<B>) -> Tensor<B, 1> {
+    match p.rank() {
+        0 => p.f::<0>().reshape([1]),
+        1 => p.f::<1>(),
+        r => panic!("runner: a loss of rank {r}"),
+    }
+}
+
+/// `sqrt(sum of squares over every leaf)` of a gradient tree, as `[1]`.
+fn global_norm<B: Backend>(g: &Pt<B>) -> Tensor<B, 1> {
+    let (leaves, def) = g.clone().flatten();
+    let total = leaves
+        .into_iter()
+        .map(|l| {
+            let p = Pt::Leaf(l);
+            with_rank!(p.rank(), D => { let t = p.f::<D>(); (t.clone() * t).sum() })
+        })
+        .reduce(|a, b| a + b);
+    let _ = def;
+    total.expect("runner: a gradient with no leaf").sqrt()
+}
+
+/// Scales every leaf of `g` by the `[1]` factor `s`.
+fn scale_tree<B: Backend>(g: Pt<B>, s: Tensor<B, 1>) -> Pt<B> {
+    g.map_leaves(&mut |l: Pt<B>| {
+        with_rank!(l.rank(), D => {
+            let t = l.f::<D>();
+            pt(t * s.clone().reshape([1usize; D]))
+        })
+    })
+}
+
+/// `optax.microbatching.micro_grad` (FORMAT 3.3, 3.5).
+fn api_micro_grad(case: &Case) -> Result<Run, String> {
+    let f = program::<AD>(&case.program)
+        .ok_or_else(|| format!("runner: unknown program {:?}", case.program))?;
+    if case
+        .param("has_aux")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+    {
+        micro_grad_run(case, move |a: Pt<AD>| {
+            let Pt::Tuple(mut out) = f(a.into_args()) else {
+                panic!("runner: a has_aux program returns (loss, aux)")
+            };
+            let aux = out.pop().expect("aux");
+            (loss1(out.pop().expect("loss")), aux)
+        })
+    } else {
+        micro_grad_run(case, move |a: Pt<AD>| loss1(f(a.into_args())))
+    }
+}
+
+fn micro_grad_run<Out: LossOutput<AD>>(
+    case: &Case,
+    f: impl Fn(Pt<AD>) -> Out,
+) -> Result<Run, String> {
+    let (argnums, single) = parse_argnums(case.param("argnums"))?;
+    let (batch_argnums, _) =
+        parse_argnums(Some(case.param("batch_argnums").unwrap_or(&Value::from(1))))?;
+    let transform = case
+        .param("transform_fn")
+        .and_then(Value::as_str)
+        .unwrap_or("identity")
+        .to_string();
+    let clip = case
+        .param("clip_norm")
+        .and_then(Value::as_f64)
+        .unwrap_or(1.0) as f32;
+    let metrics = case
+        .param("metrics_fn")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let acc = parse_accumulator::<V>(case.param("accumulator").unwrap_or(&Value::from("SUM")))?;
+    let base = micro_grad(f)
+        .batch_argnums(batch_argnums)
+        .keep_batch_dim(
+            case.param("keep_batch_dim")
+                .and_then(Value::as_bool)
+                .unwrap_or(true),
+        )
+        .microbatch_size(parse_usize_opt(case.param("microbatch_size")))
+        .num_real_microbatches(parse_usize_opt(case.param("num_real_microbatches")))
+        .accumulator(acc);
+    let base = if single {
+        base.argnums(argnums[0])
+    } else {
+        base.argnums(argnums)
+    };
+    let transform_kind = transform.clone();
+    let built = base
+        .transform_fn(move |g: Pt<V>| -> Pt<V> {
+            match transform_kind.as_str() {
+                "identity" => g,
+                "grad_and_square" => {
+                    let sq = g.clone().map_leaves(&mut |l: Pt<V>| {
+                        with_rank!(l.rank(), D => { let t = l.f::<D>(); pt(t.clone() * t) })
+                    });
+                    Pt::Tuple(vec![g, sq])
+                }
+                "clip_global_norm" => {
+                    let norm = global_norm(&g);
+                    let factor = norm.clamp_min(clip).recip() * clip;
+                    scale_tree(g, factor)
+                }
+                other => panic!("runner: unknown transform_fn {other}"),
+            }
+        })
+        .metrics_fn(move |g: Pt<V>| -> Pt<V> {
+            match metrics.as_deref() {
+                None => Pt::Tuple(vec![]),
+                Some("global_l2_norm") => pt(programs::scalar(global_norm(&g))),
+                Some(other) => panic!("runner: unknown metrics_fn {other}"),
+            }
+        });
+    let args = Pt::Tuple(build_args::<AD>(case)?);
+    let (grads, aux) = match built.call::<AD, _, _, _, Pt<V>, Pt<V>, Pt<V>>(args) {
+        Ok(r) => r,
+        Err(e) => return Ok(Run::Error(e)),
+    };
+    let mut outputs = Outputs::new();
+    let keys: Vec<&String> = match &case.expected {
+        Expected::Outputs(e) => e.keys().collect(),
+        Expected::Error { .. } => vec![],
+    };
+    let has = |prefix: &str| keys.iter().any(|k| k.starts_with(prefix));
+    if transform == "grad_and_square" {
+        let Pt::Tuple(mut pair) = grads else {
+            return Err("grad_and_square gives a pair".into());
+        };
+        let g2 = pair.pop().expect("pair");
+        let g = pair.pop().expect("pair");
+        let (n1, n2) = if has("mean_g") {
+            ("mean_g", "mean_g2")
+        } else {
+            ("grads", "squared_grads")
+        };
+        if has("variance") {
+            let var = g2.clone().zip_with(&g, |m2, m| {
+                with_rank!(m.rank(), D => { let m = m.f::<D>(); pt(m2.f::<D>() - m.clone() * m) })
+            });
+            collect_outputs("variance", var, &mut outputs);
+        }
+        collect_outputs(n1, g, &mut outputs);
+        collect_outputs(n2, g2, &mut outputs);
+    } else {
+        let name = if has("per_example_grads") {
+            "per_example_grads"
+        } else {
+            "grads"
+        };
+        collect_outputs(name, grads, &mut outputs);
+    }
+    collect_outputs("aux.values", pt(aux.values), &mut outputs);
+    collect_outputs("aux.metrics", aux.metrics, &mut outputs);
+    collect_outputs("aux.aux", aux.aux, &mut outputs);
+    Ok(Run::Outputs(outputs))
+}
+
 // =================================================================================================
 // Programs
 // =================================================================================================
@@ -1043,6 +1362,21 @@ fn program<B: Backend>(id: &str) -> Option<Program<B>> {
         "mean_all" => mean_all,
         "mean_axis0" => mean_axis0,
         "mlp_tanh_xent" => mlp_tanh_xent,
+        "identity" => identity,
+        "square" => square,
+        "triple" => triple,
+        "tanh_times_sumsq" => tanh_times_sumsq,
+        "scale_by_sum" => scale_by_sum,
+        "tanh_matmul" => tanh_matmul,
+        "affine" => affine,
+        "add_pair" => add_pair,
+        "tree_stats" => tree_stats,
+        "mse_linreg" => mse_linreg,
+        "mse_linreg_aux" => mse_linreg_aux,
+        "mse_linreg_bias" => mse_linreg_bias,
+        "mse_linreg_dict_batch" => mse_linreg_dict_batch,
+        "sum_matvec_times_ndim" => sum_matvec_times_ndim,
+        "conv_tanh_meanpool_linear" => conv_tanh_meanpool_linear,
         "mul" => mul,
         "reshape_2x3" => reshape_2x3,
         "softmax" => softmax,
@@ -1126,6 +1460,10 @@ mod programs {
     /// made rank 0 ([`scalar`]). NdArray cannot reshape to rank 0, so a rank-0 intermediate
     /// computed from an *unmapped* argument would panic (see the report on `Vmap` + rank 0).
     pub fn sum1<B: Backend>(p: Pt<B>) -> Tensor<B, 1> {
+        // The sum of a scalar is itself (and Burn's autodiff cannot reduce a rank-0 tensor).
+        if p.rank() == 0 {
+            return p.f::<0>().reshape([1]);
+        }
         with_rank!(p.rank(), D => p.f::<D>().sum())
     }
 
@@ -1360,6 +1698,163 @@ mod programs {
         };
         let h = (x.matmul(w1) + b1.unsqueeze::<2>()).tanh();
         let logits = h.matmul(w2) + b2.unsqueeze::<2>();
+        pt(xent(logits, labels))
+    }
+
+    // ---- optax.microbatching programs ---------------------------------------------------------
+
+    pub fn identity<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
+        let [v] = take(args);
+        v
+    }
+
+    /// `x * x` for any dtype and shape.
+    pub fn square<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
+        let [x] = take(args);
+        let r = x.rank();
+        if x.is_float() {
+            with_rank!(r, D => { let t = x.f::<D>(); pt(t.clone() * t) })
+        } else {
+            with_rank!(r, D => { let t = x.i::<D>(); pt(t.clone() * t) })
+        }
+    }
+
+    pub fn triple<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
+        let [v] = take(args);
+        with_rank!(v.rank(), D => pt(v.f::<D>() * 3.0))
+    }
+
+    /// `tanh(v) * sum(v**2)`.
+    pub fn tanh_times_sumsq<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
+        let [v] = take(args);
+        let v = v.f::<1>();
+        let s = (v.clone() * v.clone()).sum();
+        pt(v.tanh() * s)
+    }
+
+    /// `v * sum(v)`.
+    pub fn scale_by_sum<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
+        let [v] = take(args);
+        let v = v.f::<1>();
+        pt(v.clone() * v.sum())
+    }
+
+    /// `tanh(v @ w)`.
+    pub fn tanh_matmul<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
+        let [v, w] = take(args);
+        pt(np_matmul(v, w).f::<1>().tanh())
+    }
+
+    /// `v @ w + b` with `b` a keyword argument (last).
+    pub fn affine<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
+        let [w, v, b] = take(args);
+        pt(np_matmul(v, w).f::<1>() + b.f::<1>())
+    }
+
+    pub fn add_pair<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
+        let [v, u] = take(args);
+        binop!(v, u, |x, y| x + y)
+    }
+
+    /// `{"per": 2v, "total": sum(v), "avg": v**2, "stats": (max(v), min(v))}`.
+    pub fn tree_stats<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
+        let [v] = take(args);
+        let v = v.f::<1>();
+        let mut m = BTreeMap::new();
+        m.insert("per".to_string(), pt(v.clone() * 2.0));
+        m.insert("total".to_string(), pt(scalar(v.clone().sum())));
+        m.insert("avg".to_string(), pt(v.clone() * v.clone()));
+        m.insert(
+            "stats".to_string(),
+            Pt::Tuple(vec![pt(scalar(v.clone().max())), pt(scalar(v.min()))]),
+        );
+        Pt::Dict(m)
+    }
+
+    /// `X @ w - Y` (numpy matmul; an int `Y` as float).
+    fn residual<B: Backend>(w: Pt<B>, x: Pt<B>, y: Pt<B>) -> Pt<B> {
+        let y = if y.is_float() {
+            y
+        } else {
+            with_rank!(y.rank(), D => pt(y.i::<D>().float()))
+        };
+        let preds = np_matmul(x, w);
+        binop!(preds, y, |p, t| p - t)
+    }
+
+    /// `mean over all elements` as `[1]`.
+    fn mean1<B: Backend>(p: Pt<B>) -> Tensor<B, 1> {
+        if p.rank() == 0 {
+            return p.f::<0>().reshape([1]);
+        }
+        with_rank!(p.rank(), D => p.f::<D>().mean())
+    }
+
+    /// `0.5 * mean((X @ w - Y)**2)`.
+    pub fn mse_linreg<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
+        let [w, x, y] = take(args);
+        let d = residual(w, x, y);
+        let sq = binop!(d.clone(), d, |a, b| a * b);
+        pt(mean1(sq) * 0.5)
+    }
+
+    /// `(loss, {"preds": X @ w, "abs_err": |X @ w - Y|})`.
+    pub fn mse_linreg_aux<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
+        let [w, x, y] = take(args);
+        let preds = np_matmul(x.clone(), w.clone());
+        let d = residual(w, x, y);
+        let abs = with_rank!(d.rank(), D => pt(d.clone().f::<D>().abs()));
+        let sq = binop!(d.clone(), d, |a, b| a * b);
+        let mut aux = BTreeMap::new();
+        aux.insert("preds".to_string(), preds);
+        aux.insert("abs_err".to_string(), abs);
+        Pt::Tuple(vec![pt(mean1(sq) * 0.5), Pt::Dict(aux)])
+    }
+
+    /// `0.5 * mean((X @ w + b - Y)**2)`.
+    pub fn mse_linreg_bias<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
+        let [w, b, x, y] = take(args);
+        let d = residual(w, x, y);
+        let d = binop!(d, b, |r, c| r + c);
+        let sq = binop!(d.clone(), d, |a, b| a * b);
+        pt(mean1(sq) * 0.5)
+    }
+
+    /// `0.5 * mean((batch.X @ w - batch.Y)**2)` over all elements.
+    pub fn mse_linreg_dict_batch<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
+        let [w, batch] = take(args);
+        let d = residual(w, batch.field("X"), batch.field("Y"));
+        let sq = binop!(d.clone(), d, |a, b| a * b);
+        pt(mean1(sq) * 0.5)
+    }
+
+    /// `sum(X @ w) * ndim(X)`.
+    pub fn sum_matvec_times_ndim<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
+        let [w, x] = take(args);
+        let ndim = x.rank() as f32;
+        pt(sum1(np_matmul(x, w)) * ndim)
+    }
+
+    /// conv (VALID, stride 1) + bias, tanh, mean over h,w, linear, softmax cross-entropy.
+    pub fn conv_tanh_meanpool_linear<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
+        let [params, x, labels] = take(args);
+        let k = params.field("K").f::<4>();
+        let bk = params.field("bk").f::<1>();
+        let (wl, bl) = (params.field("Wl").f::<2>(), params.field("bl").f::<1>());
+        let (x, labels) = match x.rank() {
+            4 => (x.f::<4>(), labels.i::<1>()),
+            3 => (x.f::<3>().unsqueeze::<4>(), labels.i::<0>().reshape([1])),
+            r => panic!("runner: conv_tanh_meanpool_linear of a rank-{r} x"),
+        };
+        let z = conv2d(
+            x,
+            k,
+            Some(bk),
+            burn::tensor::ops::ConvOptions::new([1, 1], [0, 0], [1, 1], 1),
+        );
+        let [b, o, h, w] = z.dims();
+        let f = z.tanh().reshape([b, o, h * w]).mean_dim(2).reshape([b, o]);
+        let logits = f.matmul(wl) + bl.unsqueeze::<2>();
         pt(xent(logits, labels))
     }
 }

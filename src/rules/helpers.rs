@@ -21,10 +21,13 @@ pub(crate) trait Kind<B: Backend>: 'static {
     fn slice(t: Self::P, slices: &[Slice]) -> Self::P;
     fn gather(dim: usize, t: Self::P, indices: B::IntTensorPrimitive) -> Self::P;
     fn select(t: Self::P, dim: usize, indices: B::IntTensorPrimitive) -> Self::P;
+    /// The one element of `t` as a rank-0 tensor. Burn 0.21's NdArray cannot reshape to rank 0
+    /// but creates rank-0 tensors from data: the value is read back and re-created.
+    fn to_rank0(t: Self::P) -> Self::P;
 }
 
 macro_rules! impl_kind {
-    ($kind:ty, $prim:ident, $reshape:ident, $permute:ident, $expand:ident, $slice:ident, $gather:ident, $select:ident) => {
+    ($kind:ty, $prim:ident, $reshape:ident, $permute:ident, $expand:ident, $slice:ident, $gather:ident, $select:ident, $into_data:ident, $from_data:ident, $device:ident) => {
         impl<B: Backend> Kind<B> for $kind {
             type P = B::$prim;
             #[inline]
@@ -51,6 +54,14 @@ macro_rules! impl_kind {
             fn select(t: Self::P, dim: usize, indices: B::IntTensorPrimitive) -> Self::P {
                 B::$select(t, dim, indices)
             }
+            fn to_rank0(t: Self::P) -> Self::P {
+                let device = B::$device(&t);
+                let mut data = burn::tensor::try_read_sync(B::$into_data(t))
+                    .expect("vmap: reshape to rank 0: the backend cannot read data synchronously")
+                    .expect("vmap: reshape to rank 0: reading the value failed");
+                data.shape = Shape::from(Vec::<usize>::new());
+                B::$from_data(data, &device)
+            }
         }
     };
 }
@@ -63,7 +74,10 @@ impl_kind!(
     float_expand,
     float_slice,
     float_gather,
-    float_select
+    float_select,
+    float_into_data,
+    float_from_data,
+    float_device
 );
 impl_kind!(
     Int,
@@ -73,7 +87,10 @@ impl_kind!(
     int_expand,
     int_slice,
     int_gather,
-    int_select
+    int_select,
+    int_into_data,
+    int_from_data,
+    int_device
 );
 impl_kind!(
     Bool,
@@ -83,7 +100,10 @@ impl_kind!(
     bool_expand,
     bool_slice,
     bool_gather,
-    bool_select
+    bool_select,
+    bool_into_data,
+    bool_from_data,
+    bool_device
 );
 
 /// Physical dim of logical dim `dim` (batch dims come first).

@@ -11,8 +11,15 @@ pub(crate) fn reshape<B: Backend, K: Kind<B>>(
     shape: Shape,
 ) -> VmapTensor<K::P> {
     if t.bdims.is_empty() {
+        // An unbatched rank-0 result (a scalar loss's gradient, a reduced accumulator): NdArray
+        // cannot reshape to rank 0 (see `Kind::to_rank0`).
+        let inner = if shape.num_dims() == 0 && t.inner.shape().num_dims() > 0 {
+            K::to_rank0(t.inner)
+        } else {
+            K::reshape(t.inner, shape)
+        };
         return VmapTensor {
-            inner: K::reshape(t.inner, shape),
+            inner,
             bdims: t.bdims,
         };
     }
