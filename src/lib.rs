@@ -39,8 +39,9 @@ pub use error::VmapError;
 pub use tensor::{BatchDim, BatchDims, Level, VmapTensor};
 pub use transform::grad::{per_example_grads, ParamGrads};
 pub use transform::micro::{
-    micro_grad, micro_vmap, DynTree, GradFn, LossOutput, MicroAux, MicroGrad, MicroVmap, PlainVmap,
-    VmapFn,
+    clip_by_global_norm, global_norm, micro_grad, micro_grad_module, micro_vmap, scale_tree,
+    ArgGrads, ArgNums, DynTree, GradFn, GradSource, Identity, LossOutput, MicroAux, MicroGrad,
+    MicroVmap, ModuleGrads, NoMetrics, PlainVmap, TreeFn, VmapFn,
 };
 pub use transform::vmap::{vmap, Axes, Vmapped};
 pub use tree::{

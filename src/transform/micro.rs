@@ -11,8 +11,11 @@ use burn_backend::backend::Backend;
 use burn_backend::tensor::{Bool, Float, Int};
 use burn_backend::{Shape, Slice, TensorMetadata};
 
+use burn::module::AutodiffModule;
+
 use crate::batching::BatchOps;
 use crate::rules::helpers::Kind;
+use crate::transform::grad::ParamGrads;
 use crate::transform::vmap::{vmap, Axes};
 use crate::tree::accumulate::{accumulator_spec, from_flat, to_flat, AccContext, Flat};
 use crate::tree::{Acc, Concat, Key, Leaf, Leaves, NodeKind, Spec, Sum, Tree, TreeDef};
@@ -643,6 +646,67 @@ impl<B: Backend, Fc: Fn(G) -> O, G: Tree<B>, O: Tree<B>> GradFn<B> for TreeFn<Fc
     }
 }
 
+/// Where [`micro_grad`] takes gradients from: the differentiated arguments ([`ArgGrads`]) or
+/// the parameters of a Burn module ([`ModuleGrads`], from [`micro_grad_module`]).
+pub trait GradSource<AB: AutodiffBackend> {
+    /// One example's gradient tree, from the backward pass `grads`; `tracked` are the
+    /// differentiated argument leaves and `def` their tree.
+    fn extract(
+        &self,
+        grads: &mut AB::Gradients,
+        tracked: Vec<Leaf<AB>>,
+        def: &TreeDef,
+    ) -> DynTree<AB::InnerBackend>;
+}
+
+/// Gradients with respect to the arguments named by `argnums` (the default source).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ArgGrads;
+
+impl<AB: AutodiffBackend> GradSource<AB> for ArgGrads {
+    fn extract(
+        &self,
+        grads: &mut AB::Gradients,
+        tracked: Vec<Leaf<AB>>,
+        def: &TreeDef,
+    ) -> DynTree<AB::InnerBackend> {
+        let leaves = tracked
+            .into_iter()
+            .map(|leaf| {
+                let Leaf::Float(t) = leaf else {
+                    unreachable!("differentiated leaves are checked to be float")
+                };
+                let t = t.tensor();
+                let g = AB::grad_remove(&t, grads).unwrap_or_else(|| {
+                    Inner::<AB>::float_zeros(t.shape(), &AB::float_device(&t), t.dtype().into())
+                });
+                Leaf::Float(TensorPrimitive::Float(g))
+            })
+            .collect();
+        DynTree {
+            leaves,
+            def: def.clone(),
+        }
+    }
+}
+
+/// Gradients of a Burn module's parameters, as [`ParamGrads`] (see [`micro_grad_module`]).
+#[derive(Debug)]
+pub struct ModuleGrads<'a, M>(&'a M);
+
+impl<AB: AutodiffBackend, M: AutodiffModule<AB>> GradSource<AB> for ModuleGrads<'_, M> {
+    fn extract(
+        &self,
+        grads: &mut AB::Gradients,
+        _: Vec<Leaf<AB>>,
+        _: &TreeDef,
+    ) -> DynTree<AB::InnerBackend> {
+        DynTree::from_tree(ParamGrads::<AB::InnerBackend>::from_module::<AB, M>(
+            grads, self.0,
+        ))
+    }
+}
+
 /// The per-example outputs of [`micro_grad`], stacked on a leading batch axis (optax's `Aux`).
 /// Rows of microbatches that were not run are zero.
 #[derive(Debug, Clone)]
@@ -720,9 +784,71 @@ pub struct MicroAux<B: Backend, M, X> {
 pub fn micro_grad<F>(f: F) -> MicroGrad<F> {
     MicroGrad {
         f,
+        source: ArgGrads,
         argnums: vec![0],
         single_argnum: true,
-        batch_argnums: vec![1],
+        batch_argnums: Some(vec![1]),
+        keep_batch_dim: true,
+        microbatch_size: None,
+        accumulator: Sum,
+        transform_fn: Identity,
+        metrics_fn: NoMetrics,
+        num_real_microbatches: None,
+        vmap_fn: PlainVmap,
+    }
+}
+
+/// [`micro_grad`] for a Burn `Module`: per-example gradients of the module's parameters, as
+/// [`ParamGrads`] (convert the accumulated result with
+/// [`into_gradients_params`](ParamGrads::into_gradients_params) for `optimizer.step`).
+///
+/// `f(model, args)` computes the loss; `args` is a tuple whose entries are all batched on
+/// axis 0 unless [`batch_argnums`](MicroGrad::batch_argnums) says otherwise. Everything
+/// else is as [`micro_grad`]: `keep_batch_dim` (default `true`: `f` sees a batch of one, so an
+/// existing batched forward pass works unchanged), microbatching, accumulator (default
+/// **[`Sum`]**), `transform_fn` and `metrics_fn` over the per-example [`ParamGrads`]. Build the
+/// model on `Autodiff<Vmap<B>>` (it trains normally there: nothing is batched outside).
+///
+/// # Example: per-example clipping (DP-SGD's gradient)
+/// ```
+/// use burn::backend::Autodiff;
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::tensor::Tensor;
+/// use burn_vmap::{clip_by_global_norm, global_norm, micro_grad_module, Mean, MicroAux, ParamGrads, TestBackend, Vmap};
+/// type I = Vmap<TestBackend>;
+/// type AD = Autodiff<I>;
+/// let device = Default::default();
+/// let model: Linear<AD> = LinearConfig::new(3, 1).init(&device);
+/// let x = Tensor::<AD, 2>::ones([8, 3], &device);
+/// let y = Tensor::<AD, 2>::zeros([8, 1], &device);
+///
+/// let (grads, aux): (ParamGrads<I>, MicroAux<I, Tensor<I, 2>, ()>) =
+///     micro_grad_module(&model, |m: &Linear<AD>, (x, y): (Tensor<AD, 2>, Tensor<AD, 2>)| {
+///         (m.forward(x) - y).powi_scalar(2).mean()
+///     })
+///     .microbatch_size(4)
+///     .accumulator(Mean)
+///     .transform_fn(|g: ParamGrads<I>| clip_by_global_norm(g, 1.0))
+///     .metrics_fn(|g: ParamGrads<I>| global_norm(&g))
+///     .call((x, y))
+///     .unwrap();
+/// assert_eq!(aux.metrics.dims(), [8, 1]); // the raw per-example norms
+/// assert!(global_norm(&grads).into_scalar() <= 1.0 + 1e-6); // a mean of clipped gradients
+/// let for_optimizer = grads.into_gradients_params();
+/// ```
+pub fn micro_grad_module<'a, M, A, Out, F>(
+    model: &'a M,
+    f: F,
+) -> MicroGrad<impl Fn(A) -> Out + 'a, Sum, Identity, NoMetrics, PlainVmap, ModuleGrads<'a, M>>
+where
+    F: Fn(&M, A) -> Out + 'a,
+{
+    MicroGrad {
+        f: move |a| f(model, a),
+        source: ModuleGrads(model),
+        argnums: vec![],
+        single_argnum: false,
+        batch_argnums: None,
         keep_batch_dim: true,
         microbatch_size: None,
         accumulator: Sum,
@@ -735,11 +861,13 @@ pub fn micro_grad<F>(f: F) -> MicroGrad<F> {
 
 /// A function transformed by [`micro_grad`] (or [`micro_grad_module`]).
 #[derive(Debug, Clone)]
-pub struct MicroGrad<F, S = Sum, T = Identity, M = NoMetrics, V = PlainVmap> {
+pub struct MicroGrad<F, S = Sum, T = Identity, M = NoMetrics, V = PlainVmap, Src = ArgGrads> {
     f: F,
+    source: Src,
     argnums: Vec<usize>,
     single_argnum: bool,
-    batch_argnums: Vec<usize>,
+    /// `None`: every argument (the module variant's default).
+    batch_argnums: Option<Vec<usize>>,
     keep_batch_dim: bool,
     microbatch_size: Option<usize>,
     accumulator: S,
@@ -771,7 +899,7 @@ impl ArgNums for Vec<usize> {
     }
 }
 
-impl<F, S, T, M, V> MicroGrad<F, S, T, M, V> {
+impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
     /// The differentiated arguments: an index such as `0` (the gradient has that argument's
     /// structure) or a list such as `[0, 1]` (a tuple of gradients, one per entry; `[0]` gives
     /// a 1-tuple), as optax. Default `0`.
@@ -785,7 +913,7 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V> {
     /// The arguments carrying the batch on axis 0 (default `1`). The others are passed whole
     /// to every example, wherever they stand.
     pub fn batch_argnums(mut self, batch_argnums: impl ArgNums) -> Self {
-        self.batch_argnums = batch_argnums.positions().0;
+        self.batch_argnums = Some(batch_argnums.positions().0);
         self
     }
 
@@ -809,9 +937,10 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V> {
     }
 
     /// The accumulator tree for the transformed gradients (default [`Sum`]).
-    pub fn accumulator<S2>(self, accumulator: S2) -> MicroGrad<F, S2, T, M, V> {
+    pub fn accumulator<S2>(self, accumulator: S2) -> MicroGrad<F, S2, T, M, V, Src> {
         MicroGrad {
             f: self.f,
+            source: self.source,
             argnums: self.argnums,
             single_argnum: self.single_argnum,
             batch_argnums: self.batch_argnums,
@@ -829,9 +958,10 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V> {
     pub fn transform_fn<G, O, Fc: Fn(G) -> O>(
         self,
         transform_fn: Fc,
-    ) -> MicroGrad<F, S, TreeFn<Fc, G, O>, M, V> {
+    ) -> MicroGrad<F, S, TreeFn<Fc, G, O>, M, V, Src> {
         MicroGrad {
             f: self.f,
+            source: self.source,
             argnums: self.argnums,
             single_argnum: self.single_argnum,
             batch_argnums: self.batch_argnums,
@@ -850,9 +980,10 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V> {
     pub fn metrics_fn<G, O, Fc: Fn(G) -> O>(
         self,
         metrics_fn: Fc,
-    ) -> MicroGrad<F, S, T, TreeFn<Fc, G, O>, V> {
+    ) -> MicroGrad<F, S, T, TreeFn<Fc, G, O>, V, Src> {
         MicroGrad {
             f: self.f,
+            source: self.source,
             argnums: self.argnums,
             single_argnum: self.single_argnum,
             batch_argnums: self.batch_argnums,
@@ -867,9 +998,10 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V> {
     }
 
     /// The vectorizer run on each microbatch (default [`PlainVmap`]).
-    pub fn vmap_fn<V2: VmapFn>(self, vmap_fn: V2) -> MicroGrad<F, S, T, M, V2> {
+    pub fn vmap_fn<V2: VmapFn>(self, vmap_fn: V2) -> MicroGrad<F, S, T, M, V2, Src> {
         MicroGrad {
             f: self.f,
+            source: self.source,
             argnums: self.argnums,
             single_argnum: self.single_argnum,
             batch_argnums: self.batch_argnums,
@@ -910,6 +1042,7 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V> {
         T: GradFn<AB::InnerBackend>,
         M: GradFn<AB::InnerBackend>,
         V: VmapFn,
+        Src: GradSource<AB>,
     {
         self.call_with(args, self.num_real_microbatches)
     }
@@ -938,19 +1071,24 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V> {
         T: GradFn<AB::InnerBackend>,
         M: GradFn<AB::InnerBackend>,
         V: VmapFn,
+        Src: GradSource<AB>,
     {
         let (leaves, def) = args.flatten();
         let TreeDef::Node { children, .. } = &def else {
-            return Err(VmapError::ArgumentIndex {
-                what: "batch_argnums".into(),
-                index: self.batch_argnums.first().copied().unwrap_or(0),
-                num_arguments: 1,
+            return Err(VmapError::TreeMismatch {
+                what: "args".into(),
+                path: "args".into(),
+                why: "micro_grad takes its arguments as a tuple, e.g. `(params, x, y)`".into(),
             });
         };
         let n_args = children.len();
+        let batch_argnums = self
+            .batch_argnums
+            .clone()
+            .unwrap_or_else(|| (0..n_args).collect());
         for (what, list) in [
             ("argnums", &self.argnums),
-            ("batch_argnums", &self.batch_argnums),
+            ("batch_argnums", &batch_argnums),
         ] {
             if let Some(&bad) = list.iter().find(|&&i| i >= n_args) {
                 return Err(VmapError::ArgumentIndex {
@@ -980,7 +1118,13 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V> {
                 differentiated[i] = true;
             }
         }
-        let grad_def = if self.single_argnum {
+        let grad_def = if self.argnums.is_empty() {
+            TreeDef::Node {
+                kind: NodeKind::Tuple,
+                keys: vec![],
+                children: vec![],
+            }
+        } else if self.single_argnum {
             children[self.argnums[0]].clone()
         } else {
             TreeDef::Node {
@@ -994,9 +1138,7 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V> {
             .iter()
             .flat_map(|&a| ranges[a].clone())
             .collect();
-        let batched: Vec<bool> = (0..n_args)
-            .map(|a| self.batch_argnums.contains(&a))
-            .collect();
+        let batched: Vec<bool> = (0..n_args).map(|a| batch_argnums.contains(&a)).collect();
         // keep_batch_dim: every example keeps a leading dim of size 1.
         let leaves: Vec<Leaf<AB>> = leaves
             .into_iter()
@@ -1088,6 +1230,7 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V> {
         Out: LossOutput<AB>,
         T: GradFn<AB::InnerBackend>,
         M: GradFn<AB::InnerBackend>,
+        Src: GradSource<AB>,
     {
         let DynTree { leaves, def } = args;
         let leaves: Vec<Leaf<AB>> = leaves
@@ -1110,25 +1253,9 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V> {
                 shape: shape.to_vec(),
             });
         }
-        let grads = AB::backward(loss.clone());
-        let g_leaves = tracked
-            .into_iter()
-            .map(|leaf| {
-                let Leaf::Float(t) = leaf else {
-                    unreachable!("checked float")
-                };
-                let t = t.tensor();
-                let g = AB::grad(&t, &grads).unwrap_or_else(|| {
-                    Inner::<AB>::float_zeros(t.shape(), &AB::float_device(&t), t.dtype().into())
-                });
-                Leaf::Float(TensorPrimitive::Float(g))
-            })
-            .collect();
+        let mut grads = AB::backward(loss.clone());
+        let g = self.source.extract(&mut grads, tracked, grad_def);
         drop(grads);
-        let g = DynTree {
-            leaves: g_leaves,
-            def: grad_def.clone(),
-        };
         let metrics = self.metrics_fn.apply(g.clone())?;
         let transformed = self.transform_fn.apply(g)?;
         let value = AB::inner(loss);
@@ -1154,3 +1281,85 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V> {
 }
 
 type Inner<AB> = <AB as AutodiffBackend>::InnerBackend;
+
+// -------------------------------------------------------------------------------------------------
+// Tree norms
+// -------------------------------------------------------------------------------------------------
+
+/// The global L2 norm of every float leaf of a tree, as a one-element tensor:
+/// `sqrt(sum over leaves and elements of x²)`. Under `vmap` (in a `transform_fn`), the
+/// per-example norm.
+///
+/// ```
+/// use burn::tensor::Tensor;
+/// use burn_vmap::{global_norm, TestBackend};
+/// let d = Default::default();
+/// let t = (Tensor::<TestBackend, 1>::from_floats([3.0], &d), Tensor::<TestBackend, 2>::from_floats([[4.0]], &d));
+/// assert_eq!(global_norm(&t).into_scalar(), 5.0);
+/// ```
+///
+/// # Panics
+/// If the tree has no float leaf.
+pub fn global_norm<B: Backend, T: Tree<B> + Clone>(tree: &T) -> Tensor<B, 1> {
+    let (leaves, _) = tree.clone().flatten();
+    leaves
+        .into_iter()
+        .filter_map(|leaf| match leaf {
+            Leaf::Float(t) => {
+                let t = t.tensor();
+                let n = t.shape().num_elements();
+                let flat: Tensor<B, 1> =
+                    Tensor::from_primitive(TensorPrimitive::Float(B::float_reshape(t, [n].into())));
+                Some((flat.clone() * flat).sum())
+            }
+            _ => None,
+        })
+        .reduce(|a, b| a + b)
+        .expect("global_norm: the tree has no float leaf")
+        .sqrt()
+}
+
+/// Scales every float leaf of `tree` by the one-element tensor `factor`.
+///
+/// ```
+/// use burn::tensor::Tensor;
+/// use burn_vmap::{scale_tree, TestBackend};
+/// let d = Default::default();
+/// let t = scale_tree(Tensor::<TestBackend, 1>::from_floats([1.0, 2.0], &d), Tensor::from_floats([3.0], &d));
+/// assert_eq!(t.into_data().to_vec::<f32>().unwrap(), vec![3.0, 6.0]);
+/// ```
+pub fn scale_tree<B: Backend, T: Tree<B>>(tree: T, factor: Tensor<B, 1>) -> T {
+    let (leaves, def) = tree.flatten();
+    let factor = factor.into_primitive().tensor();
+    let leaves = leaves
+        .into_iter()
+        .map(|leaf| match leaf {
+            Leaf::Float(t) => {
+                let t = t.tensor();
+                let rank = t.shape().num_dims();
+                let f = B::float_reshape(factor.clone(), vec![1; rank].into());
+                Leaf::Float(TensorPrimitive::Float(B::float_mul(t, f)))
+            }
+            other => other,
+        })
+        .collect();
+    T::unflatten(&def, leaves).expect("the same tree rebuilds")
+}
+
+/// optax's per-example clipping: scales `tree` by `max_norm / max(norm, max_norm)`, so its
+/// global L2 norm is at most `max_norm` (unchanged when already within). Written for one
+/// example; in a `transform_fn` it clips every example independently.
+///
+/// ```
+/// use burn::tensor::Tensor;
+/// use burn_vmap::{clip_by_global_norm, TestBackend};
+/// let d = Default::default();
+/// let g = Tensor::<TestBackend, 1>::from_floats([3.0, 4.0], &d);
+/// let c = clip_by_global_norm(g, 1.0);
+/// assert_eq!(c.into_data().to_vec::<f32>().unwrap(), vec![0.6, 0.8]);
+/// ```
+pub fn clip_by_global_norm<B: Backend, T: Tree<B> + Clone>(tree: T, max_norm: f64) -> T {
+    let norm = global_norm(&tree);
+    let factor = norm.clamp_min(max_norm).recip() * max_norm;
+    scale_tree(tree, factor)
+}
