@@ -301,7 +301,11 @@ impl Accumulator for Concat {
         ctx: &AccContext,
     ) -> Tensor<B, 2, K> {
         let (n, m) = (ctx.num_microbatches, ctx.microbatch_size);
-        let e = if n * m == 0 { 0 } else { carry.dims()[1] / m };
+        let e = carry.dims()[1].checked_div(m).unwrap_or(0);
+        if n * m * e == 0 {
+            // (Burn's `reshape` reads a 0 as "keep this dim".)
+            return Tensor::zeros([n * m, e], &carry.device());
+        }
         carry.reshape([n, m, e]).swap_dims(0, 1).reshape([n * m, e])
     }
 }
