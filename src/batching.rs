@@ -55,6 +55,14 @@ pub trait BatchOps: Backend {
     ) -> BoolTensor<Self>;
     /// Batch dims of a bool tensor.
     fn bool_batch_dims(tensor: &BoolTensor<Self>) -> BatchDims;
+
+    /// Marks a float tensor entering `level` unmapped (shared by every example). The value is
+    /// unchanged; under `Autodiff`, a gradient that comes back batched at `level` (a backward
+    /// pass run outside the vmap) is summed over it, as JAX does for unmapped arguments.
+    fn float_shared(tensor: FloatTensor<Self>, level: Level) -> FloatTensor<Self> {
+        let _ = level;
+        tensor
+    }
 }
 
 fn batch<B: Backend, K: Kind<B>>(
@@ -187,7 +195,44 @@ impl<B: BatchOps> Backward<B, 1> for UnbatchBackward {
     }
 }
 
+/// Backward of "shared": the gradient is summed over the level, if batched there.
+#[derive(Debug)]
+struct SharedBackward;
+
+impl<B: BatchOps> Backward<B, 1> for SharedBackward {
+    type State = Level;
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, 1>,
+        grads: &mut Gradients,
+        _checkpointer: &mut Checkpointer,
+    ) {
+        let level = ops.state;
+        unary::<B, _>(ops.parents, ops.node, grads, |grad| {
+            let Some(size) = B::float_batch_dims(&grad).size_at(level) else {
+                return grad;
+            };
+            let per_example = B::float_unbatch(grad, level, size, 0);
+            let dims = per_example.shape().to_vec();
+            let summed = B::float_sum_dim(per_example, 0);
+            B::float_reshape(summed, Shape::from(dims[1..].to_vec()))
+        });
+    }
+}
+
 impl<B: BatchOps, C: CheckpointStrategy> BatchOps for Autodiff<B, C> {
+    fn float_shared(tensor: FloatTensor<Self>, level: Level) -> FloatTensor<Self> {
+        let out = tensor.primitive.clone();
+        match SharedBackward
+            .prepare::<C>([tensor.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(level, out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
     fn float_batch(tensor: FloatTensor<Self>, axis: usize, level: Level) -> FloatTensor<Self> {
         let size = tensor.primitive.shape()[axis];
         let out = B::float_batch(tensor.primitive.clone(), axis, level);

@@ -189,3 +189,30 @@ fn should_differentiate_through_vmap_itself() {
     got.into_data()
         .assert_approx_eq::<f32>(&want.into_data(), Tolerance::default());
 }
+
+/// Grad of vmap: an unmapped argument's gradient from a backward pass outside the vmap is the
+/// sum over the examples (as JAX's).
+#[test]
+fn should_sum_the_gradient_of_an_unmapped_argument_over_the_batch() {
+    type AD = burn::backend::Autodiff<burn_vmap::Vmap<burn_vmap::TestBackend>>;
+    let device = Default::default();
+    let w = burn::tensor::Tensor::<AD, 1>::from_floats([1.0, 2.0, 3.0], &device).require_grad();
+    let xs = burn::tensor::Tensor::<AD, 1>::from_floats(
+        [1.0, 0.0, 2.0, -1.0, 3.0, 1.0, 0.5, 0.5, 0.5, 2.0, 2.0, 2.0],
+        &device,
+    )
+    .reshape([4, 3]);
+    let f = |(x, w): (burn::tensor::Tensor<AD, 1>, burn::tensor::Tensor<AD, 1>)| {
+        (x * w.clone() * w).sum()
+    };
+    let out: burn::tensor::Tensor<AD, 2> = burn_vmap::vmap(f)
+        .in_axes([Some(0), None])
+        .call((xs.clone(), w.clone()))
+        .unwrap();
+    let grads = out.sum().backward();
+    let g = w.grad(&grads).unwrap();
+    // d/dw sum_i x_i · w² = 2 w · sum_i x_i
+    let want = xs.inner().sum_dim(0).reshape([3]) * w.inner() * 2.0;
+    g.into_data()
+        .assert_approx_eq::<f32>(&want.into_data(), burn::tensor::Tolerance::absolute(1e-5));
+}

@@ -1237,8 +1237,9 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
             .into_iter()
             .zip(differentiated)
             .map(|(leaf, &d)| match leaf {
+                // Detached: the gradient is taken at this example's view of the argument.
                 Leaf::Float(t) if d => Leaf::Float(TensorPrimitive::Float(
-                    AB::float_set_require_grad(t.tensor(), true),
+                    AB::float_set_require_grad(AB::float_detach(t.tensor()), true),
                 )),
                 other => other,
             })

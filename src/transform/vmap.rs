@@ -1,9 +1,11 @@
 //! [`vmap`]: map a function over a batch axis.
 
+use burn_backend::TensorPrimitive;
+
 use crate::batching::BatchOps;
 use crate::tensor::Level;
 use crate::transform::leaf::{batch_leaf, leaf_batch_dims, unbatch_leaf};
-use crate::tree::{Spec, Tree};
+use crate::tree::{Leaf, Spec, Tree};
 use crate::VmapError;
 
 /// Batch axes: per argument (or output) a tree prefix whose leaves are `Some(axis)` (negative
@@ -135,9 +137,13 @@ pub(crate) fn batch_inputs<B: BatchOps, I: Tree<B>>(
     let leaves = leaves
         .into_iter()
         .zip(normalized)
-        .map(|(leaf, axis)| match axis {
-            Some(a) => batch_leaf(leaf, a, level),
-            None => leaf,
+        .map(|(leaf, axis)| match (axis, leaf) {
+            (Some(a), leaf) => batch_leaf(leaf, a, level),
+            // Shared by every example: a gradient from outside the vmap sums over the batch.
+            (None, Leaf::Float(t)) => {
+                Leaf::Float(TensorPrimitive::Float(B::float_shared(t.tensor(), level)))
+            }
+            (None, leaf) => leaf,
         })
         .collect();
     Ok(Batched {
