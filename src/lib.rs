@@ -37,6 +37,8 @@ pub use backend::Vmap;
 pub use batching::BatchOps;
 pub use error::VmapError;
 pub use tensor::{BatchDim, BatchDims, Level, VmapTensor};
+pub use transform::auto::{auto_vmap, AutoVmapped, Ranks};
+pub use transform::custom::{custom_vmap, sequential_vmap, CustomVmap, DynTree, SequentialVmap};
 pub use transform::grad::{per_example_grads, ParamGrads};
 pub use transform::vmap::{vmap, Axes, Vmapped};
 pub use tree::{Leaf, Spec, Static, Tree, TreeDef};
