@@ -82,6 +82,14 @@ impl<const N: usize> From<[usize; N]> for Ranks {
 /// assert_eq!(out.dims(), [2, 4]);
 /// ```
 ///
+/// # Gradients
+/// Differentiable on `Autodiff<Vmap<_>>` like [`vmap`](crate::vmap): leaves mapped at every
+/// level get the right gradients with `backward` inside or outside the call. A leaf that is
+/// not mapped at some level (a broadcast size-1 dim, or fewer batch dims than the broadcast
+/// shape) behaves like a `vmap` input with `in_axes` `None`: inside the call its gradient is
+/// per example; with `backward` outside it is currently still batched at that level instead of
+/// summed over it (a limitation of the crate's unmapped inputs).
+///
 /// # Shapes
 /// Output leaf = broadcast batch shape + the shape `f` returns for one example.
 ///

@@ -98,8 +98,8 @@ impl<B: Backend> Tree<B> for DynTree<B> {
 
 /// Gives `f` a custom batching rule: JAX's `custom_vmap`.
 ///
-/// `custom_vmap(f, rule).call(args)` computes `f(args)`. When it is called under [`vmap`]
-/// (`crate::vmap`) with some input batched, `f` is not batched op by op: the rule computes the
+/// `custom_vmap(f, rule).call(args)` computes `f(args)`. When it is called under
+/// [`vmap`](crate::vmap) with some input batched, `f` is not batched op by op: the rule computes the
 /// whole batch at once. For the innermost vmap level at which any input is batched:
 ///
 /// ```text
