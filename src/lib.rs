@@ -37,16 +37,18 @@ pub use backend::Vmap;
 pub use batching::BatchOps;
 pub use error::VmapError;
 pub use tensor::{BatchDim, BatchDims, Level, VmapTensor};
+pub use transform::auto::{auto_vmap, AutoVmapped, Ranks};
+pub use transform::custom::{custom_vmap, sequential_vmap, CustomVmap, SequentialVmap};
 pub use transform::grad::{per_example_grads, ParamGrads};
 pub use transform::micro::{
     clip_by_global_norm, global_norm, micro_grad, micro_grad_module, micro_vmap, scale_tree,
-    ArgGrads, ArgNums, DynTree, GradFn, GradSource, Identity, LossOutput, MicroAux, MicroGrad,
-    MicroVmap, ModuleGrads, NoMetrics, PlainVmap, TreeFn, VmapFn,
+    ArgGrads, ArgNums, GradFn, GradSource, Identity, LossOutput, MicroAux, MicroGrad, MicroVmap,
+    ModuleGrads, NoMetrics, PlainVmap, TreeFn, VmapFn,
 };
 pub use transform::vmap::{vmap, Axes, Vmapped};
 pub use tree::{
-    Acc, AccContext, AccKind, Accumulator, Concat, Custom, Leaf, Mean, RunningMean, Spec, Static,
-    Sum, Tree, TreeDef,
+    Acc, AccContext, AccKind, Accumulator, Concat, Custom, DynTree, Leaf, Mean, RunningMean, Spec,
+    Static, Sum, Tree, TreeDef,
 };
 
 /// The inner backend selected by the crate's cargo feature, for tests, examples and benches:

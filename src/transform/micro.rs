@@ -18,7 +18,7 @@ use crate::rules::helpers::Kind;
 use crate::transform::grad::ParamGrads;
 use crate::transform::vmap::{vmap, Axes};
 use crate::tree::accumulate::{accumulator_spec, from_flat, to_flat, AccContext, Flat};
-use crate::tree::{Acc, Concat, Key, Leaf, Leaves, NodeKind, Spec, Sum, Tree, TreeDef};
+use crate::tree::{Acc, Concat, DynTree, Key, Leaf, NodeKind, Spec, Sum, Tree, TreeDef};
 use crate::VmapError;
 
 // -------------------------------------------------------------------------------------------------
@@ -76,82 +76,6 @@ impl VmapFn for PlainVmap {
         O: Tree<BO>,
     {
         vmap(|a: A| f(a)).in_axes(in_axes.clone()).call(inputs)
-    }
-}
-
-// -------------------------------------------------------------------------------------------------
-// A tree of any structure
-// -------------------------------------------------------------------------------------------------
-
-/// A tree whose structure is only known at run time: leaves plus their [`TreeDef`].
-#[derive(Debug, Clone)]
-pub struct DynTree<B: Backend> {
-    /// The leaves, in leaf order.
-    pub leaves: Vec<Leaf<B>>,
-    /// The structure.
-    pub def: TreeDef,
-}
-
-impl<B: Backend> Tree<B> for DynTree<B> {
-    fn flatten_into(self, leaves: &mut Vec<Leaf<B>>) -> TreeDef {
-        leaves.extend(self.leaves);
-        self.def
-    }
-
-    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
-        let n = def.num_leaves();
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            out.push(leaves.next_leaf()?);
-        }
-        Ok(DynTree {
-            leaves: out,
-            def: def.clone(),
-        })
-    }
-}
-
-impl<B: Backend> DynTree<B> {
-    fn from_tree<T: Tree<B>>(t: T) -> Self {
-        let (leaves, def) = t.flatten();
-        DynTree { leaves, def }
-    }
-
-    fn into_tree<T: Tree<B>>(self, root: &str) -> Result<T, VmapError> {
-        T::unflatten_named(&self.def, self.leaves, root)
-    }
-
-    /// Splits a node into its children.
-    fn children(self) -> Vec<DynTree<B>> {
-        let TreeDef::Node { children, .. } = self.def else {
-            return vec![self];
-        };
-        let mut leaves = self.leaves.into_iter();
-        children
-            .into_iter()
-            .map(|def| DynTree {
-                leaves: leaves.by_ref().take(def.num_leaves()).collect(),
-                def,
-            })
-            .collect()
-    }
-
-    fn tuple(items: Vec<DynTree<B>>) -> Self {
-        let keys = (0..items.len()).map(Key::Index).collect();
-        let mut leaves = Vec::new();
-        let mut children = Vec::with_capacity(items.len());
-        for t in items {
-            leaves.extend(t.leaves);
-            children.push(t.def);
-        }
-        DynTree {
-            leaves,
-            def: TreeDef::Node {
-                kind: NodeKind::Tuple,
-                keys,
-                children,
-            },
-        }
     }
 }
 
@@ -632,7 +556,7 @@ pub struct NoMetrics;
 
 impl<B: Backend> GradFn<B> for NoMetrics {
     fn apply(&self, _: DynTree<B>) -> Result<DynTree<B>, VmapError> {
-        Ok(DynTree::from_tree(()))
+        Ok(DynTree::new(()))
     }
 }
 
@@ -642,7 +566,7 @@ pub struct TreeFn<Fc, G, O>(Fc, PhantomData<fn(G) -> O>);
 impl<B: Backend, Fc: Fn(G) -> O, G: Tree<B>, O: Tree<B>> GradFn<B> for TreeFn<Fc, G, O> {
     fn apply(&self, grads: DynTree<B>) -> Result<DynTree<B>, VmapError> {
         let g: G = grads.into_tree("grads")?;
-        Ok(DynTree::from_tree((self.0)(g)))
+        Ok(DynTree::new((self.0)(g)))
     }
 }
 
@@ -701,7 +625,7 @@ impl<AB: AutodiffBackend, M: AutodiffModule<AB>> GradSource<AB> for ModuleGrads<
         _: Vec<Leaf<AB>>,
         _: &TreeDef,
     ) -> DynTree<AB::InnerBackend> {
-        DynTree::from_tree(ParamGrads::<AB::InnerBackend>::from_module::<AB, M>(
+        DynTree::new(ParamGrads::<AB::InnerBackend>::from_module::<AB, M>(
             grads, self.0,
         ))
     }

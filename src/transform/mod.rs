@@ -1,5 +1,7 @@
 //! The transforms: [`vmap`] and per-example gradients.
 
+pub mod auto;
+pub mod custom;
 pub mod grad;
 pub(crate) mod leaf;
 pub mod micro;

@@ -7,6 +7,7 @@
 //! order, tuple and sequence elements by position, map entries by key order.
 
 pub mod accumulate;
+mod dynamic;
 mod impls;
 mod spec;
 
@@ -22,6 +23,7 @@ use crate::VmapError;
 pub use accumulate::{
     Acc, AccContext, AccKind, Accumulator, Concat, Custom, Mean, RunningMean, Sum,
 };
+pub use dynamic::DynTree;
 pub use spec::Spec;
 
 /// One leaf of a flattened tree: a tensor primitive of any rank.
