@@ -21,10 +21,11 @@ pub(crate) trait Kind<B: Backend>: 'static {
     fn slice(t: Self::P, slices: &[Slice]) -> Self::P;
     fn gather(dim: usize, t: Self::P, indices: B::IntTensorPrimitive) -> Self::P;
     fn select(t: Self::P, dim: usize, indices: B::IntTensorPrimitive) -> Self::P;
+    fn cat(ts: Vec<Self::P>, dim: usize) -> Self::P;
 }
 
 macro_rules! impl_kind {
-    ($kind:ty, $prim:ident, $reshape:ident, $permute:ident, $expand:ident, $slice:ident, $gather:ident, $select:ident) => {
+    ($kind:ty, $prim:ident, $reshape:ident, $permute:ident, $expand:ident, $slice:ident, $gather:ident, $select:ident, $cat:ident) => {
         impl<B: Backend> Kind<B> for $kind {
             type P = B::$prim;
             #[inline]
@@ -51,6 +52,10 @@ macro_rules! impl_kind {
             fn select(t: Self::P, dim: usize, indices: B::IntTensorPrimitive) -> Self::P {
                 B::$select(t, dim, indices)
             }
+            #[inline]
+            fn cat(ts: Vec<Self::P>, dim: usize) -> Self::P {
+                B::$cat(ts, dim)
+            }
         }
     };
 }
@@ -63,7 +68,8 @@ impl_kind!(
     float_expand,
     float_slice,
     float_gather,
-    float_select
+    float_select,
+    float_cat
 );
 impl_kind!(
     Int,
@@ -73,7 +79,8 @@ impl_kind!(
     int_expand,
     int_slice,
     int_gather,
-    int_select
+    int_select,
+    int_cat
 );
 impl_kind!(
     Bool,
@@ -83,7 +90,8 @@ impl_kind!(
     bool_expand,
     bool_slice,
     bool_gather,
-    bool_select
+    bool_select,
+    bool_cat
 );
 
 /// Physical dim of logical dim `dim` (batch dims come first).
