@@ -131,7 +131,7 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
             bias,
         };
         let grads = deform::deform_conv2d_backward::<B>(args, output_grad, |g, og| {
-            let mut options = options;
+            let mut options = options.clone();
             options.weight_groups *= g.factor;
             options.offset_groups *= g.factor;
             let out =

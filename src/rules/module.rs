@@ -244,18 +244,23 @@ pub(crate) struct DeformGrads<P> {
 }
 
 /// Backward of a deformable convolution under vmap. Every gradient is per example (the
-/// gradient of each example's output), so the weights are always taken per example: the
-/// grouped layout of [`deform_conv2d`] with the output gradient as channel groups too, and
-/// each gradient split back into its examples.
+/// gradient of each example's output).
 ///
-/// `f(grouped operands, grouped output gradient)` returns the inner gradients
+/// - Unbatched weights and bias: the gradients of `x`, `offset` and `mask` are local to each
+///   sample of `N`, so they come from one backward pass with the batch folded into `N`; the
+///   weight and bias gradients, which would sum over that fold, come from the grouped layout of
+///   [`deform_conv2d`] (examples as channel groups), which keeps them per example.
+/// - Batched weights or bias: one backward pass in the grouped layout gives every gradient.
+///
+/// `f(operands, output gradient)` runs the inner backward and returns the inner gradients
 /// `(x, offset, weight, mask, bias)`.
 #[allow(clippy::type_complexity)]
 pub(crate) fn deform_conv2d_backward<B: Backend>(
     args: DeformArgs<FP<B>>,
     output_grad: VmapTensor<FP<B>>,
-    f: impl FnOnce(DeformGrouped<FP<B>>, FP<B>) -> (FP<B>, FP<B>, FP<B>, Option<FP<B>>, Option<FP<B>>),
+    f: impl Fn(DeformGrouped<FP<B>>, FP<B>) -> (FP<B>, FP<B>, FP<B>, Option<FP<B>>, Option<FP<B>>),
 ) -> DeformGrads<FP<B>> {
+    use burn_backend::tensor::Float;
     let bdims = BatchDims::union([&args.bdims(), &output_grad.bdims]);
     if bdims.is_empty() {
         let (x, offset, weight, mask, bias) = f(
@@ -275,6 +280,30 @@ pub(crate) fn deform_conv2d_backward<B: Backend>(
             weight: VmapTensor::unbatched(weight),
             mask: mask.map(VmapTensor::unbatched),
             bias: bias.map(VmapTensor::unbatched),
+        };
+    }
+    let weights_batched =
+        args.weight.is_batched() || args.bias.as_ref().is_some_and(|b| b.is_batched());
+    if !weights_batched {
+        let fold = |t: VmapTensor<FP<B>>| fold_to::<B, Float>(t, &bdims);
+        let folded = DeformGrouped {
+            x: fold(args.x.clone()),
+            offset: fold(args.offset.clone()),
+            weight: args.weight.inner.clone(),
+            mask: args.mask.clone().map(fold),
+            bias: args.bias.as_ref().map(|b| b.inner.clone()),
+            factor: 1,
+        };
+        let (x, offset, _, mask, _) = f(folded, fold(output_grad.clone()));
+        let grouped = group_deform::<B>(args, &bdims);
+        let og = examples_into_channels::<B>(output_grad, &bdims);
+        let (_, _, weight, _, bias) = f(grouped, og);
+        return DeformGrads {
+            x: unfold_out::<B, Float>(x, &bdims),
+            offset: unfold_out::<B, Float>(offset, &bdims),
+            weight: rows_into_examples::<B>(weight, &bdims),
+            mask: mask.map(|m| unfold_out::<B, Float>(m, &bdims)),
+            bias: bias.map(|b| rows_into_examples::<B>(b, &bdims)),
         };
     }
     let grouped = group_deform::<B>(args, &bdims);
