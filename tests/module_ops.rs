@@ -213,15 +213,15 @@ fn should_give_per_example_gradients_of_deform_conv2d() {
         Tensor<AD, 2>,
     ) = vmap(grads).call(xs.clone()).unwrap();
     let loop_: Vec<_> = (0..e).map(|i| grads(ex(&xs, i))).collect();
-    let stack4 = |k: fn(
-        &(
-            Tensor<AD, 4>,
-            Tensor<AD, 4>,
-            Tensor<AD, 4>,
-            Tensor<AD, 4>,
-            Tensor<AD, 1>,
-        ),
-    ) -> Tensor<AD, 4>| { Tensor::stack::<5>(loop_.iter().map(k).collect(), 0) };
+    type Grads = (
+        Tensor<AD, 4>,
+        Tensor<AD, 4>,
+        Tensor<AD, 4>,
+        Tensor<AD, 4>,
+        Tensor<AD, 1>,
+    );
+    let stack4 =
+        |k: fn(&Grads) -> Tensor<AD, 4>| Tensor::stack::<5>(loop_.iter().map(k).collect(), 0);
     close(got.0, stack4(|t| t.0.clone()));
     close(got.1, stack4(|t| t.1.clone()));
     close(got.2, stack4(|t| t.2.clone()));

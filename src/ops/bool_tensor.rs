@@ -39,6 +39,7 @@ impl<B: Backend> BoolTensorOps<Self> for Vmap<B> {
     // Overridden (correctness): the output size depends on the values, so there is no batching
     // rule; batched inputs take the loop fallback (stackable when every example has the same
     // number of `true`s). The default would read the batched tensor back and panic.
+    #[allow(clippy::manual_async_fn)] // The trait asks for `'static + Send`.
     fn bool_argwhere(
         tensor: BoolTensor<Self>,
         out_dtype: IntDType,

@@ -172,27 +172,3 @@ pub(crate) fn stack<B: Backend, K: Kind<B>>(
         bdims: bdims.clone(),
     }
 }
-
-/// The synchronous fallback: `f` runs once per example on unbatched operands (materialized over
-/// the union of their batch dims), and the results are stacked. With no batched operand, `f`
-/// runs once on the inner tensors and nothing is reported.
-#[allow(dead_code)] // The generic form of the fallback; the current user (argwhere) is async.
-pub(crate) fn per_example<B: Backend, K: Kind<B>, O: Kind<B>>(
-    op: &'static str,
-    xs: Vec<VmapTensor<K::P>>,
-    mut f: impl FnMut(Vec<K::P>) -> O::P,
-) -> VmapTensor<O::P> {
-    let bdims = BatchDims::union(xs.iter().map(|x| &x.bdims));
-    if bdims.is_empty() {
-        return VmapTensor::unbatched(f(xs.into_iter().map(|x| x.inner).collect()));
-    }
-    enter(op);
-    let mut columns: Vec<std::vec::IntoIter<K::P>> = xs
-        .into_iter()
-        .map(|x| unbind::<B, K>(x, &bdims).into_iter())
-        .collect();
-    let outs = (0..bdims.num_examples())
-        .map(|_| f(columns.iter_mut().map(|c| c.next().unwrap()).collect()))
-        .collect();
-    stack::<B, O>(op, outs, &bdims)
-}
