@@ -154,6 +154,35 @@ pub enum VmapError {
         /// What is wrong, with the sizes.
         why: String,
     },
+    /// A random op ran inside a `vmap` whose [`Randomness`](crate::Randomness) mode is `Error`
+    /// (the default).
+    #[error(
+        "vmap: {op}: random numbers inside vmap (batch size {size}) need a choice: \
+             `vmap(f).randomness(Randomness::Different)` gives every example its own draw (as a \
+             loop over the examples would), `Randomness::Same` shares one draw across the batch; \
+             the default, `Randomness::Error`, refuses to guess. If the draw comes from a Burn \
+             module parameter that is initialized lazily on first use, initialize the model \
+             outside vmap first (run it once, or read each parameter with `param.val()`)"
+    )]
+    Randomness {
+        /// The random op (`float_random`, `int_random`).
+        op: String,
+        /// The size of the vmap level that refused the draw.
+        size: usize,
+    },
+    /// A result is batched at a vmap level that has already returned: a batched tensor was
+    /// stored outside the mapped function and came back.
+    #[error("vmap: {path}: the value is batched at vmap level {level}, whose vmap call has already \
+             returned; a batched tensor escaped its vmap through state kept outside the function \
+             (for example BatchNorm's running statistics updated in training mode inside vmap): \
+             put BatchNorm in eval mode (`model.valid()`), or use GroupNorm/LayerNorm/InstanceNorm, \
+             or return the value from the vmapped function instead of storing it")]
+    EscapedBatch {
+        /// Path of the offending leaf.
+        path: String,
+        /// The finished level's number.
+        level: u64,
+    },
 }
 
 fn fmt_shapes(args: &[String], shapes: &[Vec<usize>]) -> String {

@@ -36,6 +36,8 @@ pub mod tree;
 pub use backend::Vmap;
 pub use batching::BatchOps;
 pub use error::VmapError;
+pub use rules::fallback::{is_strict, set_strict, with_strict};
+pub use rules::random::Randomness;
 pub use tensor::{BatchDim, BatchDims, Level, VmapTensor};
 pub use transform::auto::{auto_vmap, AutoVmapped, Ranks};
 pub use transform::custom::{custom_vmap, sequential_vmap, CustomVmap, SequentialVmap};

@@ -2,12 +2,12 @@
 
 use burn_backend::backend::{Backend, ExecutionError};
 use burn_backend::ops::BoolTensorOps;
-use burn_backend::tensor::{Bool, BoolTensor, Device, FloatTensor, IntTensor};
+use burn_backend::tensor::{Bool, BoolTensor, Device, FloatTensor, Int, IntTensor};
 use burn_backend::{BoolDType, FloatDType, IntDType, Scalar, Shape, Slice, TensorData};
 
 use super::assert_unbatched;
 use super::macros::*;
-use crate::rules::{elementwise, indexing, reduce, view};
+use crate::rules::{elementwise, fallback, indexing, reduce, view};
 use crate::tensor::VmapTensor;
 use crate::Vmap;
 
@@ -34,6 +34,28 @@ impl<B: Backend> BoolTensorOps<Self> for Vmap<B> {
     ) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
         assert_unbatched(&tensor, "bool_into_data");
         B::bool_into_data(tensor.inner)
+    }
+
+    // Overridden (correctness): the output size depends on the values, so there is no batching
+    // rule; batched inputs take the loop fallback (stackable when every example has the same
+    // number of `true`s). The default would read the batched tensor back and panic.
+    #[allow(clippy::manual_async_fn)] // The trait asks for `'static + Send`.
+    fn bool_argwhere(
+        tensor: BoolTensor<Self>,
+        out_dtype: IntDType,
+    ) -> impl core::future::Future<Output = IntTensor<Self>> + 'static + Send {
+        async move {
+            if !tensor.is_batched() {
+                return VmapTensor::unbatched(B::bool_argwhere(tensor.inner, out_dtype).await);
+            }
+            fallback::enter("bool_argwhere");
+            let bdims = tensor.bdims.clone();
+            let mut outs = Vec::with_capacity(bdims.num_examples());
+            for example in fallback::unbind::<B, Bool>(tensor, &bdims) {
+                outs.push(B::bool_argwhere(example, out_dtype).await);
+            }
+            fallback::stack::<B, Int>("bool_argwhere", outs, &bdims)
+        }
     }
 
     fn bool_device(tensor: &BoolTensor<Self>) -> Device<Self> {

@@ -2,7 +2,7 @@
 
 use burn_backend::backend::{Backend, ExecutionError};
 use burn_backend::ops::FloatTensorOps;
-use burn_backend::tensor::{BoolTensor, Device, Float, FloatTensor, IntTensor};
+use burn_backend::tensor::{BoolTensor, Device, Float, FloatTensor, IndexingUpdateOp, IntTensor};
 use burn_backend::{Distribution, FloatDType, IntDType, Scalar, Shape, Slice, TensorData};
 
 use super::assert_unbatched;
@@ -23,7 +23,10 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         device: &Device<Self>,
         dtype: FloatDType,
     ) -> FloatTensor<Self> {
-        VmapTensor::unbatched(B::float_random(shape, distribution, device, dtype))
+        // Inside vmap the draw gets a batch dim at every level in `Randomness::Different` mode.
+        crate::rules::random::random("float_random", shape, |s| {
+            B::float_random(s, distribution, device, dtype)
+        })
     }
 
     fn float_empty(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
@@ -167,6 +170,21 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         value: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
         indexing::scatter::<B, Float>(dim, tensor, indices, value, B::float_scatter_add)
+    }
+
+    fn float_scatter_nd(
+        data: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+        values: FloatTensor<Self>,
+        reduction: IndexingUpdateOp,
+    ) -> FloatTensor<Self> {
+        indexing::scatter_nd::<B, Float>(data, indices, values, |d, i, v| {
+            B::float_scatter_nd(d, i, v, reduction)
+        })
+    }
+
+    fn float_gather_nd(data: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
+        indexing::gather_nd::<B, Float>(data, indices, B::float_gather_nd)
     }
 
     fn float_select(

@@ -2,7 +2,7 @@
 
 use burn_backend::backend::{Backend, ExecutionError};
 use burn_backend::ops::IntTensorOps;
-use burn_backend::tensor::{BoolTensor, Device, FloatTensor, Int, IntTensor};
+use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IndexingUpdateOp, Int, IntTensor};
 use burn_backend::{Distribution, FloatDType, IntDType, Scalar, Shape, Slice, TensorData};
 
 use super::assert_unbatched;
@@ -27,7 +27,10 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
         device: &Device<Self>,
         dtype: IntDType,
     ) -> IntTensor<Self> {
-        VmapTensor::unbatched(B::int_random(shape, distribution, device, dtype))
+        // Inside vmap the draw gets a batch dim at every level in `Randomness::Different` mode.
+        crate::rules::random::random("int_random", shape, |s| {
+            B::int_random(s, distribution, device, dtype)
+        })
     }
 
     // Overridden (speed): the default builds zeros through `int_from_data` on the host.
@@ -140,6 +143,21 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
         value: IntTensor<Self>,
     ) -> IntTensor<Self> {
         indexing::scatter::<B, Int>(dim, tensor, indices, value, B::int_scatter_add)
+    }
+
+    fn int_scatter_nd(
+        data: IntTensor<Self>,
+        indices: IntTensor<Self>,
+        values: IntTensor<Self>,
+        reduction: IndexingUpdateOp,
+    ) -> IntTensor<Self> {
+        indexing::scatter_nd::<B, Int>(data, indices, values, |d, i, v| {
+            B::int_scatter_nd(d, i, v, reduction)
+        })
+    }
+
+    fn int_gather_nd(data: IntTensor<Self>, indices: IntTensor<Self>) -> IntTensor<Self> {
+        indexing::gather_nd::<B, Int>(data, indices, B::int_gather_nd)
     }
 
     fn int_select(

@@ -1,9 +1,9 @@
 //! `ModuleOps` for `Vmap<B>`.
 //!
 //! A batched input with unbatched weights folds the vmap batch into `N` (one large op);
-//! convolutions with batched (per-example) weights become grouped convolutions. Remaining mixes
-//! (batched deformable-convolution gradients) panic with a `vmap: <op>: ...` message instead of
-//! computing something wrong.
+//! convolutions (deformable ones included) with batched (per-example) weights become grouped
+//! convolutions. Burn's default methods (conv1d, the conv backward ops, pool1d, embedding,
+//! linear, layer_norm, unfold4d, ctc_loss) decompose into these rules and the tensor ops.
 
 use burn_backend::backend::Backend;
 use burn_backend::ops::{
@@ -12,29 +12,12 @@ use burn_backend::ops::{
 };
 use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
 
-use crate::rules::helpers::vmap_panic;
-use crate::rules::module::{fold_all, fold_to, unfold_out};
+use crate::rules::module::{self as deform, fold_all, fold_to, unfold_out, DeformArgs};
 use crate::rules::reduce::along_dim;
 use crate::tensor::{BatchDims, VmapTensor};
 use crate::Vmap;
 
 type FP<B> = <B as burn_backend::backend::BackendTypes>::FloatTensorPrimitive;
-
-/// Unwraps weights that must be unbatched.
-fn unbatched_weight<P>(op: &str, name: &str, t: VmapTensor<P>) -> P {
-    if t.is_batched() {
-        vmap_panic(
-            op,
-            &format!("`{name}` is batched (per-example weights)"),
-            "batched weights are not supported by this release; keep the weights outside vmap",
-        )
-    }
-    t.inner
-}
-
-fn unbatched_opt<P>(op: &str, name: &str, t: Option<VmapTensor<P>>) -> Option<P> {
-    t.map(|t| unbatched_weight(op, name, t))
-}
 
 /// One batched input `x`: fold into `N`.
 fn with_x<B: Backend>(
@@ -116,21 +99,19 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         bias: Option<FloatTensor<Self>>,
         options: DeformConvOptions<2>,
     ) -> FloatTensor<Self> {
-        let w = unbatched_weight("deform_conv2d", "weight", weight);
-        let b = unbatched_opt("deform_conv2d", "bias", bias);
-        match mask {
-            Some(mask) => {
-                let (bdims, [x, offset, mask]) = fold_all::<B, Float, 3>([x, offset, mask]);
-                unfold_out::<B, Float>(
-                    B::deform_conv2d(x, offset, w, Some(mask), b, options),
-                    &bdims,
-                )
-            }
-            None => {
-                let (bdims, [x, offset]) = fold_all::<B, Float, 2>([x, offset]);
-                unfold_out::<B, Float>(B::deform_conv2d(x, offset, w, None, b, options), &bdims)
-            }
-        }
+        let args = DeformArgs {
+            x,
+            offset,
+            weight,
+            mask,
+            bias,
+        };
+        deform::deform_conv2d::<B>(args, |g| {
+            let mut options = options;
+            options.weight_groups *= g.factor;
+            options.offset_groups *= g.factor;
+            B::deform_conv2d(g.x, g.offset, g.weight, g.mask, g.bias, options)
+        })
     }
 
     fn deform_conv2d_backward(
@@ -142,35 +123,28 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         output_grad: FloatTensor<Self>,
         options: DeformConvOptions<2>,
     ) -> DeformConv2dBackward<Self> {
-        let batched = x.is_batched()
-            || offset.is_batched()
-            || weight.is_batched()
-            || output_grad.is_batched()
-            || mask.as_ref().is_some_and(|m| m.is_batched())
-            || bias.as_ref().is_some_and(|b| b.is_batched());
-        if batched {
-            vmap_panic(
-                "deform_conv2d_backward",
-                "per-example gradients of deformable convolutions are not supported by this release",
-                "compute them outside vmap",
+        let args = DeformArgs {
+            x,
+            offset,
+            weight,
+            mask,
+            bias,
+        };
+        let grads = deform::deform_conv2d_backward::<B>(args, output_grad, |g, og| {
+            let mut options = options.clone();
+            options.weight_groups *= g.factor;
+            options.offset_groups *= g.factor;
+            let out =
+                B::deform_conv2d_backward(g.x, g.offset, g.weight, g.mask, g.bias, og, options);
+            (
+                out.x_grad,
+                out.offset_grad,
+                out.weight_grad,
+                out.mask_grad,
+                out.bias_grad,
             )
-        }
-        let out = B::deform_conv2d_backward(
-            x.inner,
-            offset.inner,
-            weight.inner,
-            mask.map(|m| m.inner),
-            bias.map(|b| b.inner),
-            output_grad.inner,
-            options,
-        );
-        DeformConv2dBackward::new(
-            VmapTensor::unbatched(out.x_grad),
-            VmapTensor::unbatched(out.offset_grad),
-            VmapTensor::unbatched(out.weight_grad),
-            out.mask_grad.map(VmapTensor::unbatched),
-            out.bias_grad.map(VmapTensor::unbatched),
-        )
+        });
+        DeformConv2dBackward::new(grads.x, grads.offset, grads.weight, grads.mask, grads.bias)
     }
 
     fn avg_pool2d(

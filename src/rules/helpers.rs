@@ -21,13 +21,14 @@ pub(crate) trait Kind<B: Backend>: 'static {
     fn slice(t: Self::P, slices: &[Slice]) -> Self::P;
     fn gather(dim: usize, t: Self::P, indices: B::IntTensorPrimitive) -> Self::P;
     fn select(t: Self::P, dim: usize, indices: B::IntTensorPrimitive) -> Self::P;
+    fn cat(ts: Vec<Self::P>, dim: usize) -> Self::P;
     /// The one element of `t` as a rank-0 tensor. Burn 0.21's NdArray cannot reshape to rank 0
     /// but creates rank-0 tensors from data: the value is read back and re-created.
     fn to_rank0(t: Self::P) -> Self::P;
 }
 
 macro_rules! impl_kind {
-    ($kind:ty, $prim:ident, $reshape:ident, $permute:ident, $expand:ident, $slice:ident, $gather:ident, $select:ident, $into_data:ident, $from_data:ident, $device:ident) => {
+    ($kind:ty, $prim:ident, $reshape:ident, $permute:ident, $expand:ident, $slice:ident, $gather:ident, $select:ident, $cat:ident, $into_data:ident, $from_data:ident, $device:ident) => {
         impl<B: Backend> Kind<B> for $kind {
             type P = B::$prim;
             #[inline]
@@ -54,6 +55,10 @@ macro_rules! impl_kind {
             fn select(t: Self::P, dim: usize, indices: B::IntTensorPrimitive) -> Self::P {
                 B::$select(t, dim, indices)
             }
+            #[inline]
+            fn cat(ts: Vec<Self::P>, dim: usize) -> Self::P {
+                B::$cat(ts, dim)
+            }
             fn to_rank0(t: Self::P) -> Self::P {
                 let device = B::$device(&t);
                 let mut data = burn::tensor::try_read_sync(B::$into_data(t))
@@ -75,6 +80,7 @@ impl_kind!(
     float_slice,
     float_gather,
     float_select,
+    float_cat,
     float_into_data,
     float_from_data,
     float_device
@@ -88,6 +94,7 @@ impl_kind!(
     int_slice,
     int_gather,
     int_select,
+    int_cat,
     int_into_data,
     int_from_data,
     int_device
@@ -101,6 +108,7 @@ impl_kind!(
     bool_slice,
     bool_gather,
     bool_select,
+    bool_cat,
     bool_into_data,
     bool_from_data,
     bool_device

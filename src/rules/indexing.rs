@@ -190,3 +190,85 @@ pub(crate) fn mask_fill<B: Backend, K: Kind<B>>(
         bdims,
     }
 }
+
+/// `[E, M.., K]` indices (batch dims flattened to `E`) with the example number prepended to
+/// every index tuple: `[E, M.., 1 + K]`, for `gather_nd`/`scatter_nd` on data of shape
+/// `[E, D..]`.
+fn prepend_example_index<B: Backend>(indices: IntP<B>) -> IntP<B> {
+    let shape = indices.shape();
+    let rank = shape.num_dims();
+    let e = shape[0];
+    let device = B::int_device(&indices);
+    let dtype = indices.dtype().into();
+    let ids = B::int_arange(0..e as i64, &device, dtype);
+    let mut col: Vec<usize> = vec![e];
+    col.extend(core::iter::repeat_n(1, rank - 1));
+    let ids = B::int_reshape(ids, Shape::from(col));
+    let mut full: Vec<usize> = shape[..rank - 1].to_vec();
+    full.push(1);
+    let ids = B::int_expand(ids, Shape::from(full));
+    B::int_cat(vec![ids, indices], rank - 1)
+}
+
+/// `[b.., rest..] -> [E, rest..]`.
+fn flatten_batch<B: Backend, K: Kind<B>>(t: K::P, bdims: &BatchDims) -> K::P {
+    let shape = t.shape();
+    let dims: Shape = core::iter::once(bdims.num_examples())
+        .chain(shape[bdims.len()..].iter().copied())
+        .collect();
+    K::reshape(t, dims)
+}
+
+/// `[E, rest..] -> [b.., rest..]`.
+fn unflatten_batch<B: Backend, K: Kind<B>>(t: K::P, bdims: &BatchDims) -> K::P {
+    let shape = t.shape();
+    K::reshape(t, super::helpers::with_batch_sizes(bdims, &shape[1..]))
+}
+
+/// `gather_nd(data, indices)`: `out[m..] = data[indices[m.., :]]`, shape `[M.., D_K..]`.
+///
+/// Unbatched data with batched indices needs nothing (the batch dims are leading index dims).
+/// Batched data is flattened to `[E, D..]` and every index tuple gains its example number.
+pub(crate) fn gather_nd<B: Backend, K: Kind<B>>(
+    data: VmapTensor<K::P>,
+    indices: VmapTensor<IntP<B>>,
+    f: impl FnOnce(K::P, IntP<B>) -> K::P,
+) -> VmapTensor<K::P> {
+    if data.bdims.is_empty() {
+        return VmapTensor {
+            inner: f(data.inner, indices.inner),
+            bdims: indices.bdims,
+        };
+    }
+    let bdims = BatchDims::union([&data.bdims, &indices.bdims]);
+    let d = flatten_batch::<B, K>(materialize::<B, K>(data, &bdims), &bdims);
+    let i = flatten_batch::<B, Int>(materialize::<B, Int>(indices, &bdims), &bdims);
+    let out = f(d, prepend_example_index::<B>(i));
+    VmapTensor {
+        inner: unflatten_batch::<B, K>(out, &bdims),
+        bdims,
+    }
+}
+
+/// `scatter_nd(data, indices, values, reduction)`: every operand is materialized over the
+/// union of the batch dims and flattened to `E` examples; index tuples gain their example
+/// number, so one `scatter_nd` on `[E, D..]` updates each example independently.
+pub(crate) fn scatter_nd<B: Backend, K: Kind<B>>(
+    data: VmapTensor<K::P>,
+    indices: VmapTensor<IntP<B>>,
+    values: VmapTensor<K::P>,
+    f: impl FnOnce(K::P, IntP<B>, K::P) -> K::P,
+) -> VmapTensor<K::P> {
+    let bdims = BatchDims::union([&data.bdims, &indices.bdims, &values.bdims]);
+    if bdims.is_empty() {
+        return VmapTensor::unbatched(f(data.inner, indices.inner, values.inner));
+    }
+    let d = flatten_batch::<B, K>(materialize::<B, K>(data, &bdims), &bdims);
+    let i = flatten_batch::<B, Int>(materialize::<B, Int>(indices, &bdims), &bdims);
+    let v = flatten_batch::<B, K>(materialize::<B, K>(values, &bdims), &bdims);
+    let out = f(d, prepend_example_index::<B>(i), v);
+    VmapTensor {
+        inner: unflatten_batch::<B, K>(out, &bdims),
+        bdims,
+    }
+}

@@ -6,9 +6,11 @@
 //! batch; the op-trait impls in [`crate::ops`] only unwrap, call a rule, and rewrap.
 
 pub(crate) mod elementwise;
+pub(crate) mod fallback;
 pub(crate) mod helpers;
 pub(crate) mod indexing;
 pub(crate) mod linalg;
 pub(crate) mod module;
+pub(crate) mod random;
 pub(crate) mod reduce;
 pub(crate) mod view;

@@ -249,6 +249,21 @@ impl<B: Backend> Tree<B> for ParamGrads<B> {
     }
 }
 
+/// Reads every parameter once, which runs Burn's lazy initialization (its random draw must not
+/// happen inside vmap, where random ops need a `Randomness` choice).
+pub(crate) fn init_params<B: Backend, M: burn::module::Module<B>>(module: &M) {
+    module.visit(&mut InitParams);
+}
+
+/// Reads every parameter once, which runs Burn's lazy initialization.
+struct InitParams;
+
+impl<B: Backend> ModuleVisitor<B> for InitParams {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let _ = param.val();
+    }
+}
+
 /// Per-example gradients of `module`'s parameters: JAX's `vmap(grad(loss))`.
 ///
 /// `loss_fn(module, example)` computes the loss of ONE example (the batch axis of every input
@@ -290,6 +305,9 @@ where
     A: Tree<AB>,
     F: Fn(&M, A) -> Tensor<AB, 1>,
 {
+    // Burn initializes parameters lazily, on first use; the random draw must not happen inside
+    // vmap (where random ops need a `Randomness` choice and would otherwise be refused).
+    module.visit(&mut InitParams);
     vmap(|args: A| {
         let loss = loss_fn(module, args);
         let mut grads = loss.backward();

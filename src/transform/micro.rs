@@ -760,13 +760,16 @@ pub fn micro_grad<F>(f: F) -> MicroGrad<F> {
 /// assert!(global_norm(&grads).into_scalar() <= 1.0 + 1e-6); // a mean of clipped gradients
 /// let for_optimizer = grads.into_gradients_params();
 /// ```
-pub fn micro_grad_module<'a, M, A, Out, F>(
+pub fn micro_grad_module<'a, AB, M, A, Out, F>(
     model: &'a M,
     f: F,
 ) -> MicroGrad<impl Fn(A) -> Out + 'a, Sum, Identity, NoMetrics, PlainVmap, ModuleGrads<'a, M>>
 where
+    M: burn::module::Module<AB>,
+    AB: AutodiffBackend,
     F: Fn(&M, A) -> Out + 'a,
 {
+    crate::transform::grad::init_params(model);
     MicroGrad {
         f: move |a| f(model, a),
         source: ModuleGrads(model),

@@ -3,6 +3,7 @@
 use burn_backend::TensorPrimitive;
 
 use crate::batching::BatchOps;
+use crate::rules::random::{is_finished, Randomness, VmapScope};
 use crate::tensor::Level;
 use crate::transform::leaf::{batch_leaf, leaf_batch_dims, unbatch_leaf};
 use crate::tree::{Leaf, Spec, Tree};
@@ -62,12 +63,16 @@ impl From<i32> for Axes {
 /// - [`VmapError::AxisOutOfRange`]: an axis outside an argument's (or output's) rank;
 /// - [`VmapError::NothingMapped`]: every `in_axes` entry is `None`;
 /// - [`VmapError::TreeMismatch`], [`VmapError::LeafMismatch`]: axes that do not fit the
-///   arguments, or argument/result types whose ranks do not match the mapped axes.
+///   arguments, or argument/result types whose ranks do not match the mapped axes;
+/// - [`VmapError::Randomness`]: `f` draws random numbers and no [`Randomness`] mode was chosen
+///   (see [`Vmapped::randomness`]);
+/// - [`VmapError::EscapedBatch`]: a result is batched at a vmap level that has already returned.
 pub fn vmap<F>(f: F) -> Vmapped<F> {
     Vmapped {
         f,
         in_axes: Spec::Leaf(Some(0)),
         out_axes: Spec::Leaf(Some(0)),
+        randomness: Randomness::Error,
     }
 }
 
@@ -77,6 +82,7 @@ pub struct Vmapped<F> {
     f: F,
     in_axes: Axes,
     out_axes: Axes,
+    randomness: Randomness,
 }
 
 /// The batched arguments after validation: leaves moved into a fresh level.
@@ -166,6 +172,16 @@ pub(crate) fn unbatch_outputs<B: BatchOps, R: Tree<B>, O: Tree<B>>(
     let paths = def.leaf_paths("out");
     let mut result = Vec::with_capacity(leaves.len());
     for ((leaf, axis), path) in leaves.into_iter().zip(axes).zip(paths) {
+        if let Some(dead) = leaf_batch_dims(&leaf)
+            .as_slice()
+            .iter()
+            .find(|d| d.level != level && is_finished(d.level))
+        {
+            return Err(VmapError::EscapedBatch {
+                path,
+                level: dead.level.id(),
+            });
+        }
         match axis {
             Some(a) => {
                 let shape = leaf.shape();
@@ -205,6 +221,27 @@ impl<F> Vmapped<F> {
         self
     }
 
+    /// Chooses what random ops inside `f` do (torch.func's `randomness`): see [`Randomness`].
+    /// The default, [`Randomness::Error`], makes [`call`](Self::call) return
+    /// [`VmapError::Randomness`] when `f` draws random numbers (`Tensor::random`,
+    /// `burn::nn::Dropout` in training mode, ...).
+    ///
+    /// ```
+    /// use burn::tensor::{Distribution, Tensor};
+    /// use burn_vmap::{vmap, Randomness, TestBackend, Vmap};
+    /// type B = Vmap<TestBackend>;
+    /// let xs = Tensor::<B, 2>::zeros([8, 100], &Default::default());
+    /// let ys: Tensor<B, 2> = vmap(|x: Tensor<B, 1>| x.random_like(Distribution::Default))
+    ///     .randomness(Randomness::Different)
+    ///     .call(xs)
+    ///     .unwrap();
+    /// assert_eq!(ys.dims(), [8, 100]);
+    /// ```
+    pub fn randomness(mut self, randomness: Randomness) -> Self {
+        self.randomness = randomness;
+        self
+    }
+
     /// Applies the vectorized function to `inputs`.
     ///
     /// `I` is the batched argument tree, `A` what `f` takes (mapped axes removed), `R` what
@@ -224,7 +261,15 @@ impl<F> Vmapped<F> {
     {
         let batched = batch_inputs(inputs, &self.in_axes)?;
         let args = A::unflatten_named(&batched.def, batched.leaves, "args")?;
+        let scope = VmapScope::enter(batched.level, batched.size, self.randomness);
         let out = (self.f)(args);
+        if let Some(refused) = scope.take_refused() {
+            return Err(VmapError::Randomness {
+                op: refused.op.into(),
+                size: refused.size,
+            });
+        }
+        drop(scope);
         unbatch_outputs(out, &self.out_axes, batched.level, batched.size)
     }
 }

@@ -529,25 +529,21 @@ fn known_gap_one_hot_reads_data_inside_vmap() {
     assert!(msg.contains("cannot read back"), "{msg}");
 }
 
-/// Known gap: `Vmap<B>` does not forward `float_gather_nd` (Burn's default is
-/// `unimplemented!`), so `gather_nd` panics through `Vmap` even on unbatched tensors, although
-/// the inner backend (burn-ndarray) implements it. Same for `scatter_nd` and the int versions.
-/// If this starts passing, add oracle cases for `gather_nd`/`scatter_nd`.
+/// `gather_nd` through `Vmap` with nothing batched equals the inner backend's (the batched
+/// mixes are in `tests/module_ops.rs`). Burn's default is `unimplemented!`, so `Vmap<B>` forwards
+/// it (and `scatter_nd`, and the int versions) with a batching rule.
 #[test]
 #[cfg(all(feature = "ndarray", not(feature = "wgpu"), not(feature = "cuda")))]
-fn known_gap_gather_nd_not_forwarded() {
+fn should_forward_gather_nd_when_unbatched() {
     let device = Default::default();
     let data = Tensor::<burn_vmap::TestBackend, 2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
     let idx = Tensor::<burn_vmap::TestBackend, 2, Int>::from_ints([[1], [0]], &device);
     let inner: Tensor<burn_vmap::TestBackend, 2> = data.gather_nd::<2, 2>(idx);
-    assert_eq!(
-        inner.dims(),
-        [2, 2],
-        "the inner backend implements gather_nd"
-    );
     let data = Tensor::<V, 2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
     let idx = Tensor::<V, 2, Int>::from_ints([[1], [0]], &device);
-    let r = crate::harness::quietly(|| data.gather_nd::<2, 2>(idx).dims());
-    let msg = r.expect_err("gather_nd through Vmap now works: add oracle cases for it");
-    assert!(msg.contains("not implemented"), "{msg}");
+    let through: Tensor<V, 2> = data.gather_nd::<2, 2>(idx);
+    assert_eq!(
+        through.into_data().to_vec::<f32>().unwrap(),
+        inner.into_data().to_vec::<f32>().unwrap()
+    );
 }

@@ -960,7 +960,10 @@ pub fn vmapped_b<BI: BatchOps, BO: BatchOps>(
     };
     let in_axes = Spec::Seq(lvl.in_axes.iter().map(|a| Spec::Leaf(*a)).collect());
     let out_axes = Spec::Seq(lvl.out_axes.iter().map(|a| Spec::Leaf(Some(*a))).collect());
+    // `Different`: random ops draw per example, like the loop (the cases' checks hold for any
+    // draw).
     vmap(|a: Vec<T<BI>>| vmapped_b::<BI, BO>(f, a, rest).expect("inner vmap failed"))
+        .randomness(burn_vmap::Randomness::Different)
         .in_axes(in_axes)
         .out_axes(out_axes)
         .call(args)
@@ -1234,6 +1237,8 @@ pub fn backend_lacks(case: &OpCase) -> Option<String> {
 /// Runs every case (filtered by `ORACLE_FILTER`, a substring of the name) under proptest and
 /// fails listing **every** failing case with its shrunk counterexample.
 pub fn run_cases(cases: Vec<OpCase>) {
+    // Every op must have a real batching rule: the loop fallback panics in strict mode.
+    burn_vmap::set_strict(true);
     let filter = std::env::var("ORACLE_FILTER").ok();
     let mut failures = Vec::new();
     let mut skipped: Vec<&str> = Vec::new();
