@@ -79,6 +79,39 @@ impl VmapFn for PlainVmap {
     }
 }
 
+/// A plain [`vmap`] with a randomness mode, as a [`VmapFn`]: `micro_vmap(f)
+/// .vmap_fn(Randomness::Different)` gives every example its own random draws (dropout).
+///
+/// ```
+/// use burn::tensor::{Distribution, Tensor};
+/// use burn_vmap::{micro_vmap, Randomness, TestBackend, Vmap};
+/// type B = Vmap<TestBackend>;
+/// let xs = Tensor::<B, 2>::zeros([4, 3], &Default::default());
+/// let noisy: Tensor<B, 2> = micro_vmap(|x: Tensor<B, 1>| x.clone() + x.random_like(Distribution::Default))
+///     .microbatch_size(2)
+///     .vmap_fn(Randomness::Different)
+///     .call(xs)
+///     .unwrap();
+/// assert_eq!(noisy.dims(), [4, 3]);
+/// ```
+impl VmapFn for crate::Randomness {
+    fn apply<BI, BO, I, A, R, O, F>(&self, f: &F, in_axes: &Axes, inputs: I) -> Result<O, VmapError>
+    where
+        BI: BatchOps,
+        BO: BatchOps,
+        F: Fn(A) -> R,
+        I: Tree<BI>,
+        A: Tree<BI>,
+        R: Tree<BO>,
+        O: Tree<BO>,
+    {
+        vmap(|a: A| f(a))
+            .in_axes(in_axes.clone())
+            .randomness(*self)
+            .call(inputs)
+    }
+}
+
 // -------------------------------------------------------------------------------------------------
 // Microbatch bookkeeping
 // -------------------------------------------------------------------------------------------------
