@@ -38,6 +38,10 @@ pub use batching::BatchOps;
 pub use error::VmapError;
 pub use tensor::{BatchDim, BatchDims, Level, VmapTensor};
 pub use transform::grad::{per_example_grads, ParamGrads};
+pub use transform::chunked::{chunked_vmap, ChunkedVmapped};
+pub use transform::scan::{
+    checkpoint_chunked_scan, scan, sliced_scan, CheckpointChunkedScan, Scan, SlicedScan,
+};
 pub use transform::vmap::{vmap, Axes, Vmapped};
 pub use tree::{Leaf, Spec, Static, Tree, TreeDef};
 

@@ -3,3 +3,5 @@
 pub mod grad;
 pub(crate) mod leaf;
 pub mod vmap;
+pub mod chunked;
+pub mod scan;
