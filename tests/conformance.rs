@@ -1153,7 +1153,9 @@ fn api_checkpoint_chunked_scan(case: &Case) -> Result<Run, String> {
     let body = scan_body::<A>(&case.program)?;
     let chunk = param_isize(case, "chunk_size")?;
     let reverse = param_bool(case, "reverse");
-    let run = |grad_init: bool, grad_xs: bool| -> Result<(Pt<A>, Pt<A>, Pt<A>, Pt<A>), VmapError> {
+    /// `(init, xs, carry, ys)` of one forward pass.
+    type Pass = (Pt<A>, Pt<A>, Pt<A>, Pt<A>);
+    let run = |grad_init: bool, grad_xs: bool| -> Result<Pass, VmapError> {
         let [init, xs] = take(build_args::<A>(case).expect("inputs"));
         let init = if grad_init { require_grad(init) } else { init };
         let xs = if grad_xs { require_grad(xs) } else { xs };
@@ -1204,7 +1206,7 @@ fn api_checkpoint_chunked_scan(case: &Case) -> Result<Run, String> {
             let rows: Vec<Tensor<TestBackend, 1>> = (0..d)
                 .map(|i| {
                     let (init, _, carry, _) = run(true, false).map_err(|e| e.to_string())?;
-                    let ci = carry.f::<1>().slice([i..i + 1]).sum();
+                    let ci = carry.f::<1>().narrow(0, i, 1).sum();
                     Ok(grads_of(&init, &ci.backward()).f::<1>())
                 })
                 .collect::<Result<_, String>>()?;

@@ -885,6 +885,12 @@ pub struct CheckpointChunkedScan<F, C, XS> {
 }
 
 type Ad<B, CS> = Autodiff<B, CS>;
+/// Leaves of one chunk's outputs, keyed by the chunk's first step index.
+type Parts<B, CS> = Vec<(usize, Vec<Leaf<Ad<B, CS>>>)>;
+/// The structure of one step's output and a spec per leaf.
+type YInfo<B> = Option<(TreeDef, Vec<LeafSpec<B>>)>;
+/// `(target, cotangent)` links of a recomputed chunk's root chain.
+type Sinks<B, CS> = Vec<(FloatTensor<Ad<B, CS>>, FloatTensor<B>)>;
 
 fn to_inner<B: Backend, CS: CheckpointStrategy>(leaf: Leaf<Ad<B, CS>>) -> Leaf<B> {
     match leaf {
@@ -1231,8 +1237,8 @@ impl<F, C, XS> CheckpointChunkedScan<F, C, XS> {
         let f = Arc::new(self.f);
         let steps: Vec<usize> = order(n, self.opts.reverse).collect();
         let mut carry = carry_leaves;
-        let mut parts: Vec<(usize, Vec<Leaf<Ad<B, CS>>>)> = Vec::new();
-        let mut y_info: Option<(TreeDef, Vec<LeafSpec<Ad<B, CS>>>)> = None;
+        let mut parts: Parts<B, CS> = Vec::new();
+        let mut y_info: YInfo<Ad<B, CS>> = None;
         for chunk_steps in steps.chunks(chunk) {
             let lo = *chunk_steps.iter().min().expect("non-empty chunk");
             let hi = *chunk_steps.iter().max().expect("non-empty chunk") + 1;
@@ -1475,7 +1481,7 @@ where
         let (sender, receiver) = mpsc::channel::<(usize, FloatTensor<B>)>();
         // (input, step) of every tap, by tap id.
         let mut taps: Vec<(Input, usize)> = Vec::new();
-        let mut sinks: Vec<(FloatTensor<Ad<B, CS>>, FloatTensor<B>)> = Vec::new();
+        let mut sinks: Sinks<B, CS> = Vec::new();
         let mut fresh = |leaf: Leaf<B>, input: Input, step: usize| -> Leaf<Ad<B, CS>> {
             let p = match &leaf {
                 Leaf::Float(t) => t.clone().tensor(),
