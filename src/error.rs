@@ -183,6 +183,69 @@ pub enum VmapError {
         /// The finished level's number.
         level: u64,
     },
+    /// A chunk size that is zero or negative (`chunked_vmap`, `checkpoint_chunked_scan`).
+    #[error("{transform}: chunk_size must be positive, got chunk_size = {chunk_size}")]
+    ChunkSizeNotPositive {
+        /// The transform.
+        transform: &'static str,
+        /// The chunk size given.
+        chunk_size: isize,
+    },
+    /// The leaves of a scan's `xs` differ in leading size, or differ from the given `length`.
+    #[error("{transform}: inconsistent scan lengths: {}{}; every leaf of xs must have the same leading size{}",
+            fmt_leading(.arguments), .length.map(|n| format!(", length = {n}")).unwrap_or_default(),
+            if .length.is_some() { ", equal to length" } else { "" })]
+    ScanLengths {
+        /// The transform.
+        transform: &'static str,
+        /// `(leaf path, leading size)` for every leaf of `xs`.
+        arguments: Vec<(String, usize)>,
+        /// The `length` given, if any.
+        length: Option<usize>,
+    },
+    /// A scan over an `xs` without tensors and without a `length`.
+    #[error("{transform}: xs has no tensor to scan over and no length was given; set .length(n)")]
+    ScanNoLength {
+        /// The transform.
+        transform: &'static str,
+    },
+    /// A rank-0 tensor where a leading axis is needed (a scan's `xs`).
+    #[error("{transform}: {argument} is a rank-0 tensor and has no leading axis to scan over")]
+    NoLeadingAxis {
+        /// The transform.
+        transform: &'static str,
+        /// Path of the leaf (e.g. `xs[1]`).
+        argument: String,
+    },
+    /// A scan step returned a carry that does not match `init`, or an output that does not
+    /// match the first step's.
+    #[error("{transform}: step {step}: {what} leaf {path} is {got}, expected {expected}; \
+             the carry must keep the structure, kinds and shapes of init, and every step's output the same shapes")]
+    ScanShapeMismatch {
+        /// The transform.
+        transform: &'static str,
+        /// `carry` or `ys`.
+        what: String,
+        /// Path of the leaf.
+        path: String,
+        /// Index of the step (into `xs`).
+        step: usize,
+        /// What was expected.
+        expected: String,
+        /// What the step returned.
+        got: String,
+    },
+    /// `sliced_scan` with `step = 0`.
+    #[error("sliced_scan: slice step cannot be zero")]
+    SliceStepZero,
+    /// `checkpoint_chunked_scan`'s body captures a tensor that requires gradients.
+    #[error("{transform}: the scan body uses a captured tensor that requires gradients; its gradient \
+             cannot be recomputed per chunk. Pass it through the carry (returned unchanged) instead, \
+             or detach it if it needs no gradient")]
+    CapturedTrackedTensor {
+        /// The transform.
+        transform: &'static str,
+    },
 }
 
 fn fmt_shapes(args: &[String], shapes: &[Vec<usize>]) -> String {
@@ -196,6 +259,13 @@ fn fmt_shapes(args: &[String], shapes: &[Vec<usize>]) -> String {
 fn fmt_sizes(args: &[(String, usize)]) -> String {
     args.iter()
         .map(|(a, s)| format!("{a} has size {s}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn fmt_leading(args: &[(String, usize)]) -> String {
+    args.iter()
+        .map(|(a, s)| format!("{a} has leading size {s}"))
         .collect::<Vec<_>>()
         .join(", ")
 }

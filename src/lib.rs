@@ -40,12 +40,16 @@ pub use rules::fallback::{is_strict, set_strict, with_strict};
 pub use rules::random::Randomness;
 pub use tensor::{BatchDim, BatchDims, Level, VmapTensor};
 pub use transform::auto::{auto_vmap, AutoVmapped, Ranks};
+pub use transform::chunked::{chunked_vmap, ChunkedVmapped};
 pub use transform::custom::{custom_vmap, sequential_vmap, CustomVmap, SequentialVmap};
 pub use transform::grad::{per_example_grads, ParamGrads};
 pub use transform::micro::{
     clip_by_global_norm, global_norm, micro_grad, micro_grad_module, micro_vmap, scale_tree,
     ArgGrads, ArgNums, GradFn, GradSource, Identity, LossOutput, MicroAux, MicroGrad, MicroVmap,
     ModuleGrads, NoMetrics, PlainVmap, TreeFn, VmapFn,
+};
+pub use transform::scan::{
+    checkpoint_chunked_scan, scan, sliced_scan, CheckpointChunkedScan, Scan, SlicedScan,
 };
 pub use transform::vmap::{vmap, Axes, Vmapped};
 pub use tree::{

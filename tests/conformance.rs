@@ -883,6 +883,23 @@ fn check_error(case: &Case, kind: &str, details: &Value, e: &VmapError) -> Resul
         "rank_too_small" | "incompatible_batch_shapes" => {
             check_auto_vmap_error(case, kind, details, e)
         }
+        "chunk_size_not_positive" => {
+            let VmapError::ChunkSizeNotPositive { chunk_size, .. } = e else {
+                return Err(format!("expected ChunkSizeNotPositive, got {e:?}"));
+            };
+            let want = details["chunk_size"].as_i64().unwrap_or(0);
+            if *chunk_size as i64 != want {
+                return Err(format!(
+                    "chunk_size: expected {want}, got {chunk_size} ({msg})"
+                ));
+            }
+            if !msg.contains("chunk_size") || !mentions(want.unsigned_abs() as usize) {
+                return Err(format!(
+                    "the message does not name chunk_size = {want}: {msg}"
+                ));
+            }
+            Ok(())
+        }
         other => Err(format!(
             "runner: error kind {other} is not supported yet (got: {msg})"
         )),
@@ -908,8 +925,9 @@ fn run_api(case: &Case) -> Option<Result<Run, String>> {
         "optax.microbatching.micro_vmap" => api_micro_vmap(case),
         "optax.microbatching.micro_grad" => api_micro_grad(case),
         "jax_autovmap.auto_vmap" => api_auto_vmap(case),
-        // "powerpax.chunked_vmap", "powerpax.sliced_scan", "powerpax.checkpoint_chunked_scan":
-        // not yet.
+        "powerpax.chunked_vmap" => api_chunked_vmap(case),
+        "powerpax.sliced_scan" => api_sliced_scan(case),
+        "powerpax.checkpoint_chunked_scan" => api_checkpoint_chunked_scan(case),
         _ => return None,
     })
 }
@@ -1648,6 +1666,187 @@ mod auto_vmap_programs {
 }
 use auto_vmap_programs::{alpha_times_norm, dot_a_x_plus_b, foo_s_v_m, u_times_sum_w};
 
+// ---- powerpax: chunked_vmap, sliced_scan, checkpoint_chunked_scan (scans branch) ------------
+
+/// A program with its `captured` inputs bound (FORMAT: `captured` values are constants of the
+/// closure, never batched): `tanh_matmul_and_sqnorm` captures `w`.
+fn powerpax_program<B: Backend>(
+    case: &Case,
+) -> Result<impl Fn(Vec<Pt<B>>) -> Pt<B> + Clone, String> {
+    let device = Default::default();
+    let captured: BTreeMap<String, Pt<B>> = case
+        .captured
+        .iter()
+        .map(|(k, input)| Ok((k.clone(), Pt::Leaf(input_leaf(case.input(input)?, &device)))))
+        .collect::<Result<_, String>>()?;
+    let plain = program::<B>(&case.program);
+    let id = case.program.clone();
+    match (id.as_str(), plain) {
+        ("identity" | "tanh_matmul_and_sqnorm", _) | (_, Some(_)) => {}
+        _ => return Err(format!("runner: unknown program {id:?}")),
+    }
+    Ok(move |args: Vec<Pt<B>>| match id.as_str() {
+        "identity" => programs::identity(args),
+        "tanh_matmul_and_sqnorm" => programs::tanh_matmul_and_sqnorm(args, captured["w"].clone()),
+        _ => plain.expect("checked above")(args),
+    })
+}
+
+/// A scan body `(carry, x) -> (carry, y)` registered for `id`.
+type ScanBody<B> = fn(Pt<B>, Pt<B>) -> (Pt<B>, Pt<B>);
+
+fn scan_body<B: Backend>(id: &str) -> Result<ScanBody<B>, String> {
+    match id {
+        "cumsum_carry" => Ok(programs::cumsum_carry),
+        "sincos_carry" => Ok(programs::sincos_carry),
+        other => Err(format!("runner: unknown scan body {other:?}")),
+    }
+}
+
+/// Per-step scalars are Burn's scalars, `[1]` tensors (see `programs::sum1`): stacked, they
+/// give `(n, 1)` where JAX has `(n,)`. Reports such a `ys` leaf with JAX's shape.
+fn jax_ys_shape(case: &Case, outputs: &mut Outputs) {
+    let Expected::Outputs(expected) = &case.expected else {
+        return;
+    };
+    if let (Some(Some(e)), Some(Some(g))) = (expected.get("ys"), outputs.get_mut("ys")) {
+        if g.shape.len() == e.shape.len() + 1 && g.shape.last() == Some(&1) {
+            g.shape.pop();
+        }
+    }
+}
+
+fn param_isize(case: &Case, key: &str) -> Result<Option<isize>, String> {
+    case.param(key)
+        .map(|v| {
+            v.as_i64()
+                .map(|x| x as isize)
+                .ok_or(format!("bad {key}: {v}"))
+        })
+        .transpose()
+}
+
+fn param_bool(case: &Case, key: &str) -> bool {
+    case.param(key).and_then(Value::as_bool).unwrap_or(false)
+}
+
+/// `powerpax.chunked_vmap` (FORMAT 3.6): every positional argument mapped on axis 0.
+fn api_chunked_vmap(case: &Case) -> Result<Run, String> {
+    let chunk = param_isize(case, "chunk_size")?.ok_or("chunked_vmap needs a chunk_size")?;
+    let f = powerpax_program::<V>(case)?;
+    let chunked = match burn_vmap::chunked_vmap(move |a: Pt<V>| f(a.into_args()), chunk) {
+        Ok(c) => c,
+        Err(e) => return Ok(Run::Error(e)),
+    };
+    let args = Pt::Tuple(build_args::<V>(case)?);
+    Ok(match chunked.call::<V, V, _, _, _, Pt<V>>(args) {
+        Ok(out) => {
+            let mut outputs = Outputs::new();
+            collect_outputs("out", out, &mut outputs);
+            Run::Outputs(outputs)
+        }
+        Err(e) => Run::Error(e),
+    })
+}
+
+/// `powerpax.sliced_scan` (FORMAT 3.7), `args = [init, xs]`.
+fn api_sliced_scan(case: &Case) -> Result<Run, String> {
+    type B = TestBackend;
+    let body = scan_body::<B>(&case.program)?;
+    let [init, xs] = take(build_args::<B>(case)?);
+    let result = burn_vmap::sliced_scan(body, init, xs)
+        .slice(
+            param_isize(case, "start")?,
+            param_isize(case, "stop")?,
+            param_isize(case, "step")?,
+        )
+        .reverse(param_bool(case, "reverse"))
+        .call::<B, Pt<B>, Pt<B>, Pt<B>>();
+    Ok(match result {
+        Ok((carry, ys)) => {
+            let mut outputs = Outputs::new();
+            collect_outputs("carry", carry, &mut outputs);
+            collect_outputs("ys", ys, &mut outputs);
+            jax_ys_shape(case, &mut outputs);
+            Run::Outputs(outputs)
+        }
+        Err(e) => Run::Error(e),
+    })
+}
+
+/// `powerpax.checkpoint_chunked_scan` (FORMAT 3.8) on `Autodiff<_>`: values, and derivatives
+/// through the checkpointed scan (each from a fresh forward pass: a backward pass consumes the
+/// graph).
+fn api_checkpoint_chunked_scan(case: &Case) -> Result<Run, String> {
+    type A = ADPlain;
+    let body = scan_body::<A>(&case.program)?;
+    let chunk = param_isize(case, "chunk_size")?;
+    let reverse = param_bool(case, "reverse");
+    /// `(init, xs, carry, ys)` of one forward pass.
+    type Pass = (Pt<A>, Pt<A>, Pt<A>, Pt<A>);
+    let run = |grad_init: bool, grad_xs: bool| -> Result<Pass, VmapError> {
+        let [init, xs] = take(build_args::<A>(case).expect("inputs"));
+        let init = if grad_init { require_grad(init) } else { init };
+        let xs = if grad_xs { require_grad(xs) } else { xs };
+        let (carry, ys) = burn_vmap::checkpoint_chunked_scan(body, init.clone(), xs.clone())
+            .chunk_size(chunk)
+            .reverse(reverse)
+            .call::<TestBackend, _, Pt<A>, Pt<A>, Pt<A>>()?;
+        Ok((init, xs, carry, ys))
+    };
+    /// Backward from `t` (a rank-0 tensor is its own sum: NdArray cannot reshape it).
+    fn backward_sum(t: Pt<A>) -> <A as AutodiffBackend>::Gradients {
+        match t.rank() {
+            0 => t.f::<0>().backward(),
+            r => with_rank!(r, D => t.f::<D>().sum().backward()),
+        }
+    }
+    let inner =
+        |p: Pt<A>| p.map_leaves(&mut |l: Pt<A>| with_rank!(l.rank(), D => pt(l.f::<D>().inner())));
+
+    let (_, _, carry, ys) = match run(false, false) {
+        Ok(r) => r,
+        Err(e) => return Ok(Run::Error(e)),
+    };
+    let carry_shape = carry.leaf().shape().to_vec();
+    let mut outputs = Outputs::new();
+    collect_outputs("carry", inner(carry.clone()), &mut outputs);
+    collect_outputs("ys", inner(ys), &mut outputs);
+    jax_ys_shape(case, &mut outputs);
+
+    // d sum(carry) / d init
+    let (init, _, carry, _) = run(true, false).map_err(|e| e.to_string())?;
+    let g = grads_of(&init, &backward_sum(carry));
+    collect_outputs("grad_sum_carry_wrt_init", g, &mut outputs);
+
+    // d sum(ys) / d xs
+    let (_, xs, _, ys) = run(false, true).map_err(|e| e.to_string())?;
+    let g = grads_of(&xs, &backward_sum(ys));
+    collect_outputs("grad_sum_ys_wrt_xs", g, &mut outputs);
+
+    // Jacobian [i][j] = d carry_i / d init_j: one backward pass per carry element.
+    let jac = match carry_shape.len() {
+        0 => {
+            let (init, _, carry, _) = run(true, false).map_err(|e| e.to_string())?;
+            grads_of(&init, &backward_sum(carry))
+        }
+        1 => {
+            let d = carry_shape[0];
+            let rows: Vec<Tensor<TestBackend, 1>> = (0..d)
+                .map(|i| {
+                    let (init, _, carry, _) = run(true, false).map_err(|e| e.to_string())?;
+                    let ci = carry.f::<1>().narrow(0, i, 1).sum();
+                    Ok(grads_of(&init, &ci.backward()).f::<1>())
+                })
+                .collect::<Result<_, String>>()?;
+            pt(Tensor::stack::<2>(rows, 0))
+        }
+        r => return Err(format!("runner: jacobian of a rank-{r} carry")),
+    };
+    collect_outputs("jacobian_carry_wrt_init", jac, &mut outputs);
+    Ok(Run::Outputs(outputs))
+}
+
 // =================================================================================================
 // Programs
 // =================================================================================================
@@ -1997,6 +2196,38 @@ mod programs {
         })
     }
 
+    // ---- powerpax programs -------------------------------------------------------------------
+
+    pub fn identity<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
+        let [v] = take(args);
+        v
+    }
+
+    /// `{"y": tanh(x @ w), "n": sum(x**2)}` with `w` captured.
+    pub fn tanh_matmul_and_sqnorm<B: Backend>(args: Vec<Pt<B>>, w: Pt<B>) -> Pt<B> {
+        let [x] = take(args);
+        let y = np_matmul(x.clone(), w);
+        let y = with_rank!(y.rank(), D => pt(y.f::<D>().tanh()));
+        let n = pt(scalar(sum1(binop!(x.clone(), x, |a, b| a * b))));
+        Pt::Dict(BTreeMap::from([("n".to_owned(), n), ("y".to_owned(), y)]))
+    }
+
+    /// Scan body: `c' = c + x`, `y = c'`.
+    pub fn cumsum_carry<B: Backend>(c: Pt<B>, x: Pt<B>) -> (Pt<B>, Pt<B>) {
+        let c2 = with_rank!(c.rank(), D => pt(c.f::<D>() + x.f::<D>()));
+        (c2.clone(), c2)
+    }
+
+    /// Scan body: `c' = sin(c) cos(x) + 0.5 c x`, `y = sum(c'^2)` (Burn's scalar, `[1]`).
+    pub fn sincos_carry<B: Backend>(c: Pt<B>, x: Pt<B>) -> (Pt<B>, Pt<B>) {
+        with_rank!(c.rank(), D => {
+            let (c, x) = (c.f::<D>(), x.f::<D>());
+            let c2 = c.clone().sin() * x.clone().cos() + c * x * 0.5;
+            let y = sum1(pt(c2.clone().powi_scalar(2)));
+            (pt(c2), pt(y))
+        })
+    }
+
     // ---- losses -------------------------------------------------------------------------------
 
     /// `params {W1 (5,7), b1 (7,), W2 (7,3), b2 (3,)}, x (b,5), labels i32 (b,)` -> mean
@@ -2016,11 +2247,6 @@ mod programs {
     }
 
     // ---- optax.microbatching programs ---------------------------------------------------------
-
-    pub fn identity<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
-        let [v] = take(args);
-        v
-    }
 
     /// `x * x` for any dtype and shape.
     pub fn square<B: Backend>(args: Vec<Pt<B>>) -> Pt<B> {
@@ -2261,5 +2487,290 @@ fn conformance() {
     assert_eq!(
         failed, 0,
         "{failed} conformance case(s) failed (see the FAIL lines above)"
+    );
+}
+
+// =================================================================================================
+// Extra powerpax cases: the reference cases with other parameters and lengths,
+// judged against host loops written here (f64), through the same apis and comparison.
+// =================================================================================================
+
+/// The first case named `name`, parsed.
+fn load_case(name: &str) -> Case {
+    let path = vectors_dir().join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    Case::parse(&serde_json::from_str(&text).unwrap()).unwrap()
+}
+
+fn array(shape: Vec<usize>, data: Vec<f64>) -> Array {
+    Array {
+        dtype: DType::F32,
+        shape,
+        data,
+    }
+}
+
+/// Keeps the first `n` rows of input `name`.
+fn truncate_rows(case: &mut Case, name: &str, n: usize) {
+    let a = case.inputs.get_mut(name).unwrap();
+    let row: usize = a.shape[1..].iter().product();
+    a.shape[0] = n;
+    a.data.truncate(n * row);
+}
+
+fn run_extra(case: &Case) -> Result<(), String> {
+    match run_case(case) {
+        Outcome::Pass => Ok(()),
+        Outcome::Fail(why) => Err(format!("{}: {why}", case.name)),
+        Outcome::Skip(why) => Err(format!("{}: skipped: {why}", case.name)),
+    }
+}
+
+/// `range(*slice(start, stop, step).indices(n))`, as Python computes it.
+fn py_slice(n: i64, start: Option<i64>, stop: Option<i64>, step: i64) -> Vec<usize> {
+    let (lower, upper) = if step > 0 { (0, n) } else { (-1, n - 1) };
+    let fix = |v: i64| {
+        if v < 0 {
+            (v + n).max(lower)
+        } else {
+            v.min(upper)
+        }
+    };
+    let mut i = start.map_or(if step > 0 { lower } else { upper }, fix);
+    let stop = stop.map_or(if step > 0 { upper } else { lower }, fix);
+    let mut out = vec![];
+    while (step > 0 && i < stop) || (step < 0 && i > stop) {
+        out.push(i as usize);
+        i += step;
+    }
+    out
+}
+
+#[test]
+fn powerpax_extra_sliced_scan_cases() {
+    let mut failures = vec![];
+    let mut count = 0;
+    for base in [
+        "sliced_scan_xs_startN_stopN_stepN_revFalse",
+        "sliced_scan_xs2_startN_stopN_stepN_revFalse",
+    ] {
+        let base = load_case(base);
+        for n in [0usize, 1, 4, 10] {
+            for (start, stop, step) in [
+                (None, None, None),
+                (Some(-2), None, None),
+                (Some(1), Some(-1), Some(2)),
+                (None, None, Some(-3)),
+                (Some(7), Some(-9), Some(-1)),
+                (Some(12), Some(-12), Some(-5)),
+                (Some(3), Some(3), None),
+                (Some(-100), Some(100), Some(4)),
+            ] {
+                for reverse in [false, true] {
+                    let mut case = base.clone();
+                    case.name = format!(
+                        "{} n{n} {start:?}:{stop:?}:{step:?} rev{reverse}",
+                        base.name
+                    );
+                    truncate_rows(&mut case, "xs", n);
+                    for (k, v) in [("start", start), ("stop", stop), ("step", step)] {
+                        case.params
+                            .insert(k.into(), v.map_or(Value::Null, Value::from));
+                    }
+                    case.params.insert("reverse".into(), Value::from(reverse));
+                    // Oracle: cumsum_carry as a host loop, then the Python slice.
+                    let xs = &case.inputs["xs"];
+                    let row: usize = xs.shape[1..].iter().product();
+                    let mut c = case.inputs["init"].data.clone();
+                    let mut ys = vec![vec![]; n];
+                    let order: Vec<usize> = if reverse {
+                        (0..n).rev().collect()
+                    } else {
+                        (0..n).collect()
+                    };
+                    for t in order {
+                        for (ci, x) in c.iter_mut().zip(&xs.data[t * row..(t + 1) * row]) {
+                            *ci += x;
+                        }
+                        ys[t] = c.clone();
+                    }
+                    let idx = py_slice(n as i64, start, stop, step.unwrap_or(1));
+                    let mut ys_shape = xs.shape.clone();
+                    ys_shape[0] = idx.len();
+                    let expected = BTreeMap::from([
+                        ("carry".to_string(), Some(array(xs.shape[1..].to_vec(), c))),
+                        (
+                            "ys".to_string(),
+                            Some(array(
+                                ys_shape,
+                                idx.iter().flat_map(|&t| ys[t].clone()).collect(),
+                            )),
+                        ),
+                    ]);
+                    case.expected = Expected::Outputs(expected);
+                    count += 1;
+                    if let Err(e) = run_extra(&case) {
+                        failures.push(e);
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {count} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn powerpax_extra_checkpoint_chunked_scan_cases() {
+    let base = load_case("checkpoint_chunked_scan_chunkNone_revFalse");
+    let d = base.inputs["init"].shape[0];
+    let mut failures = vec![];
+    let mut count = 0;
+    for n in [1usize, 5, 7] {
+        for chunk in [None, Some(1), Some(2), Some(4), Some(5), Some(6), Some(9)] {
+            for reverse in [false, true] {
+                let mut case = base.clone();
+                case.name = format!("checkpoint n{n} chunk{chunk:?} rev{reverse}");
+                truncate_rows(&mut case, "xs", n);
+                case.params
+                    .insert("chunk_size".into(), chunk.map_or(Value::Null, Value::from));
+                case.params.insert("reverse".into(), Value::from(reverse));
+                // Oracle: sincos_carry as a host loop. Every op is elementwise, so d carry /
+                // d init is diagonal: the product of the per-step derivatives.
+                let xs = case.inputs["xs"].data.clone();
+                let mut c = case.inputs["init"].data.clone();
+                let mut cs = vec![c.clone()];
+                let order: Vec<usize> = if reverse {
+                    (0..n).rev().collect()
+                } else {
+                    (0..n).collect()
+                };
+                let mut ys = vec![0.0; n];
+                let mut dc = vec![1.0; d];
+                for &t in &order {
+                    let x = &xs[t * d..(t + 1) * d];
+                    for i in 0..d {
+                        dc[i] *= c[i].cos() * x[i].cos() + 0.5 * x[i];
+                    }
+                    c = (0..d)
+                        .map(|i| c[i].sin() * x[i].cos() + 0.5 * c[i] * x[i])
+                        .collect();
+                    ys[t] = c.iter().map(|v| v * v).sum();
+                    cs.push(c.clone());
+                }
+                // d sum(ys) / d xs: reverse accumulation over the executed steps.
+                let mut gc = vec![0.0; d];
+                let mut gx = vec![0.0; n * d];
+                for (k, &t) in order.iter().enumerate().rev() {
+                    let (before, after) = (&cs[k], &cs[k + 1]);
+                    let x = &xs[t * d..(t + 1) * d];
+                    for i in 0..d {
+                        let g = gc[i] + 2.0 * after[i];
+                        gx[t * d + i] = g * (-before[i].sin() * x[i].sin() + 0.5 * before[i]);
+                        gc[i] = g * (before[i].cos() * x[i].cos() + 0.5 * x[i]);
+                    }
+                }
+                let mut jac = vec![0.0; d * d];
+                for i in 0..d {
+                    jac[i * d + i] = dc[i];
+                }
+                case.expected = Expected::Outputs(BTreeMap::from([
+                    ("carry".to_string(), Some(array(vec![d], c))),
+                    ("ys".to_string(), Some(array(vec![n], ys))),
+                    (
+                        "grad_sum_carry_wrt_init".to_string(),
+                        Some(array(vec![d], dc)),
+                    ),
+                    (
+                        "grad_sum_ys_wrt_xs".to_string(),
+                        Some(array(vec![n, d], gx)),
+                    ),
+                    (
+                        "jacobian_carry_wrt_init".to_string(),
+                        Some(array(vec![d, d], jac)),
+                    ),
+                ]));
+                count += 1;
+                if let Err(e) = run_extra(&case) {
+                    failures.push(e);
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {count} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn powerpax_extra_chunked_vmap_cases() {
+    let base = load_case("chunked_vmap_chunk3");
+    let w = base.inputs["w"].data.clone();
+    let (k, m) = (base.inputs["w"].shape[0], base.inputs["w"].shape[1]);
+    let mut failures = vec![];
+    let mut count = 0;
+    for batch in [1usize, 6, 10] {
+        for chunk in 1..=(batch as i64 + 2) {
+            let mut case = base.clone();
+            case.name = format!("chunked_vmap batch{batch} chunk{chunk}");
+            truncate_rows(&mut case, "x", batch);
+            case.params.insert("chunk_size".into(), Value::from(chunk));
+            let x = case.inputs["x"].data.clone();
+            let mut y = vec![];
+            let mut norms = vec![];
+            for b in 0..batch {
+                let row = &x[b * k..(b + 1) * k];
+                for j in 0..m {
+                    y.push((0..k).map(|i| row[i] * w[i * m + j]).sum::<f64>().tanh());
+                }
+                norms.push(row.iter().map(|v| v * v).sum());
+            }
+            case.expected = Expected::Outputs(BTreeMap::from([
+                ("out['y']".to_string(), Some(array(vec![batch, m], y))),
+                ("out['n']".to_string(), Some(array(vec![batch], norms))),
+            ]));
+            count += 1;
+            if let Err(e) = run_extra(&case) {
+                failures.push(e);
+            }
+        }
+    }
+    // Errors: negative chunk sizes at construction, inconsistent sizes at the call.
+    for chunk in [0i64, -1, -7] {
+        let mut case = load_case("chunked_vmap_error_chunk0");
+        case.name = format!("chunked_vmap chunk{chunk}");
+        case.params.insert("chunk_size".into(), Value::from(chunk));
+        case.expected = Expected::Error {
+            kind: "chunk_size_not_positive".into(),
+            details: serde_json::json!({ "chunk_size": chunk }),
+        };
+        count += 1;
+        if let Err(e) = run_extra(&case) {
+            failures.push(e);
+        }
+    }
+    let mut case = load_case("checkpoint_chunked_scan_chunk2_revFalse");
+    case.name = "checkpoint chunk -3".into();
+    case.params.insert("chunk_size".into(), Value::from(-3));
+    case.expected = Expected::Error {
+        kind: "chunk_size_not_positive".into(),
+        details: serde_json::json!({ "chunk_size": -3 }),
+    };
+    count += 1;
+    if let Err(e) = run_extra(&case) {
+        failures.push(e);
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {count} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
     );
 }

@@ -1,8 +1,10 @@
 //! The transforms: [`vmap`] and per-example gradients.
 
 pub mod auto;
+pub mod chunked;
 pub mod custom;
 pub mod grad;
 pub(crate) mod leaf;
 pub mod micro;
+pub mod scan;
 pub mod vmap;

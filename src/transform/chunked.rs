@@ -1,0 +1,191 @@
+//! [`chunked_vmap`]: [`vmap`] over at most `chunk_size` examples at a time.
+
+use crate::batching::BatchOps;
+use crate::transform::scan::{cat_leaves, slice_leaf};
+use crate::transform::vmap::{vmap, Axes};
+use crate::tree::{Leaf, Spec, Tree, TreeDef};
+use crate::VmapError;
+
+/// Vectorizes `f` like [`vmap`], but over at most `chunk_size` examples at once: powerpax's
+/// `chunked_vmap`.
+///
+/// ```text
+/// B = size of the mapped axes
+/// outs = []
+/// for lo in (0..B).step_by(chunk_size):            # B // chunk_size full chunks, then the rest
+///     outs.push(vmap(f)(inputs[lo : min(lo + chunk_size, B)]))
+/// return concatenate(outs, along out_axes)
+/// ```
+///
+/// The result equals `vmap(f)` for every chunk size; peak memory of `f`'s intermediates is
+/// bounded by one chunk (the chunks run one after the other). Chunks are contiguous and need
+/// not divide `B`: the `B % chunk_size` remaining examples run in one final, smaller vmap;
+/// `chunk_size >= B` is a single vmap. As with [`vmap`], [`in_axes`](ChunkedVmapped::in_axes)
+/// (default: axis 0 of every tensor) picks the mapped axes, `None` passes an argument whole to
+/// every chunk, and [`out_axes`](ChunkedVmapped::out_axes) (default 0) places the batch axis of
+/// each output.
+///
+/// # Example
+/// ```
+/// use burn::tensor::Tensor;
+/// use burn_vmap::{chunked_vmap, vmap, TestBackend, Vmap};
+/// type B = Vmap<TestBackend>;
+/// let device = Default::default();
+///
+/// let f = |v: Tensor<B, 1>| v.clone() * v.sum();
+/// let xs = Tensor::<B, 2>::from_floats([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], &device);
+/// // Two examples at a time: a chunk of 2, then the remaining one.
+/// let ys: Tensor<B, 2> = chunked_vmap(f, 2).unwrap().call(xs.clone()).unwrap();
+/// let expected: Tensor<B, 2> = vmap(f).call(xs).unwrap();
+/// assert_eq!(ys.into_data(), expected.into_data());
+/// ```
+///
+/// # Errors
+/// - [`VmapError::ChunkSizeNotPositive`] (from `chunked_vmap` itself): `chunk_size <= 0`;
+/// - at the call, as [`vmap`]: [`VmapError::InconsistentBatchSizes`] (mapped axes of different
+///   sizes), [`VmapError::AxisOutOfRange`] (e.g. a rank-0 argument mapped on axis 0),
+///   [`VmapError::NothingMapped`], [`VmapError::TreeMismatch`], [`VmapError::LeafMismatch`].
+pub fn chunked_vmap<F>(f: F, chunk_size: isize) -> Result<ChunkedVmapped<F>, VmapError> {
+    if chunk_size <= 0 {
+        return Err(VmapError::ChunkSizeNotPositive {
+            transform: "chunked_vmap",
+            chunk_size,
+        });
+    }
+    Ok(ChunkedVmapped {
+        f,
+        chunk_size: chunk_size as usize,
+        in_axes: Spec::Leaf(Some(0)),
+        out_axes: Spec::Leaf(Some(0)),
+    })
+}
+
+/// A function vectorized by [`chunked_vmap`].
+#[derive(Debug, Clone)]
+pub struct ChunkedVmapped<F> {
+    f: F,
+    chunk_size: usize,
+    in_axes: Axes,
+    out_axes: Axes,
+}
+
+fn normalize(axis: isize, rank: usize, path: &str, shape: &[usize]) -> Result<usize, VmapError> {
+    let a = if axis < 0 { axis + rank as isize } else { axis };
+    if a < 0 || a as usize >= rank {
+        return Err(VmapError::AxisOutOfRange {
+            argument: path.into(),
+            axis,
+            rank,
+            shape: shape.to_vec(),
+        });
+    }
+    Ok(a as usize)
+}
+
+impl<F> ChunkedVmapped<F> {
+    /// Sets the batch axis of every argument, as [`Vmapped::in_axes`](crate::Vmapped::in_axes).
+    pub fn in_axes(mut self, axes: impl Into<Axes>) -> Self {
+        self.in_axes = axes.into();
+        self
+    }
+
+    /// Sets where the batch axis goes in every output, as
+    /// [`Vmapped::out_axes`](crate::Vmapped::out_axes); the chunks' outputs are concatenated
+    /// along it.
+    pub fn out_axes(mut self, axes: impl Into<Axes>) -> Self {
+        self.out_axes = axes.into();
+        self
+    }
+
+    /// The chunk size.
+    pub fn chunk_size(&self) -> usize {
+        self.chunk_size
+    }
+
+    /// Applies the chunked vectorized function to `inputs`. Type parameters as in
+    /// [`Vmapped::call`](crate::Vmapped::call).
+    ///
+    /// # Errors
+    /// See [`chunked_vmap`].
+    pub fn call<BI, BO, I, A, R, O>(&self, inputs: I) -> Result<O, VmapError>
+    where
+        BI: BatchOps,
+        BO: BatchOps,
+        F: Fn(A) -> R,
+        I: Tree<BI>,
+        A: Tree<BI>,
+        R: Tree<BO>,
+        O: Tree<BO>,
+    {
+        let (leaves, def) = inputs.flatten();
+        let axes = self.in_axes.broadcast_to(&def, "in_axes", "args")?;
+        let paths = def.leaf_paths("args");
+        let mut sizes: Vec<(String, usize)> = Vec::new();
+        let mut mapped: Vec<Option<usize>> = Vec::with_capacity(leaves.len());
+        for ((leaf, axis), path) in leaves.iter().zip(&axes).zip(&paths) {
+            match axis {
+                Some(a) => {
+                    let shape = leaf.shape();
+                    let a = normalize(*a, shape.num_dims(), path, &shape)?;
+                    sizes.push((path.clone(), shape[a]));
+                    mapped.push(Some(a));
+                }
+                None => mapped.push(None),
+            }
+        }
+        let Some(&(_, size)) = sizes.first() else {
+            return Err(VmapError::NothingMapped);
+        };
+        if sizes.iter().any(|(_, s)| *s != size) {
+            return Err(VmapError::InconsistentBatchSizes { arguments: sizes });
+        }
+        let vmapped = vmap(&self.f)
+            .in_axes(self.in_axes.clone())
+            .out_axes(self.out_axes.clone());
+        if size <= self.chunk_size {
+            return vmapped.call(I::unflatten_named(&def, leaves, "args")?);
+        }
+
+        let mut outs: Vec<Vec<Leaf<BO>>> = Vec::new();
+        let mut out_def: Option<TreeDef> = None;
+        let mut lo = 0;
+        while lo < size {
+            let hi = (lo + self.chunk_size).min(size);
+            let chunk: Vec<Leaf<BI>> = leaves
+                .iter()
+                .zip(&mapped)
+                .map(|(leaf, axis)| match axis {
+                    Some(a) => slice_leaf(leaf, *a, lo..hi),
+                    None => leaf.clone(),
+                })
+                .collect();
+            let out: O = vmapped.call(I::unflatten_named(&def, chunk, "args")?)?;
+            let (out_leaves, d) = out.flatten();
+            out_def.get_or_insert(d);
+            outs.push(out_leaves);
+            lo = hi;
+        }
+        let out_def = out_def.expect("at least one chunk");
+        let out_axes = self.out_axes.broadcast_to(&out_def, "out_axes", "out")?;
+        let mut columns: Vec<Vec<Leaf<BO>>> = out_axes.iter().map(|_| Vec::new()).collect();
+        for row in outs {
+            for (col, leaf) in columns.iter_mut().zip(row) {
+                col.push(leaf);
+            }
+        }
+        let paths = out_def.leaf_paths("out");
+        let mut result = Vec::with_capacity(columns.len());
+        for ((col, axis), path) in columns.into_iter().zip(out_axes).zip(paths) {
+            match axis {
+                // Validated by every chunk's vmap: the output is the same for all chunks.
+                None => result.push(col.into_iter().next().expect("one output per chunk")),
+                Some(a) => {
+                    let shape = col[0].shape();
+                    let a = normalize(a, shape.num_dims(), &path, &shape)?;
+                    result.push(cat_leaves(col, a));
+                }
+            }
+        }
+        O::unflatten_named(&out_def, result, "out")
+    }
+}
