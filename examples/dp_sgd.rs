@@ -6,6 +6,10 @@
 //! cargo run --release --example dp_sgd -- --mnist DIR       # MNIST IDX files in DIR
 //! ```
 //!
+//! On the digits both runs take a few seconds. On MNIST (60,000 images, MLP 784-128-10, batch
+//! 256 in microbatches of 64) one epoch of DP-SGD takes minutes on a 2-core CPU: raise
+//! `--epochs` on a faster machine (or a GPU backend feature).
+//!
 //! Options: `--epochs N`, `--batch-size B`, `--lr LR`, `--clip C`, `--sigma S`,
 //! `--microbatch M` (examples per vectorized pass; bounds memory), `--delta D`, `--seed S`.
 //!
@@ -27,8 +31,7 @@ use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor};
 use burn_vmap::{
-    clip_by_global_norm, micro_grad_module, scale_tree, MicroAux, ParamGrads, TestBackend, Vmap,
-    VmapError,
+    clip_by_global_norm, micro_grad_module, MicroAux, ParamGrads, TestBackend, Vmap, VmapError,
 };
 
 use common::{epoch_batches, map_flat, progress, Dataset, Mlp, SplitMix64};
@@ -100,19 +103,14 @@ pub fn dp_gradients(
     // Noise on the SUM, whose sensitivity to one example is C, THEN divide by the batch size.
     // (Adding σ·C noise to the MEAN, whose sensitivity is C / B, would add B times too little
     // noise: a known privacy bug.)
-    let noisy = map_flat(clipped_sum, |g| {
+    Ok(map_flat(clipped_sum, |sum| {
         let noise = Tensor::random(
-            g.shape(),
+            sum.shape(),
             Distribution::Normal(0.0, dp.sigma * dp.clip),
-            &g.device(),
+            &sum.device(),
         );
-        g + noise
-    });
-    let device = model.devices()[0].clone();
-    Ok(scale_tree(
-        noisy,
-        Tensor::from_floats([1.0 / batch_size as f32], &device),
-    ))
+        (sum + noise) / batch_size as f64
+    }))
 }
 
 /// The privacy spent by `steps` DP-SGD steps that each sample a fraction `q` of the data with
@@ -194,7 +192,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     };
     let big = mnist.is_some();
     let s = Settings {
-        epochs: common::flag(&args, "--epochs")?.unwrap_or(if big { 3 } else { 30 }),
+        epochs: common::flag(&args, "--epochs")?.unwrap_or(if big { 1 } else { 30 }),
         batch_size: common::flag(&args, "--batch-size")?.unwrap_or(if big { 256 } else { 64 }),
         lr: common::flag(&args, "--lr")?.unwrap_or(0.1),
         dp: DpConfig {
@@ -204,7 +202,7 @@ fn run() -> Result<(), Box<dyn Error>> {
         },
         delta: common::flag(&args, "--delta")?,
         seed,
-        hidden: if big { 256 } else { 64 },
+        hidden: if big { 128 } else { 64 },
     };
     let delta = s.delta.unwrap_or(1.0 / (10.0 * train.len() as f64));
     println!(
@@ -267,7 +265,7 @@ fn fit(
     dp: Option<&DpConfig>,
     rng: &mut SplitMix64,
 ) -> Result<Mlp<AD>, Box<dyn Error>> {
-    let device = model.devices()[0].clone();
+    let device = model.devices().remove(0);
     let mut optim = SgdConfig::new()
         .with_momentum(Some(MomentumConfig::new().with_momentum(0.9)))
         .init::<AD, Mlp<AD>>();

@@ -70,6 +70,9 @@ pub struct Moments {
     pub loss: f64,
 }
 
+/// The batch means of `(g, g², sign g)`.
+type MeanOf3 = (ParamGrads<I>, ParamGrads<I>, ParamGrads<I>);
+
 /// The layer of a parameter path: `layers.0.weight` -> `layers.0`.
 fn layer_of(path: &str) -> &str {
     path.rsplit_once('.').map_or(path, |(layer, _)| layer)
@@ -116,25 +119,23 @@ pub fn moments(
     x: Tensor<AD, 2>,
     y: Tensor<AD, 1, Int>,
 ) -> Result<Moments, VmapError> {
-    let ((mean, mean_sq, mean_sign), aux): (
-        (ParamGrads<I>, ParamGrads<I>, ParamGrads<I>),
-        MicroAux<I, Vec<Tensor<I, 2>>, ()>,
-    ) = micro_grad_module(
-        model,
-        |m: &Mlp<AD>, (x, y): (Tensor<AD, 2>, Tensor<AD, 1, Int>)| m.loss(x, y),
-    )
-    .accumulator(Mean)
-    // Written for ONE example's gradient g; run vectorized, then averaged over the batch.
-    .transform_fn(|g: ParamGrads<I>| {
-        (
-            g.clone(),
-            map_flat(g.clone(), |t| t.clone() * t),
-            map_flat(g, |t| t.sign()),
+    let ((mean, mean_sq, mean_sign), aux): (MeanOf3, MicroAux<I, Vec<Tensor<I, 2>>, ()>) =
+        micro_grad_module(
+            model,
+            |m: &Mlp<AD>, (x, y): (Tensor<AD, 2>, Tensor<AD, 1, Int>)| m.loss(x, y),
         )
-    })
-    // On the raw per-example gradient: its norm per layer and in total.
-    .metrics_fn(layer_norms)
-    .call((x, y))?;
+        .accumulator(Mean)
+        // Written for ONE example's gradient g; run vectorized, then averaged over the batch.
+        .transform_fn(|g: ParamGrads<I>| {
+            (
+                g.clone(),
+                map_flat(g.clone(), |t| t.clone() * t),
+                map_flat(g, |t| t.sign()),
+            )
+        })
+        // On the raw per-example gradient: its norm per layer and in total.
+        .metrics_fn(layer_norms)
+        .call((x, y))?;
     let paths: Vec<String> = mean.paths().map(str::to_string).collect();
     let layers = layer_groups(&paths).into_iter().map(|(l, _)| l).collect();
     let norms = aux

@@ -3,6 +3,8 @@
 //! calibration against a loop of single-example backward passes, the privacy accountant, the
 //! per-example moments against the loop and the batch gradient, and the moment optimizers
 //! against Burn's Adam and their definitions.
+// Both examples include `examples/common`; each test uses one copy.
+#![allow(clippy::duplicate_mod)]
 
 #[allow(dead_code)]
 #[path = "../examples/dp_sgd.rs"]
