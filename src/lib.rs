@@ -45,8 +45,8 @@ pub use transform::custom::{custom_vmap, sequential_vmap, CustomVmap, Sequential
 pub use transform::grad::{per_example_grads, ParamGrads};
 pub use transform::micro::{
     clip_by_global_norm, global_norm, micro_grad, micro_grad_module, micro_vmap, scale_tree,
-    ArgGrads, ArgNums, GradFn, GradSource, Identity, LossOutput, MicroAux, MicroGrad, MicroVmap,
-    ModuleGrads, NoMetrics, PlainVmap, TreeFn, VmapFn,
+    ArgGrads, ArgNums, ChunkedVmapFn, GradFn, GradSource, Identity, LossOutput, MicroAux,
+    MicroGrad, MicroVmap, ModuleGrads, NoMetrics, PlainVmap, TreeFn, VmapFn,
 };
 pub use transform::scan::{
     checkpoint_chunked_scan, scan, sliced_scan, CheckpointChunkedScan, Scan, SlicedScan,

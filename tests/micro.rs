@@ -633,3 +633,29 @@ fn should_give_module_gradients_equal_to_the_loop() {
     // And it feeds an optimizer.
     let _ = sum.into_gradients_params();
 }
+
+#[test]
+fn should_give_the_same_result_with_every_vectorizer() {
+    let xs = Tensor::<I, 1>::from_floats(data(12, 3, 21).as_slice(), &dev()).reshape([12, 3]);
+    for m in [None, Some(3), Some(6)] {
+        let plain: Tensor<I, 2> = micro_vmap(f).microbatch_size(m).call(xs.clone()).unwrap();
+        for chunk in [1, 2, 5, 100] {
+            let chunked: Tensor<I, 2> = micro_vmap(f)
+                .microbatch_size(m)
+                .vmap_fn(burn_vmap::ChunkedVmapFn::new(chunk).unwrap())
+                .call(xs.clone())
+                .unwrap();
+            close(chunked, plain.clone());
+        }
+        let same: Tensor<I, 2> = micro_vmap(f)
+            .microbatch_size(m)
+            .vmap_fn(burn_vmap::Randomness::Same)
+            .call(xs.clone())
+            .unwrap();
+        close(same, plain);
+    }
+    assert!(matches!(
+        burn_vmap::ChunkedVmapFn::new(0),
+        Err(VmapError::ChunkSizeNotPositive { .. })
+    ));
+}

@@ -112,6 +112,55 @@ impl VmapFn for crate::Randomness {
     }
 }
 
+/// powerpax's [`chunked_vmap`](crate::chunked_vmap) as a [`VmapFn`]: each microbatch is itself
+/// run at most `chunk_size` examples at a time.
+///
+/// ```
+/// use burn::tensor::Tensor;
+/// use burn_vmap::{micro_vmap, ChunkedVmapFn, Sum, TestBackend, Vmap};
+/// type B = Vmap<TestBackend>;
+/// let xs = Tensor::<B, 2>::ones([8, 3], &Default::default());
+/// let total: Tensor<B, 1> = micro_vmap(|x: Tensor<B, 1>| x * 2.0)
+///     .microbatch_size(4)
+///     .accumulator(Sum)
+///     .vmap_fn(ChunkedVmapFn::new(3).unwrap())
+///     .call(xs)
+///     .unwrap();
+/// assert_eq!(total.into_data().to_vec::<f32>().unwrap(), vec![16.0; 3]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkedVmapFn {
+    chunk_size: isize,
+}
+
+impl ChunkedVmapFn {
+    /// At most `chunk_size` examples at once.
+    ///
+    /// # Errors
+    /// [`VmapError::ChunkSizeNotPositive`] when `chunk_size <= 0`.
+    pub fn new(chunk_size: isize) -> Result<Self, VmapError> {
+        crate::chunked_vmap((), chunk_size)?;
+        Ok(Self { chunk_size })
+    }
+}
+
+impl VmapFn for ChunkedVmapFn {
+    fn apply<BI, BO, I, A, R, O, F>(&self, f: &F, in_axes: &Axes, inputs: I) -> Result<O, VmapError>
+    where
+        BI: BatchOps,
+        BO: BatchOps,
+        F: Fn(A) -> R,
+        I: Tree<BI>,
+        A: Tree<BI>,
+        R: Tree<BO>,
+        O: Tree<BO>,
+    {
+        crate::chunked_vmap(|a: A| f(a), self.chunk_size)?
+            .in_axes(in_axes.clone())
+            .call(inputs)
+    }
+}
+
 // -------------------------------------------------------------------------------------------------
 // Microbatch bookkeeping
 // -------------------------------------------------------------------------------------------------
