@@ -246,6 +246,17 @@ pub enum VmapError {
         /// The transform.
         transform: &'static str,
     },
+    /// A tensor's rank is above what the tree visitors dispatch to
+    /// ([`MAX_RANK`](crate::tree::MAX_RANK)).
+    #[error("vmap: {path}: a tensor of rank {rank} cannot be passed to a tree visitor or mapper, which handle ranks 0 to {max}; use Tree::map_leaves for it")]
+    UnsupportedRank {
+        /// Path of the leaf.
+        path: String,
+        /// Its rank.
+        rank: usize,
+        /// The highest supported rank.
+        max: usize,
+    },
 }
 
 fn fmt_shapes(args: &[String], shapes: &[Vec<usize>]) -> String {

@@ -24,6 +24,9 @@
 //! ```
 #![deny(missing_docs)]
 
+// `#[derive(Tree)]` expands to `::burn_vmap::...` paths; this makes them resolve here too.
+extern crate self as burn_vmap;
+
 mod backend;
 mod batching;
 mod error;

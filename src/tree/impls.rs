@@ -230,14 +230,14 @@ impl<B: Backend, T: Tree<B>> Tree<B> for BTreeMap<String, T> {
     }
 }
 
-impl<B: Backend, T: Clone + Send + Sync + 'static> Tree<B> for Static<T> {
+impl<B: Backend, T: Clone + PartialEq + Send + Sync + 'static> Tree<B> for Static<T> {
     fn flatten_into(self, _leaves: &mut Vec<Leaf<B>>) -> TreeDef {
-        TreeDef::Static(std::sync::Arc::new(self.0))
+        TreeDef::static_value(self.0)
     }
 
     fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
         match def {
-            TreeDef::Static(v) => v.downcast_ref::<T>().cloned().map(Static).ok_or_else(|| {
+            TreeDef::Static(_) => def.static_ref::<T>().cloned().map(Static).ok_or_else(|| {
                 mismatch(
                     leaves.path(),
                     &format!("a Static<{}>", std::any::type_name::<T>()),

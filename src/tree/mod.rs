@@ -5,11 +5,17 @@
 //! *different* type of the same structure, such as the same struct with tensors of one rank
 //! less (what a function under `vmap` sees). The leaf order is defined: fields in declaration
 //! order, tuple and sequence elements by position, map entries by key order.
+//!
+//! User structs become trees with `#[derive(Tree)]` (see [`Tree`] for a worked example). The
+//! tensors of a tree are read and rewritten with visitors generic over rank and kind
+//! ([`TensorVisitor`], [`TensorMapper`], [`TensorZipper`]), or leaf by leaf with
+//! [`Tree::map_leaves`].
 
 pub mod accumulate;
 mod dynamic;
 mod impls;
 mod spec;
+mod visit;
 
 use core::fmt;
 use std::any::Any;
@@ -25,6 +31,7 @@ pub use accumulate::{
 };
 pub use dynamic::DynTree;
 pub use spec::Spec;
+pub use visit::{TensorMapper, TensorVisitor, TensorZipper, MAX_RANK};
 
 /// One leaf of a flattened tree: a tensor primitive of any rank.
 #[derive(Debug, Clone)]
@@ -126,7 +133,10 @@ impl fmt::Debug for TreeDef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TreeDef::Leaf => write!(f, "*"),
-            TreeDef::Static(_) => write!(f, "Static"),
+            TreeDef::Static(v) => match v.downcast_ref::<StaticCell>() {
+                Some(cell) => write!(f, "Static<{}>", cell.type_name),
+                None => write!(f, "Static"),
+            },
             TreeDef::Node {
                 kind,
                 keys,
@@ -176,24 +186,159 @@ impl TreeDef {
         out
     }
 
-    /// Whether two trees have the same structure (statics compare as equal).
+    /// Whether two trees have the same structure: the same nodes with the same keys, and static
+    /// values that are equal ([`Static`] values and `#[tree(static)]` fields compare by value;
+    /// other statics, such as accumulators, compare as equal). Structs compare by their field
+    /// names, not their type names, as derived structs rebuild (`BatchedLinear { weight, bias }`
+    /// matches `Linear { weight, bias }`).
     pub fn same_structure(&self, other: &TreeDef) -> bool {
-        match (self, other) {
-            (TreeDef::Leaf, TreeDef::Leaf) | (TreeDef::Static(_), TreeDef::Static(_)) => true,
-            (
-                TreeDef::Node {
-                    kind: k1,
-                    keys: a,
-                    children: c1,
-                },
-                TreeDef::Node {
-                    kind: k2,
-                    keys: b,
-                    children: c2,
-                },
-            ) => k1 == k2 && a == b && c1.iter().zip(c2).all(|(x, y)| x.same_structure(y)),
-            _ => false,
+        self.difference(other, "").is_none()
+    }
+
+    /// Checks that `other` has the same structure as `self` (see
+    /// [`same_structure`](TreeDef::same_structure)).
+    ///
+    /// ```
+    /// use burn::tensor::Tensor;
+    /// use burn_vmap::{Static, TestBackend, Tree};
+    /// let device = Default::default();
+    /// let t = || Tensor::<TestBackend, 1>::zeros([2], &device);
+    /// let (_, a) = (t(), Static(1)).flatten();
+    /// let (_, b) = (t(), Static(2)).flatten();
+    /// let err = a.check_same(&b, "zip_map", "tree").unwrap_err();
+    /// assert!(err.to_string().contains("tree[1]"), "{err}");
+    /// ```
+    ///
+    /// # Errors
+    /// [`VmapError::TreeMismatch`] naming `what` and the first path (from `root`) where the two
+    /// differ.
+    pub fn check_same(&self, other: &TreeDef, what: &str, root: &str) -> Result<(), VmapError> {
+        match self.difference(other, root) {
+            None => Ok(()),
+            Some((path, why)) => Err(VmapError::TreeMismatch {
+                what: what.into(),
+                path,
+                why,
+            }),
         }
+    }
+
+    /// The first place where `self` and `other` differ: `(path, why)`.
+    fn difference(&self, other: &TreeDef, root: &str) -> Option<(String, String)> {
+        fn go(a: &TreeDef, b: &TreeDef, path: &mut String) -> Option<(String, String)> {
+            match (a, b) {
+                (TreeDef::Leaf, TreeDef::Leaf) => None,
+                (TreeDef::Static(x), TreeDef::Static(y)) => {
+                    match (
+                        x.downcast_ref::<StaticCell>(),
+                        y.downcast_ref::<StaticCell>(),
+                    ) {
+                        (Some(x), Some(y)) if !x.same(y) => Some((
+                            path.clone(),
+                            format!("static values differ ({} and {})", x.type_name, y.type_name),
+                        )),
+                        _ => None,
+                    }
+                }
+                (
+                    TreeDef::Node {
+                        kind: k1,
+                        keys: a,
+                        children: c1,
+                    },
+                    TreeDef::Node {
+                        kind: k2,
+                        keys: b,
+                        children: c2,
+                    },
+                ) => {
+                    let same_kind =
+                        k1 == k2 || matches!((k1, k2), (NodeKind::Struct(_), NodeKind::Struct(_)));
+                    if !same_kind || a != b {
+                        let show = |k: &NodeKind, keys: &[Key]| {
+                            let keys: Vec<String> = keys.iter().map(Key::to_string).collect();
+                            format!("{k:?} with keys [{}]", keys.join(", "))
+                        };
+                        return Some((
+                            path.clone(),
+                            format!("{} on one side, {} on the other", show(k1, a), show(k2, b)),
+                        ));
+                    }
+                    for ((k, x), y) in a.iter().zip(c1).zip(c2) {
+                        let len = path.len();
+                        path.push_str(&k.to_string());
+                        if let Some(d) = go(x, y, path) {
+                            return Some(d);
+                        }
+                        path.truncate(len);
+                    }
+                    None
+                }
+                _ => Some((
+                    path.clone(),
+                    format!("{a:?} on one side, {b:?} on the other"),
+                )),
+            }
+        }
+        go(self, other, &mut root.to_string())
+    }
+
+    /// A static node holding `value`, compared by value in
+    /// [`same_structure`](TreeDef::same_structure): what [`Static`] and `#[tree(static)]` fields
+    /// flatten to.
+    ///
+    /// ```
+    /// use burn_vmap::TreeDef;
+    /// let def = TreeDef::static_value(String::from("relu"));
+    /// assert_eq!(def.static_ref::<String>().map(String::as_str), Some("relu"));
+    /// assert!(def.same_structure(&TreeDef::static_value(String::from("relu"))));
+    /// assert!(!def.same_structure(&TreeDef::static_value(String::from("gelu"))));
+    /// ```
+    pub fn static_value<T: Clone + PartialEq + Send + Sync + 'static>(value: T) -> TreeDef {
+        fn eq<T: PartialEq + 'static>(a: &StaticAny, b: &StaticAny) -> bool {
+            match (a.downcast_ref::<T>(), b.downcast_ref::<T>()) {
+                (Some(a), Some(b)) => a == b,
+                _ => false,
+            }
+        }
+        TreeDef::Static(Arc::new(StaticCell {
+            value: Box::new(value),
+            eq: eq::<T>,
+            type_name: std::any::type_name::<T>(),
+        }))
+    }
+
+    /// The value of a static node, if it is one holding a `T`.
+    ///
+    /// ```
+    /// use burn_vmap::{Static, TestBackend, Tree};
+    /// let (_, def) = Tree::<TestBackend>::flatten(Static(3_u8));
+    /// assert_eq!(def.static_ref::<u8>(), Some(&3));
+    /// assert_eq!(def.static_ref::<u16>(), None);
+    /// ```
+    pub fn static_ref<T: 'static>(&self) -> Option<&T> {
+        match self {
+            TreeDef::Static(v) => match v.downcast_ref::<StaticCell>() {
+                Some(cell) => cell.value.downcast_ref::<T>(),
+                None => v.downcast_ref::<T>(),
+            },
+            _ => None,
+        }
+    }
+}
+
+type StaticAny = dyn Any + Send + Sync;
+
+/// What [`TreeDef::static_value`] stores: the value and how to compare it.
+struct StaticCell {
+    value: Box<StaticAny>,
+    eq: fn(&StaticAny, &StaticAny) -> bool,
+    type_name: &'static str,
+}
+
+impl StaticCell {
+    fn same(&self, other: &StaticCell) -> bool {
+        (self.eq)(&*self.value, &*other.value)
     }
 }
 
@@ -246,10 +391,14 @@ impl<B: Backend> Leaves<B> {
     }
 }
 
+/// `#[derive(Tree)]`: see [`Tree`](trait@Tree) for its attributes and a worked example.
+pub use burn_vmap_derive::Tree;
+
 /// A pytree of Burn tensors on backend `B`.
 ///
 /// Implemented for `Tensor<B, D, K>` (float, int and bool, any rank), tuples up to 8, arrays,
-/// `Vec`, `Option`, `Box`, `BTreeMap<String, _>`, `()` and [`Static`](crate::Static).
+/// `Vec`, `Option`, `Box`, `BTreeMap<String, _>`, `()` and [`Static`](crate::Static), and
+/// derived for structs with `#[derive(Tree)]`.
 ///
 /// ```
 /// use burn::tensor::Tensor;
@@ -263,6 +412,131 @@ impl<B: Backend> Leaves<B> {
 /// let back: (Tensor<TestBackend, 1>, Tensor<TestBackend, 2>) = Tree::unflatten(&def, leaves).unwrap();
 /// assert_eq!(back.1.dims(), [2, 2]);
 /// ```
+///
+/// # Deriving `Tree`
+///
+/// `#[derive(Tree)]` (re-exported with the trait: `use burn_vmap::Tree` brings both) makes a
+/// struct a tree whose leaves are its fields' leaves in declaration order, and whose paths are
+/// its field names (`grads.layer1.weight`; tuple structs use `[0]`, `[1]`, ...).
+///
+/// - **Backend.** A type parameter bounded by `Backend` is the tree's backend
+///   (`struct Mlp<B: Backend>` is a `Tree<B>`); `#[tree(backend = B)]` names it explicitly.
+///   Without one, the struct is a tree on every backend its fields are trees on.
+/// - **Generic leaves.** A field whose type mentions a type parameter gets a `Tree` bound, so
+///   one struct can hold tensors in one place and accumulators (leaf-less trees) in another.
+/// - **`#[tree(skip)]`**: the field is not part of the tree; rebuilt with `Default::default()`.
+/// - **Rebuilding.** A derived struct rebuilds from any struct node with the same field names
+///   (its type name is only reported in messages): the batched mirror of a struct (ranks one
+///   higher) unflattens into the struct itself under [`vmap`](crate::vmap).
+/// - **`#[tree(static)]`**: the field travels in the [`TreeDef`] as a static value, like
+///   [`Static`]; it needs `Clone + PartialEq + Send + Sync + 'static` and is compared by value
+///   where structures are compared.
+///
+/// # Example: per-example gradient clipping over a derived struct
+///
+/// The same generic struct describes one example's gradients (ranks 2 and 1) and a batch of
+/// them (ranks 3 and 2). The clipping is written for one example: a visitor sums the squares of
+/// every leaf (the global norm), a mapper scales every leaf; [`vmap`](crate::vmap) runs it on
+/// the whole batch at once.
+///
+/// ```
+/// use burn::tensor::{backend::Backend, Tensor};
+/// use burn_vmap::tree::{TensorMapper, TensorVisitor};
+/// use burn_vmap::{vmap, TestBackend, Tree, Vmap, VmapError};
+///
+/// #[derive(Tree, Clone, Debug)]
+/// struct Linear<W, V> {
+///     weight: W,
+///     bias: V,
+///     #[tree(static)]
+///     name: String, // carried in the structure, not a leaf
+///     #[tree(skip)]
+///     cache: Option<Vec<f32>>, // not part of the tree: Default::default() when rebuilt
+/// }
+/// type One<B> = Linear<Tensor<B, 2>, Tensor<B, 1>>;
+/// type Batch<B> = Linear<Tensor<B, 3>, Tensor<B, 2>>;
+///
+/// /// Sum of the squares of every float leaf.
+/// struct SumSquares<B: Backend>(Vec<Tensor<B, 1>>);
+/// impl<B: Backend> TensorVisitor<B> for SumSquares<B> {
+///     fn visit_float<const D: usize>(&mut self, _path: &str, t: &Tensor<B, D>) {
+///         self.0.push(t.clone().powi_scalar(2).sum());
+///     }
+/// }
+/// /// Multiplies every float leaf by a one-element tensor.
+/// struct Scale<B: Backend>(Tensor<B, 1>);
+/// impl<B: Backend> TensorMapper<B> for Scale<B> {
+///     fn map_float<const D: usize>(&mut self, _path: &str, t: Tensor<B, D>) -> Tensor<B, D> {
+///         t * self.0.clone().reshape([1; D])
+///     }
+/// }
+///
+/// /// Clips one example's gradients to a global norm of at most 1.
+/// fn clip<B: Backend>(g: One<B>) -> One<B> {
+///     let mut squares = SumSquares(Vec::new());
+///     g.visit_tensors(&mut squares).expect("ranks <= 8");
+///     let norm = Tensor::cat(squares.0, 0).sum().sqrt();
+///     g.map_tensors(&mut Scale(norm.recip().clamp_max(1.0))).expect("ranks <= 8")
+/// }
+///
+/// type B = Vmap<TestBackend>;
+/// let device = Default::default();
+/// // Two examples: the first has a global norm of 5, the second of 0.5.
+/// let grads: Batch<B> = Linear {
+///     weight: Tensor::from_floats([[[3.0, 0.0]], [[0.3, 0.0]]], &device),
+///     bias: Tensor::from_floats([[4.0], [0.4]], &device),
+///     name: "layer1".into(),
+///     cache: Some(vec![1.0]),
+/// };
+/// assert_eq!(grads.leaf_paths("grads"), ["grads.weight", "grads.bias"]);
+///
+/// let clipped: Batch<B> = vmap(clip::<B>).call(grads.clone()).unwrap();
+/// let w = clipped.weight.into_data().to_vec::<f32>().unwrap();
+/// let b = clipped.bias.into_data().to_vec::<f32>().unwrap();
+/// let close = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(x, y)| (x - y).abs() < 1e-5);
+/// assert!(close(&w, &[0.6, 0.0, 0.3, 0.0]), "{w:?}"); // scaled by 1/5; unchanged
+/// assert!(close(&b, &[0.8, 0.4]), "{b:?}");
+/// assert_eq!((clipped.name.as_str(), clipped.cache), ("layer1", None));
+///
+/// // Rebuilding leaves into the wrong ranks names the path.
+/// let (leaves, def) = grads.flatten();
+/// let err = One::<B>::unflatten_named(&def, leaves, "args").unwrap_err();
+/// assert!(matches!(&err, VmapError::LeafMismatch { path, .. } if path == "args.weight"), "{err}");
+/// ```
+///
+/// # Example: one struct for outputs and for their accumulators
+///
+/// Accumulators are leaf-less trees, so a struct generic over its fields describes both a
+/// function's outputs and how each field is accumulated:
+///
+/// ```
+/// use burn::tensor::Tensor;
+/// use burn_vmap::{micro_vmap, Concat, Sum, TestBackend, Tree, Vmap};
+///
+/// #[derive(Tree)]
+/// struct Stats<P, T> {
+///     per_example: P,
+///     total: T,
+/// }
+///
+/// type B = Vmap<TestBackend>;
+/// let xs = Tensor::<B, 2>::from_floats([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]], &Default::default());
+/// let f = |x: Tensor<B, 1>| Stats { per_example: x.clone() * 2.0, total: x.sum() };
+/// let out: Stats<Tensor<B, 2>, Tensor<B, 1>> = micro_vmap(f)
+///     .microbatch_size(2)
+///     .accumulator(Stats { per_example: Concat, total: Sum })
+///     .call(xs)
+///     .unwrap();
+/// assert_eq!(out.per_example.dims(), [4, 2]);
+/// assert_eq!(out.total.into_data().to_vec::<f32>().unwrap(), vec![36.0]);
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a tree of tensors on backend `{B}`",
+    label = "not a `Tree<{B}>`",
+    note = "trees are tensors, tuples, arrays, `Vec`, `Option`, `Box`, `BTreeMap<String, _>`, \
+            `Static<T>` and structs with `#[derive(Tree)]`; mark a struct field that is not a \
+            tree `#[tree(static)]` (a value carried in the structure) or `#[tree(skip)]`"
+)]
 pub trait Tree<B: Backend>: Sized {
     /// Pushes the leaves in leaf order and returns the structure.
     fn flatten_into(self, leaves: &mut Vec<Leaf<B>>) -> TreeDef;
@@ -309,6 +583,305 @@ pub trait Tree<B: Backend>: Sized {
     /// Number of leaves.
     fn num_leaves(self) -> usize {
         self.flatten().0.len()
+    }
+
+    /// Number of leaves, without consuming the tree (it is cloned; Burn tensors are
+    /// reference-counted, so this copies no data).
+    ///
+    /// ```
+    /// use burn::tensor::Tensor;
+    /// use burn_vmap::{Static, TestBackend, Tree};
+    /// let t = Tensor::<TestBackend, 1>::zeros([2], &Default::default());
+    /// let tree = (t.clone(), Static(1), vec![t.clone(), t]);
+    /// assert_eq!(tree.leaf_count(), 3);
+    /// ```
+    fn leaf_count(&self) -> usize
+    where
+        Self: Clone,
+    {
+        self.clone().flatten().1.num_leaves()
+    }
+
+    /// The path of every leaf in leaf order, rooted at `root` (`grads.layer1.weight`,
+    /// `args[0]`), as used in error messages.
+    ///
+    /// ```
+    /// use burn::tensor::Tensor;
+    /// use burn_vmap::{TestBackend, Tree};
+    /// let t = Tensor::<TestBackend, 1>::zeros([2], &Default::default());
+    /// assert_eq!((t.clone(), Some(t)).leaf_paths("x"), ["x[0]", "x[1][0]"]);
+    /// ```
+    fn leaf_paths(&self, root: &str) -> Vec<String>
+    where
+        Self: Clone,
+    {
+        self.clone().flatten().1.leaf_paths(root)
+    }
+
+    /// Maps every tensor with a [`TensorMapper`], which sees each leaf with its static rank and
+    /// kind and its path relative to the root (`layer1.weight`). The structure, and any static
+    /// values, are kept.
+    ///
+    /// ```
+    /// use burn::tensor::{backend::Backend, Tensor};
+    /// use burn_vmap::tree::TensorMapper;
+    /// use burn_vmap::{TestBackend, Tree};
+    ///
+    /// struct Double;
+    /// impl<B: Backend> TensorMapper<B> for Double {
+    ///     fn map_float<const D: usize>(&mut self, _: &str, t: Tensor<B, D>) -> Tensor<B, D> {
+    ///         t * 2.0
+    ///     }
+    /// }
+    /// let t = Tensor::<TestBackend, 1>::from_floats([1.0, 2.0], &Default::default());
+    /// let [a, b] = [t.clone(), t].map_tensors(&mut Double).unwrap();
+    /// assert_eq!(b.into_data().to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
+    /// ```
+    ///
+    /// # Errors
+    /// [`VmapError::UnsupportedRank`] for a leaf of rank above [`MAX_RANK`] (map such trees
+    /// with [`map_leaves`](Tree::map_leaves)).
+    fn map_tensors<M: TensorMapper<B>>(self, mapper: &mut M) -> Result<Self, VmapError> {
+        let (leaves, def) = self.flatten();
+        let paths = def.leaf_paths(ROOT);
+        let leaves = leaves
+            .into_iter()
+            .zip(&paths)
+            .map(|(leaf, at)| visit::map_leaf(mapper, visit::relative(at, ROOT), at, leaf))
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::unflatten_named(&def, leaves, ROOT)
+    }
+
+    /// Visits every tensor with a [`TensorVisitor`], in leaf order, with its path relative to
+    /// the root. The tree is cloned (no data is copied: tensors are reference-counted).
+    ///
+    /// ```
+    /// use burn::tensor::{backend::Backend, Int, Tensor};
+    /// use burn_vmap::tree::TensorVisitor;
+    /// use burn_vmap::{TestBackend, Tree};
+    ///
+    /// struct Ranks(Vec<(String, usize)>);
+    /// impl<B: Backend> TensorVisitor<B> for Ranks {
+    ///     fn visit_float<const D: usize>(&mut self, path: &str, _: &Tensor<B, D>) {
+    ///         self.0.push((path.into(), D));
+    ///     }
+    ///     fn visit_int<const D: usize>(&mut self, path: &str, _: &Tensor<B, D, Int>) {
+    ///         self.0.push((path.into(), D));
+    ///     }
+    /// }
+    /// let device = Default::default();
+    /// let tree = (Tensor::<TestBackend, 3>::zeros([1, 1, 1], &device), Tensor::<TestBackend, 1, Int>::zeros([2], &device));
+    /// let mut ranks = Ranks(Vec::new());
+    /// tree.visit_tensors(&mut ranks).unwrap();
+    /// assert_eq!(ranks.0, [("[0]".to_string(), 3), ("[1]".to_string(), 1)]);
+    /// ```
+    ///
+    /// # Errors
+    /// [`VmapError::UnsupportedRank`] for a leaf of rank above [`MAX_RANK`]; then no leaf is
+    /// visited.
+    fn visit_tensors<V: TensorVisitor<B>>(&self, visitor: &mut V) -> Result<(), VmapError>
+    where
+        Self: Clone,
+    {
+        let (leaves, def) = self.clone().flatten();
+        let paths = def.leaf_paths(ROOT);
+        for (leaf, at) in leaves.iter().zip(&paths) {
+            let rank = leaf.shape().num_dims();
+            if rank > MAX_RANK {
+                return Err(VmapError::UnsupportedRank {
+                    path: at.clone(),
+                    rank,
+                    max: MAX_RANK,
+                });
+            }
+        }
+        for (leaf, at) in leaves.into_iter().zip(&paths) {
+            visit::visit_leaf(visitor, visit::relative(at, ROOT), at, leaf)?;
+        }
+        Ok(())
+    }
+
+    /// Maps every type-erased leaf with `f(path, leaf)` (paths relative to the root), for any
+    /// rank. `f` may change a leaf's shape; a change of kind or rank that `Self` cannot hold is
+    /// an error.
+    ///
+    /// ```
+    /// use burn::tensor::{backend::Backend, Tensor};
+    /// use burn_vmap::{Leaf, TestBackend, Tree};
+    /// type B = TestBackend;
+    /// let t = Tensor::<B, 1>::from_floats([1.0, -2.0], &Default::default());
+    /// let (neg,) = (t,).map_leaves(|_, leaf| leaf.map(
+    ///     |f| Tensor::<B, 1>::from_primitive(f).neg().into_primitive(),
+    ///     |i| i,
+    ///     |b| b,
+    /// )).unwrap();
+    /// assert_eq!(neg.into_data().to_vec::<f32>().unwrap(), vec![-1.0, 2.0]);
+    /// ```
+    ///
+    /// # Errors
+    /// [`VmapError::LeafMismatch`] naming the path when a returned leaf's kind or rank does not
+    /// fit `Self`.
+    fn map_leaves(self, mut f: impl FnMut(&str, Leaf<B>) -> Leaf<B>) -> Result<Self, VmapError> {
+        let (leaves, def) = self.flatten();
+        let paths = def.leaf_paths(ROOT);
+        let leaves = leaves
+            .into_iter()
+            .zip(&paths)
+            .map(|(leaf, at)| f(visit::relative(at, ROOT), leaf))
+            .collect();
+        Self::unflatten_named(&def, leaves, ROOT)
+    }
+
+    /// Combines `self` with a tree `other` of the same structure, tensor by tensor, with a
+    /// [`TensorZipper`] (JAX's `tree_map` over two trees). `other` may be of another type with
+    /// the same structure; static values must be equal.
+    ///
+    /// ```
+    /// use burn::tensor::{backend::Backend, Tensor};
+    /// use burn_vmap::tree::TensorZipper;
+    /// use burn_vmap::{TestBackend, Tree};
+    ///
+    /// /// `a + lr * b`, as an SGD step on a tree of parameters and a tree of gradients.
+    /// struct Axpy(f32);
+    /// impl<B: Backend> TensorZipper<B> for Axpy {
+    ///     fn zip_float<const D: usize>(&mut self, _: &str, a: Tensor<B, D>, b: Tensor<B, D>) -> Tensor<B, D> {
+    ///         a + b * self.0
+    ///     }
+    /// }
+    /// let device = Default::default();
+    /// let params = vec![Tensor::<TestBackend, 1>::from_floats([1.0, 1.0], &device)];
+    /// let grads = vec![Tensor::<TestBackend, 1>::from_floats([2.0, 4.0], &device)];
+    /// let stepped = params.clone().zip_map(grads, &mut Axpy(-0.5)).unwrap();
+    /// assert_eq!(stepped[0].clone().into_data().to_vec::<f32>().unwrap(), vec![0.0, -1.0]);
+    ///
+    /// // Different structures are an error naming where they differ.
+    /// let err = params.zip_map(Vec::<Tensor<TestBackend, 1>>::new(), &mut Axpy(1.0)).unwrap_err();
+    /// assert!(err.to_string().contains("zip_map"), "{err}");
+    /// ```
+    ///
+    /// # Errors
+    /// - [`VmapError::TreeMismatch`] naming the first path where the structures differ, or
+    ///   where the two tensors differ in kind or rank;
+    /// - [`VmapError::UnsupportedRank`] for a leaf of rank above [`MAX_RANK`].
+    fn zip_map<U: Tree<B>, Z: TensorZipper<B>>(
+        self,
+        other: U,
+        zipper: &mut Z,
+    ) -> Result<Self, VmapError> {
+        let (a, def) = self.flatten();
+        let (b, other_def) = other.flatten();
+        def.check_same(&other_def, "zip_map", ROOT)?;
+        let paths = def.leaf_paths(ROOT);
+        for ((x, y), at) in a.iter().zip(&b).zip(&paths) {
+            let (rx, ry) = (x.shape().num_dims(), y.shape().num_dims());
+            if rx != ry || x.kind_name() != y.kind_name() {
+                return Err(VmapError::TreeMismatch {
+                    what: "zip_map".into(),
+                    path: at.clone(),
+                    why: format!(
+                        "a {} tensor of rank {rx} on the left, a {} tensor of rank {ry} on the right",
+                        x.kind_name(),
+                        y.kind_name()
+                    ),
+                });
+            }
+        }
+        let leaves = a
+            .into_iter()
+            .zip(b)
+            .zip(&paths)
+            .map(|((x, y), at)| visit::zip_leaf(zipper, visit::relative(at, ROOT), at, x, y))
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::unflatten_named(&def, leaves, ROOT)
+    }
+}
+
+/// The root name of paths in errors from the tree methods.
+const ROOT: &str = "tree";
+
+/// What `#[derive(Tree)]` expands to. Not public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use burn_backend::backend::Backend;
+
+    use super::{Key, Leaves, NodeKind, TreeDef};
+    use crate::VmapError;
+
+    /// The structure of struct `name` with the given children, in declaration order.
+    pub fn struct_def(name: &'static str, fields: Vec<(Key, TreeDef)>) -> TreeDef {
+        let (keys, children) = fields.into_iter().unzip();
+        TreeDef::Node {
+            kind: NodeKind::Struct(name),
+            keys,
+            children,
+        }
+    }
+
+    /// The children of `def`, checked to be struct `name` with exactly the named `fields`.
+    pub fn named_children<'a, B: Backend>(
+        def: &'a TreeDef,
+        name: &'static str,
+        fields: &[&str],
+        leaves: &Leaves<B>,
+    ) -> Result<&'a [TreeDef], VmapError> {
+        children(def, |keys| {
+            keys.len() == fields.len()
+                && keys
+                    .iter()
+                    .zip(fields)
+                    .all(|(k, f)| matches!(k, Key::Field(k) if k == f))
+        })
+        .map_err(|found| mismatch(leaves, name, &fields.join(", "), found))
+    }
+
+    /// The children of `def`, checked to be tuple struct `name` with exactly the fields at
+    /// `indices`.
+    pub fn tuple_children<'a, B: Backend>(
+        def: &'a TreeDef,
+        name: &'static str,
+        indices: &[usize],
+        leaves: &Leaves<B>,
+    ) -> Result<&'a [TreeDef], VmapError> {
+        children(def, |keys| {
+            keys.len() == indices.len()
+                && keys
+                    .iter()
+                    .zip(indices)
+                    .all(|(k, i)| matches!(k, Key::Index(k) if k == i))
+        })
+        .map_err(|found| {
+            let fields: Vec<String> = indices.iter().map(|i| i.to_string()).collect();
+            mismatch(leaves, name, &fields.join(", "), found)
+        })
+    }
+
+    /// Any struct node with the expected keys: the struct's name is not checked, so a
+    /// `BatchedLinear { weight, bias }` rebuilds as a `Linear { weight, bias }`.
+    fn children<'a>(
+        def: &'a TreeDef,
+        keys_match: impl FnOnce(&[Key]) -> bool,
+    ) -> Result<&'a [TreeDef], &'a TreeDef> {
+        match def {
+            TreeDef::Node {
+                kind: NodeKind::Struct(_),
+                keys,
+                children,
+            } if keys_match(keys) => Ok(children),
+            _ => Err(def),
+        }
+    }
+
+    fn mismatch<B: Backend>(
+        leaves: &Leaves<B>,
+        name: &str,
+        fields: &str,
+        found: &TreeDef,
+    ) -> VmapError {
+        VmapError::TreeMismatch {
+            what: "tree".into(),
+            path: leaves.path(),
+            why: format!("expected struct {name} with fields [{fields}], found {found:?}"),
+        }
     }
 }
 
