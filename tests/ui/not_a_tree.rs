@@ -1,0 +1,10 @@
+use burn::tensor::{backend::Backend, Tensor};
+use burn_vmap::Tree;
+
+#[derive(Tree)]
+struct Model<B: Backend> {
+    weight: Tensor<B, 2>,
+    name: String,
+}
+
+fn main() {}
