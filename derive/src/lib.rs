@@ -28,7 +28,35 @@ mod expand;
 /// - `#[tree(static)]`: the field is carried in the structure as a static value, like
 ///   `burn_vmap::Static<T>` (needs `Clone + PartialEq + Send + Sync + 'static`).
 ///
-/// Enums and unions are rejected with a compile error.
+/// Enums and unions are rejected with a compile error. See `burn_vmap::Tree` for a worked
+/// example (per-example gradient clipping over a derived struct under `vmap`).
+///
+/// ```
+/// use burn::tensor::{backend::Backend, Int, Tensor};
+/// use burn_vmap::{TestBackend, Tree};
+///
+/// #[derive(Tree)]
+/// struct Batch<B: Backend> {
+///     images: Tensor<B, 3>,
+///     labels: Tensor<B, 1, Int>,
+///     #[tree(static)]
+///     split: String,
+///     #[tree(skip)]
+///     cache: Vec<u8>,
+/// }
+///
+/// let device = Default::default();
+/// let batch = Batch::<TestBackend> {
+///     images: Tensor::zeros([2, 4, 4], &device),
+///     labels: Tensor::from_ints([1, 0], &device),
+///     split: "train".into(),
+///     cache: vec![1, 2, 3],
+/// };
+/// let (leaves, def) = batch.flatten();
+/// assert_eq!(def.leaf_paths("batch"), ["batch.images", "batch.labels"]);
+/// let back: Batch<TestBackend> = Tree::unflatten(&def, leaves).unwrap();
+/// assert_eq!((back.split.as_str(), back.cache.len()), ("train", 0));
+/// ```
 #[proc_macro_derive(Tree, attributes(tree))]
 pub fn derive_tree(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);

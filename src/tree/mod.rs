@@ -110,7 +110,7 @@ pub enum TreeDef {
         /// The children.
         children: Vec<TreeDef>,
     },
-    /// A leaf-less static value ([`Static`](crate::Static)), carried through untouched.
+    /// A leaf-less static value ([`Static`]), carried through untouched.
     Static(Arc<dyn Any + Send + Sync>),
 }
 
@@ -397,7 +397,7 @@ pub use burn_vmap_derive::Tree;
 /// A pytree of Burn tensors on backend `B`.
 ///
 /// Implemented for `Tensor<B, D, K>` (float, int and bool, any rank), tuples up to 8, arrays,
-/// `Vec`, `Option`, `Box`, `BTreeMap<String, _>`, `()` and [`Static`](crate::Static), and
+/// `Vec`, `Option`, `Box`, `BTreeMap<String, _>`, `()` and [`Static`], and
 /// derived for structs with `#[derive(Tree)]`.
 ///
 /// ```
@@ -513,7 +513,7 @@ pub use burn_vmap_derive::Tree;
 /// use burn::tensor::Tensor;
 /// use burn_vmap::{micro_vmap, Concat, Sum, TestBackend, Tree, Vmap};
 ///
-/// #[derive(Tree)]
+/// #[derive(Tree, Clone)]
 /// struct Stats<P, T> {
 ///     per_example: P,
 ///     total: T,
@@ -817,7 +817,8 @@ pub mod __private {
         }
     }
 
-    /// The children of `def`, checked to be struct `name` with exactly the named `fields`.
+    /// The children of `def`, checked to be a struct node with exactly the named `fields`
+    /// (`name`, the deriving struct's, is for messages).
     pub fn named_children<'a, B: Backend>(
         def: &'a TreeDef,
         name: &'static str,
@@ -834,8 +835,8 @@ pub mod __private {
         .map_err(|found| mismatch(leaves, name, &fields.join(", "), found))
     }
 
-    /// The children of `def`, checked to be tuple struct `name` with exactly the fields at
-    /// `indices`.
+    /// The children of `def`, checked to be a struct node with exactly the fields at `indices`
+    /// (`name`, the deriving tuple struct's, is for messages).
     pub fn tuple_children<'a, B: Backend>(
         def: &'a TreeDef,
         name: &'static str,
@@ -857,10 +858,10 @@ pub mod __private {
 
     /// Any struct node with the expected keys: the struct's name is not checked, so a
     /// `BatchedLinear { weight, bias }` rebuilds as a `Linear { weight, bias }`.
-    fn children<'a>(
-        def: &'a TreeDef,
+    fn children(
+        def: &TreeDef,
         keys_match: impl FnOnce(&[Key]) -> bool,
-    ) -> Result<&'a [TreeDef], &'a TreeDef> {
+    ) -> Result<&[TreeDef], &TreeDef> {
         match def {
             TreeDef::Node {
                 kind: NodeKind::Struct(_),
