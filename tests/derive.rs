@@ -120,6 +120,13 @@ where
     w: Tensor<Bk, 2>,
 }
 
+/// Generic over the rank too.
+#[derive(Tree, Clone, Debug)]
+struct Ranked<B: Backend, const D: usize> {
+    x: Tensor<B, D>,
+    ys: [Tensor<B, D, Int>; 2],
+}
+
 /// Rank 1 everywhere where `Mlp` has ranks 2 and 1: for rank-mismatch errors.
 #[derive(Tree, Debug)]
 struct FlatMlp<B: Backend> {
@@ -352,6 +359,19 @@ fn should_derive_for_structs_generic_over_their_leaves() {
     is_tree::<B, Tuple2<Tensor<B, 1>, Sum>>();
     is_tree::<B, Explicit<Vec<Tensor<B, 2>>, B, V>>();
     is_tree::<B, WhereBackend<B>>();
+    is_tree::<V, Ranked<V, 4>>();
+
+    let r = Ranked::<B, 2> {
+        x: data([1, 2], 0.0),
+        ys: [Tensor::zeros([1, 1], &dev()), Tensor::ones([2, 1], &dev())],
+    };
+    assert_eq!(r.leaf_paths("r"), ["r.x", "r.ys[0]", "r.ys[1]"]);
+    let (leaves, def) = r.flatten();
+    let err = Ranked::<B, 3>::unflatten_named(&def, leaves, "r").unwrap_err();
+    assert!(
+        matches!(&err, VmapError::LeafMismatch { path, expected_rank: 3, .. } if path == "r.x"),
+        "{err}"
+    );
 
     let s = Stats::<Tensor<B, 2>, Vec<Tensor<B, 1, Int>>> {
         per_example: data([2, 2], 0.0),
