@@ -56,8 +56,8 @@ pub use transform::scan::{
 };
 pub use transform::vmap::{vmap, Axes, Vmapped};
 pub use tree::{
-    Acc, AccContext, AccKind, Accumulator, Concat, Custom, DynTree, Leaf, Mean, RunningMean, Spec,
-    Static, Sum, Tree, TreeDef,
+    Acc, AccContext, AccKind, Accumulator, Concat, Custom, DynTree, Leaf, Mean, RowOp, RunningMean,
+    Spec, Static, Sum, Tree, TreeDef,
 };
 
 /// The inner backend selected by the crate's cargo feature, for tests, examples and benches:

@@ -25,7 +25,7 @@ pub(crate) fn along_dim<P, Q>(
 pub(crate) fn all<B: Backend, K: Kind<B>>(
     t: VmapTensor<K::P>,
     full: impl FnOnce(K::P) -> K::P,
-    along: impl FnOnce(K::P, usize) -> K::P,
+    along: impl Fn(K::P, usize) -> K::P,
 ) -> VmapTensor<K::P> {
     if t.bdims.is_empty() {
         return VmapTensor {
@@ -35,9 +35,23 @@ pub(crate) fn all<B: Backend, K: Kind<B>>(
     }
     let nb = t.bdims.len();
     let shape = t.inner.shape();
-    let numel: usize = shape[nb..].iter().product();
-    let flat: Shape = t.bdims.sizes().chain([numel]).collect();
-    let reduced = along(K::reshape(t.inner, flat), nb);
+    let rank = shape.num_dims();
+    let flat: Shape = t.bdims.sizes().chain([1]).collect();
+    let reduced = if rank == nb {
+        // A batched scalar: one element per example already.
+        K::reshape(t.inner, flat)
+    } else if rank == nb + 1 {
+        along(t.inner, nb)
+    } else {
+        // One logical dim at a time from the last, then reshape the small result: no copy of
+        // the full tensor (burn-ndarray 0.21 copies on every reshape). Valid for every
+        // reduction `all` serves (sum, mean, prod, max, min, any, all).
+        let mut inner = t.inner;
+        for d in (nb..rank).rev() {
+            inner = along(inner, d);
+        }
+        K::reshape(inner, flat)
+    };
     VmapTensor {
         inner: reduced,
         bdims: t.bdims,

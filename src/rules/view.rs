@@ -15,6 +15,9 @@ pub(crate) fn reshape<B: Backend, K: Kind<B>>(
         // cannot reshape to rank 0 (see `Kind::to_rank0`).
         let inner = if shape.num_dims() == 0 && t.inner.shape().num_dims() > 0 {
             K::to_rank0(t.inner)
+        } else if t.inner.shape() == shape {
+            // Already that shape: some backends (burn-ndarray 0.21) copy on every reshape.
+            t.inner
         } else {
             K::reshape(t.inner, shape)
         };
@@ -24,6 +27,10 @@ pub(crate) fn reshape<B: Backend, K: Kind<B>>(
         };
     }
     let phys = with_batch_sizes(&t.bdims, &shape);
+    if t.inner.shape() == phys {
+        // Already that shape: some backends (burn-ndarray 0.21) copy on every reshape.
+        return t;
+    }
     VmapTensor {
         inner: K::reshape(t.inner, phys),
         bdims: t.bdims,

@@ -17,7 +17,7 @@ use crate::batching::BatchOps;
 use crate::rules::helpers::Kind;
 use crate::transform::grad::ParamGrads;
 use crate::transform::vmap::{vmap, Axes};
-use crate::tree::accumulate::{accumulator_spec, from_flat, to_flat, AccContext, Flat};
+use crate::tree::accumulate::{accumulator_spec, from_flat, to_flat, AccContext, Flat, RowOp};
 use crate::tree::{Acc, Concat, DynTree, Key, Leaf, NodeKind, Spec, Sum, Tree, TreeDef};
 use crate::VmapError;
 
@@ -297,8 +297,12 @@ where
             .into_iter()
             .zip(&accs)
             .map(|(leaf, a)| {
-                let (flat, example, was_bool) = to_flat(leaf);
-                from_flat(a.aggregate(flat), &example, a.keeps_batch_axis(), was_bool)
+                if a.row_op() == RowOp::Identity && a.keeps_batch_axis() {
+                    // Concat of one vmap: the vmap's output itself.
+                    return leaf;
+                }
+                let (value, example, was_bool) = a.aggregate_leaf(leaf);
+                from_flat(value, &example, a.keeps_batch_axis(), was_bool)
             })
             .collect();
         return Ok(DynTree {
@@ -350,8 +354,7 @@ where
             def = Some(out.def.clone());
         }
         for (i, leaf) in out.leaves.into_iter().enumerate() {
-            let (flat, example, was_bool) = to_flat(leaf);
-            let value = accs[i].aggregate(flat);
+            let (value, example, was_bool) = accs[i].aggregate_leaf(leaf);
             if k == 0 {
                 examples.push((example, was_bool));
                 let carry = accs[i].init(&value, &ctx);
@@ -1316,11 +1319,10 @@ pub fn global_norm<B: Backend, T: Tree<B> + Clone>(tree: &T) -> Tensor<B, 1> {
         .into_iter()
         .filter_map(|leaf| match leaf {
             Leaf::Float(t) => {
+                // Sum of squares at the leaf's own rank (no flattening copy).
                 let t = t.tensor();
-                let n = t.shape().num_elements();
-                let flat: Tensor<B, 1> =
-                    Tensor::from_primitive(TensorPrimitive::Float(B::float_reshape(t, [n].into())));
-                Some((flat.clone() * flat).sum())
+                let sq = B::float_sum(B::float_mul(t.clone(), t));
+                Some(Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(sq)))
             }
             _ => None,
         })

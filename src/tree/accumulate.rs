@@ -125,6 +125,14 @@ pub trait Accumulator: Send + Sync + 'static {
         false
     }
 
+    /// What [`aggregate`](Accumulator::aggregate) does, when it is one of the common row
+    /// reductions: the library then reduces a leaf at its own rank instead of flattening it
+    /// first (a copy on backends whose reshape copies). Keep the default, [`RowOp::Other`],
+    /// unless `aggregate` is exactly that operation.
+    fn row_op(&self) -> RowOp {
+        RowOp::Other
+    }
+
     /// Reduces the rows of one microbatch (`[m, elements]`): one row, or `m` rows when the
     /// accumulator keeps the batch axis.
     fn aggregate<B: Backend, K: AccKind<B>>(&self, rows: Tensor<B, 2, K>) -> Tensor<B, 2, K>;
@@ -156,6 +164,19 @@ pub trait Accumulator: Send + Sync + 'static {
     }
 }
 
+/// The common within-microbatch reductions (see [`Accumulator::row_op`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowOp {
+    /// The rows unchanged.
+    Identity,
+    /// The sum of the rows.
+    Sum,
+    /// The mean of the rows.
+    Mean,
+    /// Anything else: the library calls `aggregate` on the flattened rows.
+    Other,
+}
+
 /// Sums over the batch (optax's `SUM`; `micro_grad`'s default).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sum;
@@ -179,6 +200,9 @@ pub struct Concat;
 impl Accumulator for Sum {
     fn name(&self) -> String {
         "sum".into()
+    }
+    fn row_op(&self) -> RowOp {
+        RowOp::Sum
     }
     fn aggregate<B: Backend, K: AccKind<B>>(&self, rows: Tensor<B, 2, K>) -> Tensor<B, 2, K> {
         rows.sum_dim(0)
@@ -204,6 +228,9 @@ impl Accumulator for Sum {
 impl Accumulator for Mean {
     fn name(&self) -> String {
         "mean".into()
+    }
+    fn row_op(&self) -> RowOp {
+        RowOp::Mean
     }
     fn promotes_int(&self) -> bool {
         true
@@ -240,6 +267,9 @@ impl Accumulator for RunningMean {
     fn name(&self) -> String {
         "running_mean".into()
     }
+    fn row_op(&self) -> RowOp {
+        RowOp::Mean
+    }
     fn promotes_int(&self) -> bool {
         true
     }
@@ -268,6 +298,9 @@ impl Accumulator for RunningMean {
 impl Accumulator for Concat {
     fn name(&self) -> String {
         "concat".into()
+    }
+    fn row_op(&self) -> RowOp {
+        RowOp::Identity
     }
     fn keeps_batch_axis(&self) -> bool {
         true
@@ -355,6 +388,7 @@ impl<B: Backend> Flat<B> {
 trait Erased<B: Backend>: Send + Sync {
     fn name(&self) -> String;
     fn keeps_batch_axis(&self) -> bool;
+    fn row_op(&self) -> RowOp;
     fn aggregate(&self, rows: Flat<B>) -> Flat<B>;
     fn init(&self, value: &Flat<B>, ctx: &AccContext) -> Flat<B>;
     fn update(&self, carry: Flat<B>, value: Flat<B>, index: usize, ctx: &AccContext) -> Flat<B>;
@@ -369,6 +403,9 @@ impl<B: Backend, A: Accumulator> Erased<B> for Wrap<A> {
     }
     fn keeps_batch_axis(&self) -> bool {
         self.0.keeps_batch_axis()
+    }
+    fn row_op(&self) -> RowOp {
+        self.0.row_op()
     }
     fn aggregate(&self, rows: Flat<B>) -> Flat<B> {
         let rows = if self.0.promotes_int() {
@@ -443,6 +480,41 @@ impl<B: Backend> Acc<B> {
 
     pub(crate) fn aggregate(&self, rows: Flat<B>) -> Flat<B> {
         self.0.aggregate(rows)
+    }
+
+    /// `aggregate` of a leaf `[rows, ...]`: `(matrix, example shape, was bool)`. The common row
+    /// reductions run at the leaf's own rank; only their small result is flattened.
+    pub(crate) fn aggregate_leaf(&self, leaf: Leaf<B>) -> (Flat<B>, Vec<usize>, bool) {
+        let shape = leaf.shape().to_vec();
+        let example = shape[1..].to_vec();
+        let e: usize = example.iter().product();
+        let was_bool = matches!(leaf, Leaf::Bool(_));
+        let reduce = |t: TensorPrimitive<B>, mean: bool| -> Flat<B> {
+            let t = t.tensor();
+            let r = if mean {
+                B::float_mean_dim(t, 0)
+            } else {
+                B::float_sum_dim(t, 0)
+            };
+            Flat::Float(Tensor::from_primitive(TensorPrimitive::Float(
+                B::float_reshape(r, [1, e].into()),
+            )))
+        };
+        let rows = shape[0];
+        // (Int and bool leaves, rarely large, take the general path.)
+        match (self.row_op(), leaf) {
+            (RowOp::Sum, Leaf::Float(t)) if rows > 0 => (reduce(t, false), example, was_bool),
+            (RowOp::Mean, Leaf::Float(t)) if rows > 0 => (reduce(t, true), example, was_bool),
+            (_, leaf) => {
+                let (flat, example, was_bool) = to_flat(leaf);
+                (self.aggregate(flat), example, was_bool)
+            }
+        }
+    }
+
+    /// The common within-microbatch reduction this accumulator performs, if any.
+    pub(crate) fn row_op(&self) -> RowOp {
+        self.0.row_op()
     }
     pub(crate) fn init(&self, value: &Flat<B>, ctx: &AccContext) -> Flat<B> {
         self.0.init(value, ctx)

@@ -27,7 +27,7 @@ use burn_backend::{Shape, TensorMetadata, TensorPrimitive};
 use crate::VmapError;
 
 pub use accumulate::{
-    Acc, AccContext, AccKind, Accumulator, Concat, Custom, Mean, RunningMean, Sum,
+    Acc, AccContext, AccKind, Accumulator, Concat, Custom, Mean, RowOp, RunningMean, Sum,
 };
 pub use dynamic::DynTree;
 pub use spec::Spec;
