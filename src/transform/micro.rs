@@ -345,7 +345,7 @@ where
     let mut def: Option<TreeDef> = None;
     let mut accs: Vec<Acc<BO>> = Vec::new();
     let mut examples: Vec<(Vec<usize>, bool)> = Vec::new();
-    let mut carries: Vec<Option<Flat<BO>>> = Vec::new();
+    let mut carries: Vec<Carry<BO>> = Vec::new();
     for k in 0..runs {
         let out: DynTree<BO> =
             vmap_fn.apply(f, in_axes, select(&|leaf, a| microbatch(leaf, a, k, n, m)))?;
@@ -354,38 +354,68 @@ where
             def = Some(out.def.clone());
         }
         for (i, leaf) in out.leaves.into_iter().enumerate() {
+            if accs[i].is_builtin_concat() {
+                // Concat keeps the microbatches as they are and orders them once at the end.
+                if k == 0 {
+                    examples.push((leaf.shape()[1..].to_vec(), false));
+                    carries.push(Carry::Parts(vec![leaf]));
+                } else if let Carry::Parts(parts) = &mut carries[i] {
+                    parts.push(leaf);
+                }
+                continue;
+            }
             let (value, example, was_bool) = accs[i].aggregate_leaf(leaf);
             if k == 0 {
                 examples.push((example, was_bool));
                 let carry = accs[i].init(&value, &ctx);
-                carries.push(Some(accs[i].update(carry, value, k, &ctx)));
-            } else {
-                let carry = carries[i].take().expect("set at k = 0");
-                carries[i] = Some(accs[i].update(carry, value, k, &ctx));
+                carries.push(Carry::Flat(Some(accs[i].update(carry, value, k, &ctx))));
+            } else if let Carry::Flat(slot) = &mut carries[i] {
+                let carry = slot.take().expect("set at k = 0");
+                *slot = Some(accs[i].update(carry, value, k, &ctx));
             }
         }
     }
+    // The output structure and a zero-row template of every leaf, when no microbatch runs.
+    let mut templates: Vec<Option<Leaf<BO>>> = vec![None; carries.len()];
     if def.is_none() {
         // No microbatch runs: learn the output structure from a vmap over zero rows, and
         // start every accumulator from a microbatch of zeros' shape.
         let out: DynTree<BO> = vmap_fn.apply(f, in_axes, select(&|leaf, a| no_rows(leaf, a)))?;
         accs = acc.broadcast_to(&out.def, "accumulator", "out")?;
         for (i, leaf) in out.leaves.into_iter().enumerate() {
+            if accs[i].is_builtin_concat() {
+                examples.push((leaf.shape()[1..].to_vec(), false));
+                carries.push(Carry::Parts(Vec::new()));
+                templates.push(Some(leaf));
+                continue;
+            }
             let (flat, example, was_bool) = to_flat(leaf);
             let zeros = flat.zeros_rows(m);
             let value = accs[i].aggregate(zeros);
             examples.push((example, was_bool));
-            carries.push(Some(accs[i].init(&value, &ctx)));
+            carries.push(Carry::Flat(Some(accs[i].init(&value, &ctx))));
+            templates.push(None);
         }
         def = Some(out.def);
     }
     let def = def.expect("set above");
     let paths = def.leaf_paths("out");
     let mut leaves = Vec::with_capacity(carries.len());
-    for (((carry, a), (example, was_bool)), path) in
-        carries.into_iter().zip(&accs).zip(&examples).zip(&paths)
+    for ((((carry, a), (example, was_bool)), path), template) in carries
+        .into_iter()
+        .zip(&accs)
+        .zip(&examples)
+        .zip(&paths)
+        .zip(templates)
     {
-        let result = a.finalize(carry.expect("one carry per leaf"), &ctx);
+        let carry = match carry {
+            Carry::Parts(parts) => {
+                leaves.push(concat_parts(parts, template, n, m));
+                continue;
+            }
+            Carry::Flat(c) => c.expect("one carry per leaf"),
+        };
+        let result = a.finalize(carry, &ctx);
         let want = if a.keeps_batch_axis() { b } else { 1 };
         if result.rows() != want {
             return Err(VmapError::AccumulatorRows {
@@ -398,6 +428,109 @@ where
         leaves.push(from_flat(result, example, a.keeps_batch_axis(), *was_bool));
     }
     Ok(DynTree { leaves, def })
+}
+
+/// An accumulator's state across microbatches.
+enum Carry<B: Backend> {
+    /// The accumulator's own carry (a `[rows, elements]` matrix).
+    Flat(Option<Flat<B>>),
+    /// [`Concat`]: the microbatch outputs `[m, ...]` so far, at their own rank and kind.
+    Parts(Vec<Leaf<B>>),
+}
+
+/// [`Concat`]'s result from the outputs of the microbatches that ran: zeros for those that did
+/// not, then row `k + j·n` = row `j` of microbatch `k` (the original order). One `cat` and one
+/// `select`, whatever the number of microbatches.
+fn concat_parts<B: Backend>(
+    mut parts: Vec<Leaf<B>>,
+    template: Option<Leaf<B>>,
+    n: usize,
+    m: usize,
+) -> Leaf<B> {
+    let template = match (parts.first(), template) {
+        (Some(first), _) => first.clone(),
+        (None, Some(t)) => t,
+        (None, None) => unreachable!("a template exists when no microbatch ran"),
+    };
+    if n * m == 0 {
+        // An empty batch: the zero-row output.
+        return no_rows(template, 0);
+    }
+    let zeros = |rows: usize| -> Leaf<B> {
+        let mut dims = template.shape().to_vec();
+        dims[0] = rows;
+        let shape = Shape::from(dims);
+        match &template {
+            Leaf::Float(t) => {
+                let t = t.clone().tensor();
+                Leaf::Float(TensorPrimitive::Float(B::float_zeros(
+                    shape,
+                    &B::float_device(&t),
+                    t.dtype().into(),
+                )))
+            }
+            Leaf::Int(t) => Leaf::Int(B::int_zeros(shape, &B::int_device(t), t.dtype().into())),
+            Leaf::Bool(t) => Leaf::Bool(B::bool_zeros(shape, &B::bool_device(t), t.dtype().into())),
+        }
+    };
+    if parts.len() < n {
+        parts.push(zeros((n - parts.len()) * m));
+    }
+    let stacked = leaf_cat(parts);
+    if n == 1 || m == 1 {
+        return stacked;
+    }
+    // stacked row k·m + j holds example j of microbatch k, which belongs at row j·n + k.
+    let perm: Vec<i32> = (0..n * m).map(|r| ((r % n) * m + r / n) as i32).collect();
+    let device = match &stacked {
+        Leaf::Float(t) => B::float_device(&t.clone().tensor()),
+        Leaf::Int(t) => B::int_device(t),
+        Leaf::Bool(t) => B::bool_device(t),
+    };
+    let idx =
+        Tensor::<B, 1, burn::tensor::Int>::from_ints(perm.as_slice(), &device).into_primitive();
+    stacked.map(
+        |t| TensorPrimitive::Float(<Float as Kind<B>>::select(t.tensor(), 0, idx.clone())),
+        |t| <Int as Kind<B>>::select(t, 0, idx.clone()),
+        |t| <Bool as Kind<B>>::select(t, 0, idx.clone()),
+    )
+}
+
+/// Concatenates leaves of one kind along axis 0.
+fn leaf_cat<B: Backend>(parts: Vec<Leaf<B>>) -> Leaf<B> {
+    match parts.first() {
+        Some(Leaf::Float(_)) => Leaf::Float(TensorPrimitive::Float(<Float as Kind<B>>::cat(
+            parts
+                .into_iter()
+                .map(|l| match l {
+                    Leaf::Float(t) => t.tensor(),
+                    _ => unreachable!("one kind per leaf"),
+                })
+                .collect(),
+            0,
+        ))),
+        Some(Leaf::Int(_)) => Leaf::Int(<Int as Kind<B>>::cat(
+            parts
+                .into_iter()
+                .map(|l| match l {
+                    Leaf::Int(t) => t,
+                    _ => unreachable!("one kind per leaf"),
+                })
+                .collect(),
+            0,
+        )),
+        Some(Leaf::Bool(_)) => Leaf::Bool(<Bool as Kind<B>>::cat(
+            parts
+                .into_iter()
+                .map(|l| match l {
+                    Leaf::Bool(t) => t,
+                    _ => unreachable!("one kind per leaf"),
+                })
+                .collect(),
+            0,
+        )),
+        None => unreachable!("at least one part"),
+    }
 }
 
 // -------------------------------------------------------------------------------------------------

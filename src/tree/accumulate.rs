@@ -389,6 +389,7 @@ trait Erased<B: Backend>: Send + Sync {
     fn name(&self) -> String;
     fn keeps_batch_axis(&self) -> bool;
     fn row_op(&self) -> RowOp;
+    fn is_builtin_concat(&self) -> bool;
     fn aggregate(&self, rows: Flat<B>) -> Flat<B>;
     fn init(&self, value: &Flat<B>, ctx: &AccContext) -> Flat<B>;
     fn update(&self, carry: Flat<B>, value: Flat<B>, index: usize, ctx: &AccContext) -> Flat<B>;
@@ -406,6 +407,9 @@ impl<B: Backend, A: Accumulator> Erased<B> for Wrap<A> {
     }
     fn row_op(&self) -> RowOp {
         self.0.row_op()
+    }
+    fn is_builtin_concat(&self) -> bool {
+        std::any::TypeId::of::<A>() == std::any::TypeId::of::<Concat>()
     }
     fn aggregate(&self, rows: Flat<B>) -> Flat<B> {
         let rows = if self.0.promotes_int() {
@@ -510,6 +514,12 @@ impl<B: Backend> Acc<B> {
                 (self.aggregate(flat), example, was_bool)
             }
         }
+    }
+
+    /// Whether this is the built-in [`Concat`] (whose microbatch outputs are kept and ordered
+    /// once at the end rather than copied into a flat carry).
+    pub(crate) fn is_builtin_concat(&self) -> bool {
+        self.0.is_builtin_concat()
     }
 
     /// The common within-microbatch reduction this accumulator performs, if any.
