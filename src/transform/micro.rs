@@ -310,7 +310,7 @@ where
             def: out.def,
         });
     };
-    if m == 0 || b % m != 0 {
+    if m == 0 || !b.is_multiple_of(m) {
         return Err(VmapError::NonDividingMicrobatchSize {
             batch_size: b,
             microbatch_size: m,

@@ -60,12 +60,12 @@ tensor_tree!(Int, Int, "int");
 tensor_tree!(Bool, Bool, "bool");
 
 /// Checks `def` is a node of `kind` with `n` children (any count when `n` is `None`).
-fn node<'a>(
-    def: &'a TreeDef,
+fn node(
+    def: &TreeDef,
     kind: NodeKind,
     n: Option<usize>,
     path: impl FnOnce() -> String,
-) -> Result<(&'a [Key], &'a [TreeDef]), VmapError> {
+) -> Result<(&[Key], &[TreeDef]), VmapError> {
     match def {
         TreeDef::Node {
             kind: k,
