@@ -74,10 +74,7 @@ fn batch<B: Backend, K: Kind<B>>(
     let from = bdims.len() + axis;
     let size = inner.shape()[from];
     let pos = bdims.insert(BatchDim { level, size });
-    VmapTensor {
-        inner: move_dim::<B, K>(inner, from, pos),
-        bdims,
-    }
+    VmapTensor::new(move_dim::<B, K>(inner, from, pos), bdims)
 }
 
 fn unbatch<B: Backend, K: Kind<B>>(
@@ -90,10 +87,7 @@ fn unbatch<B: Backend, K: Kind<B>>(
     match bdims.remove(level) {
         Some((pos, _)) => {
             let to = bdims.len() + axis;
-            VmapTensor {
-                inner: move_dim::<B, K>(inner, pos, to),
-                bdims,
-            }
+            VmapTensor::new(move_dim::<B, K>(inner, pos, to), bdims)
         }
         None => {
             // Not batched at this level: every example has the same value; broadcast it.
@@ -102,10 +96,7 @@ fn unbatch<B: Backend, K: Kind<B>>(
             dims.insert(at, 1);
             let inner = K::reshape(inner, Shape::from(dims.clone()));
             dims[at] = size;
-            VmapTensor {
-                inner: K::expand(inner, Shape::from(dims)),
-                bdims,
-            }
+            VmapTensor::new(K::expand(inner, Shape::from(dims)), bdims)
         }
     }
 }

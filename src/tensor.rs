@@ -174,20 +174,36 @@ impl BatchDims {
 ///
 /// [`TensorMetadata::shape`] reports the **logical** shape (without batch dims), which is what
 /// Burn's default op implementations and `burn-autodiff` rely on.
+///
+/// # Pending reshapes
+///
+/// A reshape of a batched tensor is recorded, not run: the tensor keeps its data and the
+/// physical shape it should have (with the backend's reshape function). Reading the physical
+/// tensor ([`into_parts`](Self::into_parts), and every batching rule) runs the reshape once;
+/// a second reshape replaces the first, and a reshape back to the data's own shape cancels it.
+/// Rules that fold every leading dim into rows (`linear` and its backward ops) read the data
+/// as it is. This removes the copies of Burn's `linear` on a single example (it inserts and
+/// removes a leading size-1 dim), which some backends (burn-ndarray 0.21) make on every
+/// reshape.
 #[derive(Clone, Debug)]
 pub struct VmapTensor<P> {
-    pub(crate) inner: P,
+    data: P,
     pub(crate) bdims: BatchDims,
+    pending: Option<PendingReshape<P>>,
+}
+
+/// A reshape not run yet: the physical shape and the backend function that makes it.
+#[derive(Clone, Debug)]
+pub(crate) struct PendingReshape<P> {
+    shape: Shape,
+    reshape: fn(P, Shape) -> P,
 }
 
 impl<P: TensorMetadata> VmapTensor<P> {
     /// Wraps an unbatched inner primitive (zero cost).
     #[inline]
     pub fn unbatched(inner: P) -> Self {
-        Self {
-            inner,
-            bdims: BatchDims::none(),
-        }
+        Self::new(inner, BatchDims::none())
     }
 
     /// Wraps an inner primitive whose leading `bdims.len()` dims are the given batch dims.
@@ -204,16 +220,88 @@ impl<P: TensorMetadata> VmapTensor<P> {
                 bdims.sizes().collect::<Vec<_>>()
             );
         }
-        Self { inner, bdims }
+        Self::new(inner, bdims)
+    }
+
+    /// A batched tensor whose physical shape is `shape`, holding `data` (same elements in
+    /// row-major order, another shape) until the physical tensor is read.
+    pub(crate) fn reshaped(
+        data: P,
+        bdims: BatchDims,
+        shape: Shape,
+        reshape: fn(P, Shape) -> P,
+    ) -> Self {
+        debug_assert_eq!(data.shape().num_elements(), shape.num_elements());
+        if data.shape() == shape {
+            return Self::new(data, bdims);
+        }
+        Self {
+            data,
+            bdims,
+            pending: Some(PendingReshape { shape, reshape }),
+        }
     }
 
     /// Shape of the physical tensor, batch dims included.
     pub fn physical_shape(&self) -> Shape {
-        self.inner.shape()
+        match &self.pending {
+            Some(p) => p.shape.clone(),
+            None => self.data.shape(),
+        }
+    }
+
+    /// The data as stored and its physical shape: the data has that shape or, when a reshape is
+    /// pending, the same elements in row-major order in another shape. For rules that only
+    /// need the row-major order (folding leading dims into rows).
+    #[inline]
+    pub(crate) fn into_stored(self) -> (P, Shape, BatchDims) {
+        let shape = self.physical_shape();
+        (self.data, shape, self.bdims)
     }
 }
 
 impl<P> VmapTensor<P> {
+    /// Wraps an inner primitive whose leading `bdims.len()` dims are the batch dims, without
+    /// checking (rules keep the invariant; see [`from_physical`](Self::from_physical)).
+    #[inline]
+    pub(crate) fn new(inner: P, bdims: BatchDims) -> Self {
+        Self {
+            data: inner,
+            bdims,
+            pending: None,
+        }
+    }
+
+    /// The physical tensor (batch dims first), running a pending reshape.
+    #[inline]
+    pub(crate) fn inner(self) -> P {
+        self.into_parts().0
+    }
+
+    /// Applies `f` to the physical tensor (running a pending reshape), keeping the batch dims.
+    #[inline]
+    pub(crate) fn map<Q>(self, f: impl FnOnce(P) -> Q) -> VmapTensor<Q> {
+        let (inner, bdims) = self.into_parts();
+        VmapTensor::new(f(inner), bdims)
+    }
+
+    /// The stored data, for device and dtype queries only (its shape may not be the physical
+    /// shape while a reshape is pending).
+    #[inline]
+    pub(crate) fn stored(&self) -> &P {
+        &self.data
+    }
+
+    /// The physical tensor (batch dims first) and its batch dims.
+    #[inline]
+    pub fn into_parts(self) -> (P, BatchDims) {
+        let inner = match self.pending {
+            Some(p) => (p.reshape)(self.data, p.shape),
+            None => self.data,
+        };
+        (inner, self.bdims)
+    }
+
     /// The batch dims (outermost level first).
     #[inline]
     pub fn batch_dims(&self) -> &BatchDims {
@@ -225,50 +313,43 @@ impl<P> VmapTensor<P> {
     pub fn is_batched(&self) -> bool {
         !self.bdims.is_empty()
     }
-
-    /// The physical tensor (batch dims first) and its batch dims.
-    #[inline]
-    pub fn into_parts(self) -> (P, BatchDims) {
-        (self.inner, self.bdims)
-    }
-
-    /// The physical tensor.
-    #[inline]
-    pub fn physical(&self) -> &P {
-        &self.inner
-    }
 }
 
 impl<P: TensorMetadata> TensorMetadata for VmapTensor<P> {
     fn dtype(&self) -> DType {
-        self.inner.dtype()
+        self.data.dtype()
     }
 
     fn shape(&self) -> Shape {
-        let shape = self.inner.shape();
-        if self.bdims.is_empty() {
-            shape
-        } else {
-            shape.iter().skip(self.bdims.len()).copied().collect()
+        if self.bdims.is_empty() && self.pending.is_none() {
+            return self.data.shape();
         }
+        self.physical_shape()
+            .iter()
+            .skip(self.bdims.len())
+            .copied()
+            .collect()
     }
 
     fn rank(&self) -> usize {
-        self.inner.rank() - self.bdims.len()
+        match &self.pending {
+            Some(p) => p.shape.num_dims() - self.bdims.len(),
+            None => self.data.rank() - self.bdims.len(),
+        }
     }
 }
 
 impl<P: QTensorPrimitive> QTensorPrimitive for VmapTensor<P> {
     fn scheme(&self) -> &QuantScheme {
-        self.inner.scheme()
+        self.data.scheme()
     }
 
     fn acc_precision(&self) -> QuantAcc {
-        self.inner.acc_precision()
+        self.data.acc_precision()
     }
 
     fn propagation(&self) -> QuantPropagation {
-        self.inner.propagation()
+        self.data.propagation()
     }
 
     fn default_scheme() -> QuantScheme {

@@ -33,7 +33,7 @@ impl<B: Backend> BoolTensorOps<Self> for Vmap<B> {
         tensor: BoolTensor<Self>,
     ) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
         assert_unbatched(&tensor, "bool_into_data");
-        B::bool_into_data(tensor.inner)
+        B::bool_into_data(tensor.inner())
     }
 
     // Overridden (correctness): the output size depends on the values, so there is no batching
@@ -46,7 +46,7 @@ impl<B: Backend> BoolTensorOps<Self> for Vmap<B> {
     ) -> impl core::future::Future<Output = IntTensor<Self>> + 'static + Send {
         async move {
             if !tensor.is_batched() {
-                return VmapTensor::unbatched(B::bool_argwhere(tensor.inner, out_dtype).await);
+                return VmapTensor::unbatched(B::bool_argwhere(tensor.inner(), out_dtype).await);
             }
             fallback::enter("bool_argwhere");
             let bdims = tensor.bdims.clone();
@@ -59,7 +59,7 @@ impl<B: Backend> BoolTensorOps<Self> for Vmap<B> {
     }
 
     fn bool_device(tensor: &BoolTensor<Self>) -> Device<Self> {
-        B::bool_device(&tensor.inner)
+        B::bool_device(tensor.stored())
     }
 
     fn bool_to_device(tensor: BoolTensor<Self>, device: &Device<Self>) -> BoolTensor<Self> {

@@ -57,11 +57,11 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         tensor: FloatTensor<Self>,
     ) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
         assert_unbatched(&tensor, "float_into_data");
-        B::float_into_data(tensor.inner)
+        B::float_into_data(tensor.inner())
     }
 
     fn float_device(tensor: &FloatTensor<Self>) -> Device<Self> {
-        B::float_device(&tensor.inner)
+        B::float_device(tensor.stored())
     }
 
     fn float_to_device(tensor: FloatTensor<Self>, device: &Device<Self>) -> FloatTensor<Self> {
@@ -278,14 +278,8 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         let (values, indices) =
             B::float_sort_with_indices(inner, dim + bdims.len(), descending, indices_dtype);
         (
-            VmapTensor {
-                inner: values,
-                bdims: bdims.clone(),
-            },
-            VmapTensor {
-                inner: indices,
-                bdims,
-            },
+            VmapTensor::new(values, bdims.clone()),
+            VmapTensor::new(indices, bdims),
         )
     }
 

@@ -47,11 +47,11 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
         tensor: IntTensor<Self>,
     ) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
         assert_unbatched(&tensor, "int_into_data");
-        B::int_into_data(tensor.inner)
+        B::int_into_data(tensor.inner())
     }
 
     fn int_device(tensor: &IntTensor<Self>) -> Device<Self> {
-        B::int_device(&tensor.inner)
+        B::int_device(tensor.stored())
     }
 
     fn int_to_device(tensor: IntTensor<Self>, device: &Device<Self>) -> IntTensor<Self> {
@@ -239,14 +239,8 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
         let (inner, bdims) = tensor.into_parts();
         let (values, indices) = B::int_sort_with_indices(inner, dim + bdims.len(), descending);
         (
-            VmapTensor {
-                inner: values,
-                bdims: bdims.clone(),
-            },
-            VmapTensor {
-                inner: indices,
-                bdims,
-            },
+            VmapTensor::new(values, bdims.clone()),
+            VmapTensor::new(indices, bdims),
         )
     }
 

@@ -2,8 +2,9 @@
 //!
 //! A batched input with unbatched weights folds the vmap batch into `N` (one large op);
 //! convolutions (deformable ones included) with batched (per-example) weights become grouped
-//! convolutions. Burn's default methods (conv1d, the conv backward ops, pool1d, embedding,
-//! linear, layer_norm, unfold4d, ctc_loss) decompose into these rules and the tensor ops.
+//! convolutions. `linear` and its backward ops fold a batched input into rows (one inner
+//! `linear`). Burn's default methods (conv1d, the conv backward ops, pool1d, embedding,
+//! layer_norm, unfold4d, ctc_loss) decompose into these rules and the tensor ops.
 
 use burn_backend::backend::Backend;
 use burn_backend::ops::{
@@ -12,6 +13,7 @@ use burn_backend::ops::{
 };
 use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
 
+use crate::rules::linalg;
 use crate::rules::module::{self as deform, fold_all, fold_to, unfold_out, DeformArgs};
 use crate::rules::reduce::along_dim;
 use crate::tensor::{BatchDims, VmapTensor};
@@ -39,6 +41,34 @@ fn with_x_grad<B: Backend>(
 }
 
 impl<B: Backend> ModuleOps<Self> for Vmap<B> {
+    // Overridden (speed): the default reshapes and calls matmul; the rules fold a batched input
+    // into rows and call the inner backend's `linear` once, reading pending reshapes in place.
+    fn linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        linalg::linear::<B>(x, weight, bias)
+    }
+
+    fn linear_x_backward(
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        linalg::linear_x_backward::<B>(weight, output_grad)
+    }
+
+    fn linear_weight_backward(
+        x: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        linalg::linear_weight_backward::<B>(x, output_grad)
+    }
+
+    fn linear_bias_backward(output_grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        linalg::linear_bias_backward::<B>(output_grad)
+    }
+
     fn conv2d(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
@@ -289,11 +319,11 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
             || attn_bias.as_ref().is_some_and(|b| b.is_batched());
         if !batched {
             return VmapTensor::unbatched(B::attention(
-                query.inner,
-                key.inner,
-                value.inner,
-                mask.map(|m| m.inner),
-                attn_bias.map(|b| b.inner),
+                query.inner(),
+                key.inner(),
+                value.inner(),
+                mask.map(|m| m.inner()),
+                attn_bias.map(|b| b.inner()),
                 options,
             ));
         }
@@ -322,13 +352,10 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let bdims = signal.bdims.clone();
         let out = along_dim(signal, dim, |s, d| B::rfft(s, d, n));
-        let (re, im) = out.inner;
+        let (re, im) = out.inner();
         (
-            VmapTensor {
-                inner: re,
-                bdims: bdims.clone(),
-            },
-            VmapTensor { inner: im, bdims },
+            VmapTensor::new(re, bdims.clone()),
+            VmapTensor::new(im, bdims),
         )
     }
 

@@ -26,7 +26,7 @@ fn unbatched_q<P>(op: &str, t: VmapTensor<P>) -> P {
             "dequantize it (`tensor.dequantize()`) before this op inside vmap",
         )
     }
-    t.inner
+    t.inner()
 }
 
 impl<B: Backend> QTensorOps<Self> for Vmap<B> {
@@ -53,7 +53,7 @@ impl<B: Backend> QTensorOps<Self> for Vmap<B> {
     }
 
     fn q_device(tensor: &QuantizedTensor<Self>) -> Device<Self> {
-        B::q_device(&tensor.inner)
+        B::q_device(tensor.stored())
     }
 
     fn q_to_device(tensor: QuantizedTensor<Self>, device: &Device<Self>) -> QuantizedTensor<Self> {
@@ -68,7 +68,7 @@ impl<B: Backend> QTensorOps<Self> for Vmap<B> {
         tensor: QuantizedTensor<Self>,
     ) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
         assert_unbatched(&tensor, "q_into_data");
-        B::q_into_data(tensor.inner)
+        B::q_into_data(tensor.inner())
     }
 
     fn q_expand(tensor: QuantizedTensor<Self>, shape: Shape) -> QuantizedTensor<Self> {

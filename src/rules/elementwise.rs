@@ -8,10 +8,7 @@ use crate::tensor::{BatchDims, VmapTensor};
 /// An op that maps each element (or acts on logical dims only): batch dims pass through.
 #[inline]
 pub(crate) fn unary<P, Q>(t: VmapTensor<P>, f: impl FnOnce(P) -> Q) -> VmapTensor<Q> {
-    VmapTensor {
-        inner: f(t.inner),
-        bdims: t.bdims,
-    }
+    t.map(f)
 }
 
 /// A binary elementwise op whose backend broadcasts size-1 dims (add, mul, comparisons, ...):
@@ -23,18 +20,12 @@ pub(crate) fn binary<B: Backend, K1: Kind<B>, K2: Kind<B>, Q>(
     f: impl FnOnce(K1::P, K2::P) -> Q,
 ) -> VmapTensor<Q> {
     if lhs.bdims.is_empty() && rhs.bdims.is_empty() {
-        return VmapTensor {
-            inner: f(lhs.inner, rhs.inner),
-            bdims: BatchDims::none(),
-        };
+        return VmapTensor::new(f(lhs.inner(), rhs.inner()), BatchDims::none());
     }
     let bdims = BatchDims::union([&lhs.bdims, &rhs.bdims]);
     let l = align::<B, K1>(lhs, &bdims);
     let r = align::<B, K2>(rhs, &bdims);
-    VmapTensor {
-        inner: f(l, r),
-        bdims,
-    }
+    VmapTensor::new(f(l, r), bdims)
 }
 
 /// A binary elementwise op whose backends may not broadcast (remainder, cross, ...): missing
@@ -45,17 +36,11 @@ pub(crate) fn binary_materialized<B: Backend, K1: Kind<B>, K2: Kind<B>, Q>(
     f: impl FnOnce(K1::P, K2::P, usize) -> Q,
 ) -> VmapTensor<Q> {
     if lhs.bdims.is_empty() && rhs.bdims.is_empty() {
-        return VmapTensor {
-            inner: f(lhs.inner, rhs.inner, 0),
-            bdims: BatchDims::none(),
-        };
+        return VmapTensor::new(f(lhs.inner(), rhs.inner(), 0), BatchDims::none());
     }
     let bdims = BatchDims::union([&lhs.bdims, &rhs.bdims]);
     let l = materialize::<B, K1>(lhs, &bdims);
     let r = materialize::<B, K2>(rhs, &bdims);
     let nb = bdims.len();
-    VmapTensor {
-        inner: f(l, r, nb),
-        bdims,
-    }
+    VmapTensor::new(f(l, r, nb), bdims)
 }

@@ -167,8 +167,8 @@ pub(crate) fn stack<B: Backend, K: Kind<B>>(
         .map(|o| K::reshape(o, one.clone()))
         .collect();
     let stacked = K::cat(outs, 0);
-    VmapTensor {
-        inner: K::reshape(stacked, with_batch_sizes(bdims, &shape)),
-        bdims: bdims.clone(),
-    }
+    VmapTensor::new(
+        K::reshape(stacked, with_batch_sizes(bdims, &shape)),
+        bdims.clone(),
+    )
 }

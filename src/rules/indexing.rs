@@ -20,16 +20,13 @@ pub(crate) fn gather<B: Backend, K: Kind<B>>(
     indices: VmapTensor<IntP<B>>,
 ) -> VmapTensor<K::P> {
     if tensor.bdims.is_empty() && indices.bdims.is_empty() {
-        return VmapTensor::unbatched(K::gather(dim, tensor.inner, indices.inner));
+        return VmapTensor::unbatched(K::gather(dim, tensor.inner(), indices.inner()));
     }
     let bdims = BatchDims::union([&tensor.bdims, &indices.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let i = materialize::<B, Int>(indices, &bdims);
     let nb = bdims.len();
-    VmapTensor {
-        inner: K::gather(dim + nb, t, i),
-        bdims,
-    }
+    VmapTensor::new(K::gather(dim + nb, t, i), bdims)
 }
 
 /// `scatter_add(dim, tensor, indices, value)` and `bool_scatter_or`.
@@ -41,17 +38,14 @@ pub(crate) fn scatter<B: Backend, K: Kind<B>>(
     f: impl FnOnce(usize, K::P, IntP<B>, K::P) -> K::P,
 ) -> VmapTensor<K::P> {
     if tensor.bdims.is_empty() && indices.bdims.is_empty() && value.bdims.is_empty() {
-        return VmapTensor::unbatched(f(dim, tensor.inner, indices.inner, value.inner));
+        return VmapTensor::unbatched(f(dim, tensor.inner(), indices.inner(), value.inner()));
     }
     let bdims = BatchDims::union([&tensor.bdims, &indices.bdims, &value.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let i = materialize::<B, Int>(indices, &bdims);
     let v = materialize::<B, K>(value, &bdims);
     let nb = bdims.len();
-    VmapTensor {
-        inner: f(dim + nb, t, i, v),
-        bdims,
-    }
+    VmapTensor::new(f(dim + nb, t, i, v), bdims)
 }
 
 /// Turns a batched 1-D index `[batch.., k]` into gather/scatter indices of shape `target`
@@ -79,10 +73,7 @@ pub(crate) fn select<B: Backend, K: Kind<B>>(
 ) -> VmapTensor<K::P> {
     if indices.bdims.is_empty() {
         let pdim = dim + tensor.bdims.len();
-        return VmapTensor {
-            inner: K::select(tensor.inner, pdim, indices.inner),
-            bdims: tensor.bdims,
-        };
+        return tensor.map(|inner| K::select(inner, pdim, indices.inner()));
     }
     // Per-example indices: a gather along the same dim.
     let bdims = BatchDims::union([&tensor.bdims, &indices.bdims]);
@@ -92,10 +83,7 @@ pub(crate) fn select<B: Backend, K: Kind<B>>(
     let mut out_shape = t.shape();
     out_shape[pdim] = i.shape()[bdims.len()];
     let i = index_to_gather::<B>(i, &bdims, pdim, &out_shape);
-    VmapTensor {
-        inner: K::gather(pdim, t, i),
-        bdims,
-    }
+    VmapTensor::new(K::gather(pdim, t, i), bdims)
 }
 
 /// `select_add(tensor, dim, indices, value)` (and `bool_select_or`); a batched index becomes a
@@ -109,17 +97,19 @@ pub(crate) fn select_add<B: Backend, K: Kind<B>>(
     scatter_f: impl FnOnce(usize, K::P, IntP<B>, K::P) -> K::P,
 ) -> VmapTensor<K::P> {
     if tensor.bdims.is_empty() && indices.bdims.is_empty() && value.bdims.is_empty() {
-        return VmapTensor::unbatched(select_f(tensor.inner, dim, indices.inner, value.inner));
+        return VmapTensor::unbatched(select_f(
+            tensor.inner(),
+            dim,
+            indices.inner(),
+            value.inner(),
+        ));
     }
     if indices.bdims.is_empty() {
         let bdims = BatchDims::union([&tensor.bdims, &value.bdims]);
         let t = materialize::<B, K>(tensor, &bdims);
         let v = materialize::<B, K>(value, &bdims);
         let pdim = dim + bdims.len();
-        return VmapTensor {
-            inner: select_f(t, pdim, indices.inner, v),
-            bdims,
-        };
+        return VmapTensor::new(select_f(t, pdim, indices.inner(), v), bdims);
     }
     let bdims = BatchDims::union([&tensor.bdims, &indices.bdims, &value.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
@@ -127,10 +117,7 @@ pub(crate) fn select_add<B: Backend, K: Kind<B>>(
     let i = materialize::<B, Int>(indices, &bdims);
     let pdim = dim + bdims.len();
     let i = index_to_gather::<B>(i, &bdims, pdim, &v.shape());
-    VmapTensor {
-        inner: scatter_f(pdim, t, i, v),
-        bdims,
-    }
+    VmapTensor::new(scatter_f(pdim, t, i, v), bdims)
 }
 
 /// `slice_assign(tensor, slices, value)`.
@@ -141,16 +128,13 @@ pub(crate) fn slice_assign<B: Backend, K: Kind<B>>(
     f: impl FnOnce(K::P, &[Slice], K::P) -> K::P,
 ) -> VmapTensor<K::P> {
     if tensor.bdims.is_empty() && value.bdims.is_empty() {
-        return VmapTensor::unbatched(f(tensor.inner, slices, value.inner));
+        return VmapTensor::unbatched(f(tensor.inner(), slices, value.inner()));
     }
     let bdims = BatchDims::union([&tensor.bdims, &value.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let v = materialize::<B, K>(value, &bdims);
     let slices = batch_slices(&bdims, slices);
-    VmapTensor {
-        inner: f(t, &slices, v),
-        bdims,
-    }
+    VmapTensor::new(f(t, &slices, v), bdims)
 }
 
 /// `mask_where(tensor, mask, value)`.
@@ -161,16 +145,13 @@ pub(crate) fn mask_where<B: Backend, K: Kind<B>>(
     f: impl FnOnce(K::P, B::BoolTensorPrimitive, K::P) -> K::P,
 ) -> VmapTensor<K::P> {
     if tensor.bdims.is_empty() && mask.bdims.is_empty() && value.bdims.is_empty() {
-        return VmapTensor::unbatched(f(tensor.inner, mask.inner, value.inner));
+        return VmapTensor::unbatched(f(tensor.inner(), mask.inner(), value.inner()));
     }
     let bdims = BatchDims::union([&tensor.bdims, &mask.bdims, &value.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let m = materialize::<B, Bool>(mask, &bdims);
     let v = materialize::<B, K>(value, &bdims);
-    VmapTensor {
-        inner: f(t, m, v),
-        bdims,
-    }
+    VmapTensor::new(f(t, m, v), bdims)
 }
 
 /// `mask_fill(tensor, mask, scalar)`.
@@ -180,15 +161,12 @@ pub(crate) fn mask_fill<B: Backend, K: Kind<B>>(
     f: impl FnOnce(K::P, B::BoolTensorPrimitive) -> K::P,
 ) -> VmapTensor<K::P> {
     if tensor.bdims.is_empty() && mask.bdims.is_empty() {
-        return VmapTensor::unbatched(f(tensor.inner, mask.inner));
+        return VmapTensor::unbatched(f(tensor.inner(), mask.inner()));
     }
     let bdims = BatchDims::union([&tensor.bdims, &mask.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let m = materialize::<B, Bool>(mask, &bdims);
-    VmapTensor {
-        inner: f(t, m),
-        bdims,
-    }
+    VmapTensor::new(f(t, m), bdims)
 }
 
 /// `[E, M.., K]` indices (batch dims flattened to `E`) with the example number prepended to
@@ -235,19 +213,13 @@ pub(crate) fn gather_nd<B: Backend, K: Kind<B>>(
     f: impl FnOnce(K::P, IntP<B>) -> K::P,
 ) -> VmapTensor<K::P> {
     if data.bdims.is_empty() {
-        return VmapTensor {
-            inner: f(data.inner, indices.inner),
-            bdims: indices.bdims,
-        };
+        return indices.map(|inner| f(data.inner(), inner));
     }
     let bdims = BatchDims::union([&data.bdims, &indices.bdims]);
     let d = flatten_batch::<B, K>(materialize::<B, K>(data, &bdims), &bdims);
     let i = flatten_batch::<B, Int>(materialize::<B, Int>(indices, &bdims), &bdims);
     let out = f(d, prepend_example_index::<B>(i));
-    VmapTensor {
-        inner: unflatten_batch::<B, K>(out, &bdims),
-        bdims,
-    }
+    VmapTensor::new(unflatten_batch::<B, K>(out, &bdims), bdims)
 }
 
 /// `scatter_nd(data, indices, values, reduction)`: every operand is materialized over the
@@ -261,14 +233,11 @@ pub(crate) fn scatter_nd<B: Backend, K: Kind<B>>(
 ) -> VmapTensor<K::P> {
     let bdims = BatchDims::union([&data.bdims, &indices.bdims, &values.bdims]);
     if bdims.is_empty() {
-        return VmapTensor::unbatched(f(data.inner, indices.inner, values.inner));
+        return VmapTensor::unbatched(f(data.inner(), indices.inner(), values.inner()));
     }
     let d = flatten_batch::<B, K>(materialize::<B, K>(data, &bdims), &bdims);
     let i = flatten_batch::<B, Int>(materialize::<B, Int>(indices, &bdims), &bdims);
     let v = flatten_batch::<B, K>(materialize::<B, K>(values, &bdims), &bdims);
     let out = f(d, prepend_example_index::<B>(i), v);
-    VmapTensor {
-        inner: unflatten_batch::<B, K>(out, &bdims),
-        bdims,
-    }
+    VmapTensor::new(unflatten_batch::<B, K>(out, &bdims), bdims)
 }

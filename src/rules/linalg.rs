@@ -1,6 +1,8 @@
 //! Matrix products (JAX's `dot_general` batching rule).
 
 use burn_backend::backend::Backend;
+use burn_backend::ops::FloatTensorOps;
+use burn_backend::tensor::Float;
 use burn_backend::{Shape, TensorMetadata};
 
 use super::helpers::{align, Kind};
@@ -21,26 +23,23 @@ pub(crate) fn matmul<B: Backend, K: Kind<B>>(
     mul: impl FnOnce(K::P, K::P) -> K::P,
 ) -> VmapTensor<K::P> {
     if lhs.bdims.is_empty() && rhs.bdims.is_empty() {
-        return VmapTensor::unbatched(f(lhs.inner, rhs.inner));
+        return VmapTensor::unbatched(f(lhs.inner(), rhs.inner()));
     }
-    let lshape = lhs.inner.shape();
+    let lshape = lhs.physical_shape();
     if lshape.num_dims() >= 2
         && lshape[lshape.num_dims() - 1] == 1
-        && lhs.inner.rank() - lhs.bdims.len() >= 2
+        && lhs.physical_shape().num_dims() - lhs.bdims.len() >= 2
     {
         // [.., m, 1] x [.., 1, n] = [.., m, 1] * [.., 1, n] (broadcast).
         let bdims = BatchDims::union([&lhs.bdims, &rhs.bdims]);
         let l = align::<B, K>(lhs, &bdims);
         let r = align::<B, K>(rhs, &bdims);
-        return VmapTensor {
-            inner: mul(l, r),
-            bdims,
-        };
+        return VmapTensor::new(mul(l, r), bdims);
     }
     if rhs.bdims.is_empty() {
-        let rshape = rhs.inner.shape();
+        let rshape = rhs.physical_shape();
         let rrank = rshape.num_dims();
-        let lshape = lhs.inner.shape();
+        let lshape = lhs.physical_shape();
         let lrank = lshape.num_dims() - lhs.bdims.len();
         let rows: usize = lshape[..lshape.num_dims() - 1].iter().product();
         // `rows > 0`: a batch of size 0 (or an empty leading dim) takes the broadcasting path
@@ -48,22 +47,149 @@ pub(crate) fn matmul<B: Backend, K: Kind<B>>(
         // (found by the loop oracle, tests/oracle/misc.rs `batch_size_zero`).
         if rrank >= 2 && lrank >= 2 && rows > 0 && rshape[..rrank - 2].iter().all(|&d| d == 1) {
             let (k, n) = (rshape[rrank - 2], rshape[rrank - 1]);
-            let l2 = K::reshape(lhs.inner, Shape::from(vec![rows, k]));
-            let r2 = K::reshape(rhs.inner, Shape::from(vec![k, n]));
+            let (l, _, bdims) = lhs.into_stored();
+            let l2 = rows_of::<B, K>(l, rows, k);
+            let (r, _, _) = rhs.into_stored();
+            let r2 = rows_of::<B, K>(r, k, n);
             let out = f(l2, r2);
             let mut out_dims = lshape.to_vec();
             *out_dims.last_mut().expect("rank >= 2") = n;
-            return VmapTensor {
-                inner: K::reshape(out, Shape::from(out_dims)),
-                bdims: lhs.bdims,
-            };
+            return VmapTensor::reshaped(out, bdims, Shape::from(out_dims), K::reshape);
         }
     }
     let bdims = BatchDims::union([&lhs.bdims, &rhs.bdims]);
     let l = align::<B, K>(lhs, &bdims);
     let r = align::<B, K>(rhs, &bdims);
-    VmapTensor {
-        inner: f(l, r),
-        bdims,
+    VmapTensor::new(f(l, r), bdims)
+}
+
+/// Stored data (any shape, row-major order) as a `[rows, cols]` matrix: no copy when it has
+/// that shape already.
+pub(crate) fn rows_of<B: Backend, K: Kind<B>>(data: K::P, rows: usize, cols: usize) -> K::P {
+    let shape = data.shape();
+    if shape.num_dims() == 2 && shape[0] == rows && shape[1] == cols {
+        data
+    } else {
+        K::reshape(data, Shape::from(vec![rows, cols]))
     }
+}
+
+type FP<B> = <B as burn_backend::backend::BackendTypes>::FloatTensorPrimitive;
+type VT<B> = VmapTensor<FP<B>>;
+type Ops<B> = crate::Vmap<B>;
+
+/// `[.., d]` (logical) as `[m, d]`, `m` the product of the leading logical dims (1 for rank 1):
+/// a pending reshape, no copy.
+fn as_matrix<B: Backend>(t: VT<B>) -> VT<B> {
+    let shape = t.shape();
+    let d = shape[shape.num_dims() - 1];
+    let m = shape.num_elements().checked_div(d).unwrap_or(0);
+    <Ops<B> as FloatTensorOps<Ops<B>>>::float_reshape(t, Shape::from(vec![m, d]))
+}
+
+/// Burn's `ModuleOps::linear` (`x @ weight + bias`, `x: [.., d_in]`).
+///
+/// A batched `x` with unbatched parameters folds every batch and leading dim into the rows and
+/// calls the inner backend's `linear` once on `[rows, d_in]`; with a pending reshape of `x`
+/// (Burn's `linear` on one example inserts a leading size-1 dim) nothing is copied. Batched
+/// parameters (per-example weights) use the matmul and add rules.
+pub(crate) fn linear<B: Backend>(x: VT<B>, weight: VT<B>, bias: Option<VT<B>>) -> VT<B> {
+    let params_unbatched = !weight.is_batched() && bias.as_ref().is_none_or(|b| !b.is_batched());
+    if params_unbatched {
+        if !x.is_batched() {
+            return VmapTensor::unbatched(B::linear(
+                x.inner(),
+                weight.inner(),
+                bias.map(VmapTensor::inner),
+            ));
+        }
+        let shape = x.physical_shape();
+        let d_in = shape[shape.num_dims() - 1];
+        let rows = shape.num_elements().checked_div(d_in).unwrap_or(0);
+        let d_out = weight.physical_shape()[1];
+        if rows > 0 && d_in > 0 {
+            let (data, _, bdims) = x.into_stored();
+            let out = B::linear(
+                rows_of::<B, Float>(data, rows, d_in),
+                weight.inner(),
+                bias.map(VmapTensor::inner),
+            );
+            let mut out_dims = shape.to_vec();
+            *out_dims.last_mut().expect("rank >= 1") = d_out;
+            return VmapTensor::reshaped(out, bdims, Shape::from(out_dims), B::float_reshape);
+        }
+    }
+    // Burn's default: `x @ weight` (weight with leading size-1 dims) `+ bias`.
+    let rank = x.shape().num_dims();
+    let lead = |t: VT<B>| {
+        let s = t.shape();
+        let dims: Vec<usize> = core::iter::repeat_n(1, rank.saturating_sub(s.num_dims()))
+            .chain(s.iter().copied())
+            .collect();
+        <Ops<B> as FloatTensorOps<Ops<B>>>::float_reshape(t, Shape::from(dims))
+    };
+    let out = <Ops<B> as FloatTensorOps<Ops<B>>>::float_matmul(x, lead(weight));
+    match bias {
+        Some(b) => <Ops<B> as FloatTensorOps<Ops<B>>>::float_add(out, lead(b)),
+        None => out,
+    }
+}
+
+/// Burn's `ModuleOps::linear_x_backward`: `output_grad @ weight^T`, folded into rows as
+/// [`linear`] when the weight is unbatched.
+pub(crate) fn linear_x_backward<B: Backend>(weight: VT<B>, output_grad: VT<B>) -> VT<B> {
+    if !weight.is_batched() {
+        if !output_grad.is_batched() {
+            return VmapTensor::unbatched(B::linear_x_backward(
+                weight.inner(),
+                output_grad.inner(),
+            ));
+        }
+        let shape = output_grad.physical_shape();
+        let d_out = shape[shape.num_dims() - 1];
+        let rows = shape.num_elements().checked_div(d_out).unwrap_or(0);
+        let d_in = weight.physical_shape()[0];
+        if rows > 0 && d_out > 0 {
+            let (data, _, bdims) = output_grad.into_stored();
+            let out = B::linear_x_backward(weight.inner(), rows_of::<B, Float>(data, rows, d_out));
+            let mut out_dims = shape.to_vec();
+            *out_dims.last_mut().expect("rank >= 1") = d_in;
+            return VmapTensor::reshaped(out, bdims, Shape::from(out_dims), B::float_reshape);
+        }
+    }
+    let rank = output_grad.shape().num_dims();
+    let wt = <Ops<B> as FloatTensorOps<Ops<B>>>::float_swap_dims(weight, 0, 1);
+    let s = wt.shape();
+    let dims: Vec<usize> = core::iter::repeat_n(1, rank.saturating_sub(2))
+        .chain(s.iter().copied())
+        .collect();
+    let wt = <Ops<B> as FloatTensorOps<Ops<B>>>::float_reshape(wt, Shape::from(dims));
+    <Ops<B> as FloatTensorOps<Ops<B>>>::float_matmul(output_grad, wt)
+}
+
+/// Burn's `ModuleOps::linear_weight_backward`: `x^T @ output_grad` summed over the leading
+/// dims, as `[m, d_in]^T x [m, d_out]` with `m` the product of the leading dims. With a batched
+/// operand the result is per example (the matmul rule; one example per row of `x` gives the
+/// outer products `x_i^T g_i` as one broadcasting multiply).
+pub(crate) fn linear_weight_backward<B: Backend>(x: VT<B>, output_grad: VT<B>) -> VT<B> {
+    if !x.is_batched() && !output_grad.is_batched() {
+        return VmapTensor::unbatched(B::linear_weight_backward(x.inner(), output_grad.inner()));
+    }
+    let xt = <Ops<B> as FloatTensorOps<Ops<B>>>::float_swap_dims(as_matrix::<B>(x), 0, 1);
+    <Ops<B> as FloatTensorOps<Ops<B>>>::float_matmul(xt, as_matrix::<B>(output_grad))
+}
+
+/// Burn's `ModuleOps::linear_bias_backward`: `output_grad` summed over every dim but the last.
+pub(crate) fn linear_bias_backward<B: Backend>(output_grad: VT<B>) -> VT<B> {
+    if !output_grad.is_batched() {
+        return VmapTensor::unbatched(B::linear_bias_backward(output_grad.inner()));
+    }
+    let g = as_matrix::<B>(output_grad);
+    let s = g.shape();
+    let g = if s[0] == 1 {
+        g
+    } else {
+        <Ops<B> as FloatTensorOps<Ops<B>>>::float_sum_dim(g, 0)
+    };
+    <Ops<B> as FloatTensorOps<Ops<B>>>::float_reshape(g, Shape::from(vec![s[1]]))
 }

@@ -30,7 +30,7 @@ pub(crate) fn unfold_n<B: Backend, K: Kind<B>>(t: K::P, bdims: &BatchDims) -> K:
 /// Materializes `t` over `bdims` and folds them into `N`; unbatched `bdims` leave `t` as is.
 pub(crate) fn fold_to<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, bdims: &BatchDims) -> K::P {
     if bdims.is_empty() {
-        return t.inner;
+        return t.inner();
     }
     fold_n::<B, K>(materialize::<B, K>(t, bdims), bdims)
 }
@@ -43,7 +43,7 @@ pub(crate) fn fold_all<B: Backend, K: Kind<B>, const N: usize>(
 ) -> (BatchDims, [K::P; N]) {
     let bdims = BatchDims::union(xs.iter().map(|x| &x.bdims));
     if bdims.is_empty() {
-        return (bdims, xs.map(|x| x.inner));
+        return (bdims, xs.map(|x| x.inner()));
     }
     let folded = xs.map(|x| fold_n::<B, K>(materialize::<B, K>(x, &bdims), &bdims));
     (bdims, folded)
@@ -54,10 +54,7 @@ pub(crate) fn unfold_out<B: Backend, K: Kind<B>>(out: K::P, bdims: &BatchDims) -
     if bdims.is_empty() {
         return VmapTensor::unbatched(out);
     }
-    VmapTensor {
-        inner: unfold_n::<B, K>(out, bdims),
-        bdims: bdims.clone(),
-    }
+    VmapTensor::new(unfold_n::<B, K>(out, bdims), bdims.clone())
 }
 
 type FP<B> = <B as burn_backend::backend::BackendTypes>::FloatTensorPrimitive;
@@ -99,10 +96,7 @@ fn channels_into_examples<B: Backend>(t: FP<B>, bdims: &BatchDims) -> VmapTensor
     let mut axes: Vec<usize> = (1..=nb).collect();
     axes.push(0);
     axes.extend(nb + 1..rank);
-    VmapTensor {
-        inner: B::float_permute(t, &axes),
-        bdims: bdims.clone(),
-    }
+    VmapTensor::new(B::float_permute(t, &axes), bdims.clone())
 }
 
 /// Per-example weights stacked along their first dim: `[E.., O, r..] -> [E*O, r..]`.
@@ -122,10 +116,10 @@ fn rows_into_examples<B: Backend>(t: FP<B>, bdims: &BatchDims) -> VmapTensor<FP<
     let o = shape[0] / bdims.num_examples().max(1);
     let mut logical = vec![o];
     logical.extend_from_slice(&shape[1..]);
-    VmapTensor {
-        inner: B::float_reshape(t, with_batch_sizes(bdims, &logical)),
-        bdims: bdims.clone(),
-    }
+    VmapTensor::new(
+        B::float_reshape(t, with_batch_sizes(bdims, &logical)),
+        bdims.clone(),
+    )
 }
 
 /// Convolution (plain or transposed) under vmap.
@@ -148,7 +142,7 @@ pub(crate) fn conv<B: Backend>(
     let weights_batched = weight.is_batched() || bias.as_ref().is_some_and(|b| b.is_batched());
     if !weights_batched {
         let (bdims, [x]) = fold_all::<B, Float, 1>([x]);
-        return unfold_out::<B, Float>(f(x, weight.inner, bias.map(|b| b.inner), 1), &bdims);
+        return unfold_out::<B, Float>(f(x, weight.inner(), bias.map(|b| b.inner()), 1), &bdims);
     }
     let bdims = union_of([Some(&x), Some(&weight), bias.as_ref()]);
     let e = bdims.num_examples();
@@ -212,9 +206,9 @@ pub(crate) fn deform_conv2d<B: Backend>(
         let out = f(DeformGrouped {
             x: fold(args.x),
             offset: fold(args.offset),
-            weight: args.weight.inner,
+            weight: args.weight.inner(),
             mask: args.mask.map(fold),
-            bias: args.bias.map(|b| b.inner),
+            bias: args.bias.map(|b| b.inner()),
             factor: 1,
         });
         return unfold_out::<B, Float>(out, &bdims);
@@ -265,14 +259,14 @@ pub(crate) fn deform_conv2d_backward<B: Backend>(
     if bdims.is_empty() {
         let (x, offset, weight, mask, bias) = f(
             DeformGrouped {
-                x: args.x.inner,
-                offset: args.offset.inner,
-                weight: args.weight.inner,
-                mask: args.mask.map(|m| m.inner),
-                bias: args.bias.map(|b| b.inner),
+                x: args.x.inner(),
+                offset: args.offset.inner(),
+                weight: args.weight.inner(),
+                mask: args.mask.map(|m| m.inner()),
+                bias: args.bias.map(|b| b.inner()),
                 factor: 1,
             },
-            output_grad.inner,
+            output_grad.inner(),
         );
         return DeformGrads {
             x: VmapTensor::unbatched(x),
@@ -289,9 +283,9 @@ pub(crate) fn deform_conv2d_backward<B: Backend>(
         let folded = DeformGrouped {
             x: fold(args.x.clone()),
             offset: fold(args.offset.clone()),
-            weight: args.weight.inner.clone(),
+            weight: args.weight.clone().inner(),
             mask: args.mask.clone().map(fold),
-            bias: args.bias.as_ref().map(|b| b.inner.clone()),
+            bias: args.bias.as_ref().map(|b| b.clone().inner()),
             factor: 1,
         };
         let (x, offset, _, mask, _) = f(folded, fold(output_grad.clone()));

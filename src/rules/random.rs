@@ -169,14 +169,8 @@ pub(crate) fn random<P>(
 ) -> crate::tensor::VmapTensor<P> {
     let bdims = random_batch_dims(op);
     if bdims.is_empty() {
-        return crate::tensor::VmapTensor {
-            inner: draw(shape),
-            bdims,
-        };
+        return crate::tensor::VmapTensor::new(draw(shape), bdims);
     }
     let physical: Shape = bdims.sizes().chain(shape.iter().copied()).collect();
-    crate::tensor::VmapTensor {
-        inner: draw(physical),
-        bdims,
-    }
+    crate::tensor::VmapTensor::new(draw(physical), bdims)
 }

@@ -1,7 +1,7 @@
 //! Reductions and scans (JAX's `defreducer`): the logical dim moves past the batch dims.
 
 use burn_backend::backend::Backend;
-use burn_backend::{Shape, TensorMetadata};
+use burn_backend::Shape;
 
 use super::helpers::{physical_dim, Kind};
 use crate::tensor::VmapTensor;
@@ -14,10 +14,7 @@ pub(crate) fn along_dim<P, Q>(
     f: impl FnOnce(P, usize) -> Q,
 ) -> VmapTensor<Q> {
     let pdim = physical_dim(&t.bdims, dim);
-    VmapTensor {
-        inner: f(t.inner, pdim),
-        bdims: t.bdims,
-    }
+    t.map(|inner| f(inner, pdim))
 }
 
 /// A reduction over all logical elements (`sum`, `prod`), given as its `*_dim` op: each example
@@ -28,32 +25,27 @@ pub(crate) fn all<B: Backend, K: Kind<B>>(
     along: impl Fn(K::P, usize) -> K::P,
 ) -> VmapTensor<K::P> {
     if t.bdims.is_empty() {
-        return VmapTensor {
-            inner: full(t.inner),
-            bdims: t.bdims,
-        };
+        return t.map(full);
     }
     let nb = t.bdims.len();
-    let shape = t.inner.shape();
+    let shape = t.physical_shape();
     let rank = shape.num_dims();
     let flat: Shape = t.bdims.sizes().chain([1]).collect();
+    let (inner, bdims) = t.into_parts();
     let reduced = if rank == nb {
         // A batched scalar: one element per example already.
-        K::reshape(t.inner, flat)
+        K::reshape(inner, flat)
     } else if rank == nb + 1 {
-        along(t.inner, nb)
+        along(inner, nb)
     } else {
         // One logical dim at a time from the last, then reshape the small result: no copy of
         // the full tensor (burn-ndarray 0.21 copies on every reshape). Valid for every
         // reduction `all` serves (sum, mean, prod, max, min, any, all).
-        let mut inner = t.inner;
+        let mut inner = inner;
         for d in (nb..rank).rev() {
             inner = along(inner, d);
         }
         K::reshape(inner, flat)
     };
-    VmapTensor {
-        inner: reduced,
-        bdims: t.bdims,
-    }
+    VmapTensor::new(reduced, bdims)
 }

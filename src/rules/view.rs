@@ -1,40 +1,37 @@
 //! Views and shape ops: reshape, permute, swap_dims, flip, expand, slice.
 
 use burn_backend::backend::Backend;
-use burn_backend::{Shape, Slice, TensorMetadata};
+use burn_backend::{Shape, Slice};
 
 use super::helpers::{batch_axes, batch_slices, with_batch_sizes, Kind};
 use crate::tensor::VmapTensor;
 
+/// `reshape` of the logical dims. Unbatched: the backend's reshape (skipped when the shape does
+/// not change). Batched: recorded as a pending reshape of the physical tensor (see
+/// [`VmapTensor`]'s "Pending reshapes"), run when a rule reads the tensor; rules that fold
+/// leading dims into rows read the data as it is, with no copy.
 pub(crate) fn reshape<B: Backend, K: Kind<B>>(
     t: VmapTensor<K::P>,
     shape: Shape,
 ) -> VmapTensor<K::P> {
     if t.bdims.is_empty() {
+        let current = t.physical_shape();
+        let (inner, bdims) = t.into_parts();
         // An unbatched rank-0 result (a scalar loss's gradient, a reduced accumulator): NdArray
         // cannot reshape to rank 0 (see `Kind::to_rank0`).
-        let inner = if shape.num_dims() == 0 && t.inner.shape().num_dims() > 0 {
-            K::to_rank0(t.inner)
-        } else if t.inner.shape() == shape {
+        let inner = if shape.num_dims() == 0 && current.num_dims() > 0 {
+            K::to_rank0(inner)
+        } else if current == shape {
             // Already that shape: some backends (burn-ndarray 0.21) copy on every reshape.
-            t.inner
+            inner
         } else {
-            K::reshape(t.inner, shape)
+            K::reshape(inner, shape)
         };
-        return VmapTensor {
-            inner,
-            bdims: t.bdims,
-        };
+        return VmapTensor::new(inner, bdims);
     }
     let phys = with_batch_sizes(&t.bdims, &shape);
-    if t.inner.shape() == phys {
-        // Already that shape: some backends (burn-ndarray 0.21) copy on every reshape.
-        return t;
-    }
-    VmapTensor {
-        inner: K::reshape(t.inner, phys),
-        bdims: t.bdims,
-    }
+    let (data, _, bdims) = t.into_stored();
+    VmapTensor::reshaped(data, bdims, phys, K::reshape)
 }
 
 pub(crate) fn permute<B: Backend, K: Kind<B>>(
@@ -42,16 +39,10 @@ pub(crate) fn permute<B: Backend, K: Kind<B>>(
     axes: &[usize],
 ) -> VmapTensor<K::P> {
     if t.bdims.is_empty() {
-        return VmapTensor {
-            inner: K::permute(t.inner, axes),
-            bdims: t.bdims,
-        };
+        return t.map(|inner| K::permute(inner, axes));
     }
     let axes = batch_axes(&t.bdims, axes);
-    VmapTensor {
-        inner: K::permute(t.inner, &axes),
-        bdims: t.bdims,
-    }
+    t.map(|inner| K::permute(inner, &axes))
 }
 
 pub(crate) fn swap_dims<B: Backend, K: Kind<B>>(
@@ -61,10 +52,7 @@ pub(crate) fn swap_dims<B: Backend, K: Kind<B>>(
     f: impl FnOnce(K::P, usize, usize) -> K::P,
 ) -> VmapTensor<K::P> {
     let nb = t.bdims.len();
-    VmapTensor {
-        inner: f(t.inner, dim1 + nb, dim2 + nb),
-        bdims: t.bdims,
-    }
+    t.map(|inner| f(inner, dim1 + nb, dim2 + nb))
 }
 
 pub(crate) fn flip<P>(
@@ -73,17 +61,11 @@ pub(crate) fn flip<P>(
     f: impl FnOnce(P, &[usize]) -> P,
 ) -> VmapTensor<P> {
     if t.bdims.is_empty() {
-        return VmapTensor {
-            inner: f(t.inner, axes),
-            bdims: t.bdims,
-        };
+        return t.map(|inner| f(inner, axes));
     }
     let nb = t.bdims.len();
     let axes: Vec<usize> = axes.iter().map(|a| a + nb).collect();
-    VmapTensor {
-        inner: f(t.inner, &axes),
-        bdims: t.bdims,
-    }
+    t.map(|inner| f(inner, &axes))
 }
 
 /// `expand` to a logical shape that may add leading dims: the new dims go after the batch dims.
@@ -92,30 +74,23 @@ pub(crate) fn expand<B: Backend, K: Kind<B>>(
     shape: Shape,
 ) -> VmapTensor<K::P> {
     if t.bdims.is_empty() {
-        return VmapTensor {
-            inner: K::expand(t.inner, shape),
-            bdims: t.bdims,
-        };
+        return t.map(|inner| K::expand(inner, shape));
     }
     let nb = t.bdims.len();
-    let phys = t.inner.shape();
+    let phys = t.physical_shape();
     let logical_rank = phys.num_dims() - nb;
     let target_rank = shape.num_dims();
-    let mut inner = t.inner;
+    let (mut inner, bdims) = t.into_parts();
     if target_rank > logical_rank {
-        let padded: Shape = t
-            .bdims
+        let padded: Shape = bdims
             .sizes()
             .chain(core::iter::repeat_n(1, target_rank - logical_rank))
             .chain(phys[nb..].iter().copied())
             .collect();
         inner = K::reshape(inner, padded);
     }
-    let target = with_batch_sizes(&t.bdims, &shape);
-    VmapTensor {
-        inner: K::expand(inner, target),
-        bdims: t.bdims,
-    }
+    let target = with_batch_sizes(&bdims, &shape);
+    VmapTensor::new(K::expand(inner, target), bdims)
 }
 
 pub(crate) fn slice<B: Backend, K: Kind<B>>(
@@ -123,16 +98,10 @@ pub(crate) fn slice<B: Backend, K: Kind<B>>(
     slices: &[Slice],
 ) -> VmapTensor<K::P> {
     if t.bdims.is_empty() {
-        return VmapTensor {
-            inner: K::slice(t.inner, slices),
-            bdims: t.bdims,
-        };
+        return t.map(|inner| K::slice(inner, slices));
     }
     let slices = batch_slices(&t.bdims, slices);
-    VmapTensor {
-        inner: K::slice(t.inner, &slices),
-        bdims: t.bdims,
-    }
+    t.map(|inner| K::slice(inner, &slices))
 }
 
 /// `cat(tensors, dim)`: batch dims are materialized over their union, then one inner `cat`.
@@ -143,15 +112,12 @@ pub(crate) fn cat<B: Backend, K: Kind<B>>(
 ) -> VmapTensor<K::P> {
     let bdims = crate::tensor::BatchDims::union(tensors.iter().map(|t| &t.bdims));
     if bdims.is_empty() {
-        return VmapTensor::unbatched(f(tensors.into_iter().map(|t| t.inner).collect(), dim));
+        return VmapTensor::unbatched(f(tensors.into_iter().map(|t| t.inner()).collect(), dim));
     }
     let inners = tensors
         .into_iter()
         .map(|t| super::helpers::materialize::<B, K>(t, &bdims))
         .collect();
     let nb = bdims.len();
-    VmapTensor {
-        inner: f(inners, dim + nb),
-        bdims,
-    }
+    VmapTensor::new(f(inners, dim + nb), bdims)
 }

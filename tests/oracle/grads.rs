@@ -12,6 +12,7 @@
 use burn::backend::Autodiff;
 use burn::tensor::activation;
 use burn::tensor::backend::Backend;
+use burn::tensor::module::linear;
 use burn::tensor::{Int, Tensor};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -97,6 +98,31 @@ fn loss_scatter_mask<B: Backend>(
         + y.flip([0]).reshape([-1]).cumsum(0).mean()
 }
 
+/// Burn's `linear` module op (x rank 2) with a bias derived from `w`: the fold-into-rows rule
+/// with a captured `w`, the matmul rules with a mapped one, and its three backward ops.
+fn loss_linear<B: Backend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    _i: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
+    let bias = w.clone().sum_dim(0).squeeze_dim::<1>(0).mul_scalar(0.5);
+    let y = linear(x, w, Some(bias));
+    (y.clone() * y.sin()).sum()
+}
+
+/// `linear` of a rank-1 input (Burn inserts and removes a leading size-1 dim: pending
+/// reshapes) and of a rank-3 input.
+fn loss_linear_ranks<B: Backend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    _i: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
+    let row = x.clone().sum_dim(0).squeeze_dim::<1>(0); // [k]
+    let y1 = linear(row.tanh(), w.clone(), None); // [n]
+    let y3 = linear(x.unsqueeze_dim::<3>(0), w.clone(), Some(y1.clone().exp())); // [1, m, n]
+    y1.powf_scalar(2.0).sum() + (y3.clone() * y3.cos()).mean()
+}
+
 struct GradCase {
     name: &'static str,
     loss_v: Loss<AD>,
@@ -124,6 +150,16 @@ fn grad_cases() -> Vec<GradCase> {
             name: "grad_select_gather",
             loss_v: loss_select_gather::<AD>,
             loss_l: loss_select_gather::<ADL>,
+        },
+        GradCase {
+            name: "grad_linear",
+            loss_v: loss_linear::<AD>,
+            loss_l: loss_linear::<ADL>,
+        },
+        GradCase {
+            name: "grad_linear_ranks",
+            loss_v: loss_linear_ranks::<AD>,
+            loss_l: loss_linear_ranks::<ADL>,
         },
         GradCase {
             name: "grad_scatter_mask",
