@@ -22,7 +22,9 @@
 //! - `BURN_VMAP_BENCH_MEMORY_FULL=1`: also measure B = 4096 without microbatching (its
 //!   per-example gradients alone are 11 GB; it needs about 4 times that).
 
-use std::alloc::{GlobalAlloc, Layout, System};
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -52,11 +54,11 @@ fn grew(size: usize) {
     PEAK.fetch_max(now, Ordering::Relaxed);
 }
 
-// SAFETY: every call forwards to `System` with the caller's arguments; the counters only
+// SAFETY: every call forwards to the inner allocator with the caller's arguments; the counters only
 // observe sizes.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = System.alloc(layout);
+        let p = common::INNER.alloc(layout);
         if !p.is_null() {
             grew(layout.size());
         }
@@ -64,7 +66,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = System.alloc_zeroed(layout);
+        let p = common::INNER.alloc_zeroed(layout);
         if !p.is_null() {
             grew(layout.size());
         }
@@ -72,12 +74,12 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout);
+        common::INNER.dealloc(ptr, layout);
         CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = System.realloc(ptr, layout, new_size);
+        let p = common::INNER.realloc(ptr, layout, new_size);
         if !p.is_null() {
             if new_size >= layout.size() {
                 grew(new_size - layout.size());
@@ -345,7 +347,9 @@ fn jax(work: Work, microbatch: Option<usize>, batch: usize) -> Option<f64> {
 
 fn ratios() {
     println!(
-        "\n== micro_grad: time / standard batch gradient (Autodiff<TestBackend>), same run =="
+        "\n== micro_grad: time / standard batch gradient (Autodiff<TestBackend>), same run; \
+         allocator: {} ==",
+        common::allocator_name()
     );
     println!("| bench | B | microbatch | ms | ratio | JAX ratio |");
     println!("|---|---|---|---|---|---|");

@@ -7,6 +7,8 @@
 //! - `per_example_grads/B`: per-example gradients (`vmap` of `backward`) of a 784-512-512-10
 //!   MLP with softmax cross-entropy vs the standard batch gradient, at B = 64 and 256.
 
+mod common;
+
 use std::time::Duration;
 
 use burn::backend::Autodiff;
@@ -150,7 +152,10 @@ fn mean_ns(group: &str, id: &str) -> Option<f64> {
 }
 
 fn ratios() {
-    println!("\n== ratios (same run) ==");
+    println!(
+        "\n== ratios (same run; allocator: {}) ==",
+        common::allocator_name()
+    );
     let pairs = [
         ("mlp_forward", "vmap", "hand_batched"),
         ("passthrough", "autodiff_vmap", "autodiff_inner"),
@@ -168,6 +173,10 @@ fn ratios() {
         }
     }
 }
+
+#[cfg(feature = "bench-jemalloc")]
+#[global_allocator]
+static ALLOC: common::Inner = common::INNER;
 
 criterion_group! {
     name = benches;
