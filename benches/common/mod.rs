@@ -7,6 +7,9 @@
 //! page fault per 4 KiB written (about 60% of a per-example gradient step of the 784-512-512-10
 //! MLP at B = 64). A caching allocator reuses the pages.
 
+// Each bench uses part of this module (the vmap bench only installs the allocator).
+#![allow(dead_code)]
+
 #[cfg(feature = "bench-jemalloc")]
 pub type Inner = tikv_jemallocator::Jemalloc;
 #[cfg(feature = "bench-jemalloc")]
