@@ -70,6 +70,62 @@ pub fn cases() -> Vec<OpCase> {
         cat_case!("float_cat", "float_cat", f, Gen::F(-2.0, 2.0)),
         cat_case!("int_cat", "int_cat", i, Gen::I(-4, 4)),
         cat_case!("bool_cat", "bool_cat", b, Gen::B),
+        // `linear` (rules fold a batched input into rows) at input ranks 1-3, with and without
+        // bias: Burn inserts and removes a leading size-1 dim around a rank-1 input.
+        case(
+            "linear",
+            &[],
+            1..=3,
+            |p| {
+                let k = 1 + p.pick(3, 4);
+                let n = 1 + p.pick(4, 4);
+                let mut x = p.shape();
+                *x.last_mut().expect("rank >= 1") = k;
+                vec![fl(&x), fl(&[k, n]), fl(&[n])]
+            },
+            |_p, a| {
+                use burn::tensor::module::linear;
+                let (w, b) = (a[1].f::<2>(), a[2].f::<1>());
+                match a[0].rank() {
+                    1 => vec![
+                        T::from(linear(a[0].f::<1>(), w.clone(), Some(b))),
+                        T::from(linear(a[0].f::<1>(), w, None)),
+                    ],
+                    2 => vec![
+                        T::from(linear(a[0].f::<2>(), w.clone(), Some(b))),
+                        T::from(linear(a[0].f::<2>(), w, None)),
+                    ],
+                    _ => vec![
+                        T::from(linear(a[0].f::<3>(), w.clone(), Some(b))),
+                        T::from(linear(a[0].f::<3>(), w, None)),
+                    ],
+                }
+            },
+        ),
+        // Pending reshapes of batched tensors read by several consumers: the matmul fold (reads
+        // them in place), a reduction, an elementwise op, another reshape.
+        case(
+            "reshape_pending_consumers",
+            &[],
+            3..=3,
+            |p| {
+                let [m, k, n] = [p.d[0], p.d[1], p.d[2]];
+                vec![fl(&[m * k]), fl(&[k, n])]
+            },
+            |p, a| {
+                let [m, k, _] = [p.d[0], p.d[1], p.d[2]];
+                let x = a[0].f::<1>().reshape([m as i32, k as i32]);
+                let y = x.clone().matmul(a[1].f::<2>()); // [m, n]
+                let flat = y.clone().reshape([-1]); // [m * n]
+                let back = flat.clone().reshape([m as i32, -1]); // [m, n] again
+                vec![
+                    T::from(y),
+                    T::from(x.clone().sum_dim(1)),
+                    T::from(flat.exp()),
+                    T::from(back + x.unsqueeze_dim::<3>(2).sum_dim(1).squeeze_dim::<2>(1)),
+                ]
+            },
+        ),
         // --- views and shape ops built on required ones ------------------------------------
         stack_case!("float_stack", f, Gen::F(-2.0, 2.0)),
         stack_case!("int_stack", i, Gen::I(-4, 4)),
