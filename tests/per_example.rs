@@ -216,3 +216,26 @@ fn should_sum_the_gradient_of_an_unmapped_argument_over_the_batch() {
     g.into_data()
         .assert_approx_eq::<f32>(&want.into_data(), burn::tensor::Tolerance::absolute(1e-5));
 }
+
+/// The documented difference from JAX: a captured (not passed) tensor's gradient from a backward
+/// pass after vmap returned is not summed over the batch; reading it panics with a message that
+/// names the cause and the fix, never a silently wrong value.
+#[test]
+fn should_explain_the_gradient_of_a_captured_tensor_taken_after_vmap() {
+    let device = Default::default();
+    let w = Tensor::<AD, 1>::from_floats([1.0, 2.0, 3.0], &device).require_grad();
+    let xs = Tensor::<AD, 2>::ones([4, 3], &device);
+    let out: Tensor<AD, 2> = vmap(|x: Tensor<AD, 1>| (x * w.clone()).sum())
+        .call(xs)
+        .unwrap();
+    let grads = out.sum().backward();
+    let g = w.grad(&grads).unwrap();
+    let msg = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.into_data()))
+        .err()
+        .and_then(|e| e.downcast_ref::<String>().cloned())
+        .expect("reading the gradient must panic");
+    assert!(
+        msg.contains("captured") && msg.contains("unmapped arguments"),
+        "{msg}"
+    );
+}

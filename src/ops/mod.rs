@@ -37,8 +37,12 @@ pub(crate) fn assert_unbatched<P>(t: &VmapTensor<P>, op: &str) {
             "vmap: {op}: this tensor is batched at vmap level {} (size {}), whose vmap call has \
              already returned: a batched tensor escaped its vmap through state kept outside the \
              function (for example BatchNorm's running statistics updated in training mode inside \
-             vmap); put BatchNorm in eval mode, use GroupNorm/LayerNorm/InstanceNorm, or return \
-             the value from the vmapped function",
+             vmap; put BatchNorm in eval mode, use GroupNorm/LayerNorm/InstanceNorm, or return \
+             the value from the vmapped function), or it is the gradient of a tensor the function \
+             captured (not passed as an argument) from a backward pass run after vmap returned \
+             (pass shared tensors and modules as unmapped arguments, `in_axes` None, and their \
+             gradient is summed over the batch; or take per-example gradients inside vmap with \
+             `per_example_grads` / `micro_grad`)",
             dead.level.id(),
             dead.size
         );
