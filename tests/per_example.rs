@@ -235,7 +235,9 @@ fn should_explain_the_gradient_of_a_captured_tensor_taken_after_vmap() {
         .and_then(|e| e.downcast_ref::<String>().cloned())
         .expect("reading the gradient must panic");
     assert!(
-        msg.contains("captured") && msg.contains("unmapped arguments"),
+        msg.contains("captured")
+            && msg.contains("unmapped arguments")
+            && msg.contains("per_example_grads"),
         "{msg}"
     );
 }

@@ -40,9 +40,9 @@ pub(crate) fn assert_unbatched<P>(t: &VmapTensor<P>, op: &str) {
              vmap; put BatchNorm in eval mode, use GroupNorm/LayerNorm/InstanceNorm, or return \
              the value from the vmapped function), or it is the gradient of a tensor the function \
              captured (not passed as an argument) from a backward pass run after vmap returned \
-             (pass shared tensors and modules as unmapped arguments, `in_axes` None, and their \
-             gradient is summed over the batch; or take per-example gradients inside vmap with \
-             `per_example_grads` / `micro_grad`)",
+             (pass shared tensors as unmapped arguments, `in_axes` None, and their gradient is \
+             summed over the batch; for a module's parameters take the gradients inside vmap: \
+             `per_example_grads` then `ParamGrads::sum_batch`, or `micro_grad_module`)",
             dead.level.id(),
             dead.size
         );
