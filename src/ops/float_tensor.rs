@@ -240,15 +240,15 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         reduce::all::<B, Float>(tensor, B::float_sum, B::float_sum_dim)
     }
 
-    dim_ops!(FloatTensor;
+    dim_ops!(FloatTensor, Float;
         float_sum_dim, float_mean_dim, float_cumsum, float_cumprod, float_cummin, float_cummax);
 
     fn float_argmax(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
-        reduce::along_dim(tensor, dim, |t, d| B::float_argmax(t, d, out_dtype))
+        reduce::reduce_dim::<B, Float, _>(tensor, dim, |t, d| B::float_argmax(t, d, out_dtype))
     }
 
     fn float_argmin(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
-        reduce::along_dim(tensor, dim, |t, d| B::float_argmin(t, d, out_dtype))
+        reduce::reduce_dim::<B, Float, _>(tensor, dim, |t, d| B::float_argmin(t, d, out_dtype))
     }
 
     fn float_argtopk(
@@ -257,7 +257,7 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         k: usize,
         out_dtype: IntDType,
     ) -> IntTensor<Self> {
-        reduce::along_dim(tensor, dim, |t, d| B::float_argtopk(t, d, k, out_dtype))
+        reduce::reduce_dim::<B, Float, _>(tensor, dim, |t, d| B::float_argtopk(t, d, k, out_dtype))
     }
 
     // Fix (found by the loop oracle, tests/oracle/derived.rs `float_sort`, `float_argsort`,
@@ -265,7 +265,7 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
     // host, which panics on a batched tensor inside vmap. Sorting works lane by lane along one
     // logical dim, so it batches like the other `*_dim` ops; `float_topk` builds on it.
     fn float_sort(tensor: FloatTensor<Self>, dim: usize, descending: bool) -> FloatTensor<Self> {
-        reduce::along_dim(tensor, dim, |t, d| B::float_sort(t, d, descending))
+        reduce::reduce_dim::<B, Float, _>(tensor, dim, |t, d| B::float_sort(t, d, descending))
     }
 
     fn float_sort_with_indices(
@@ -275,6 +275,7 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         indices_dtype: IntDType,
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
         let (inner, bdims) = tensor.into_parts();
+        let inner = crate::rules::helpers::kernel_layout::<B, Float>(inner);
         let (values, indices) =
             B::float_sort_with_indices(inner, dim + bdims.len(), descending, indices_dtype);
         (
@@ -289,7 +290,7 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         descending: bool,
         out_dtype: IntDType,
     ) -> IntTensor<Self> {
-        reduce::along_dim(tensor, dim, |t, d| {
+        reduce::reduce_dim::<B, Float, _>(tensor, dim, |t, d| {
             B::float_argsort(t, d, descending, out_dtype)
         })
     }

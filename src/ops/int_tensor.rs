@@ -217,18 +217,18 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
         reduce::all::<B, Int>(tensor, B::int_prod, B::int_prod_dim)
     }
 
-    dim_ops!(IntTensor;
+    dim_ops!(IntTensor, Int;
         int_sum_dim, int_prod_dim, int_mean_dim, int_cumsum, int_cumprod, int_cummin,
         int_cummax, int_argmax, int_argmin);
 
     fn int_argtopk(tensor: IntTensor<Self>, dim: usize, k: usize) -> IntTensor<Self> {
-        reduce::along_dim(tensor, dim, |t, d| B::int_argtopk(t, d, k))
+        reduce::reduce_dim::<B, Int, _>(tensor, dim, |t, d| B::int_argtopk(t, d, k))
     }
 
     // Fix (found by the loop oracle, tests/oracle/derived.rs `int_sort`): as `float_sort`,
     // Burn's default reads the data back to the host, which panics on a batched tensor.
     fn int_sort(tensor: IntTensor<Self>, dim: usize, descending: bool) -> IntTensor<Self> {
-        reduce::along_dim(tensor, dim, |t, d| B::int_sort(t, d, descending))
+        reduce::reduce_dim::<B, Int, _>(tensor, dim, |t, d| B::int_sort(t, d, descending))
     }
 
     fn int_sort_with_indices(
@@ -237,6 +237,7 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
         descending: bool,
     ) -> (IntTensor<Self>, IntTensor<Self>) {
         let (inner, bdims) = tensor.into_parts();
+        let inner = crate::rules::helpers::kernel_layout::<B, Int>(inner);
         let (values, indices) = B::int_sort_with_indices(inner, dim + bdims.len(), descending);
         (
             VmapTensor::new(values, bdims.clone()),
@@ -245,6 +246,6 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
     }
 
     fn int_argsort(tensor: IntTensor<Self>, dim: usize, descending: bool) -> IntTensor<Self> {
-        reduce::along_dim(tensor, dim, |t, d| B::int_argsort(t, d, descending))
+        reduce::reduce_dim::<B, Int, _>(tensor, dim, |t, d| B::int_argsort(t, d, descending))
     }
 }

@@ -66,12 +66,12 @@ macro_rules! comparison_scalar_ops {
     };
 }
 
-/// Ops along one logical dim: `fn name(tensor, dim) -> tensor`.
+/// Reductions and scans along one logical dim: `fn name(tensor, dim) -> tensor`.
 macro_rules! dim_ops {
-    ($prim:ident; $($name:ident),* $(,)?) => {
+    ($prim:ident, $kind:ty; $($name:ident),* $(,)?) => {
         $(
             fn $name(tensor: $prim<Self>, dim: usize) -> $prim<Self> {
-                $crate::rules::reduce::along_dim(tensor, dim, B::$name)
+                $crate::rules::reduce::reduce_dim::<B, $kind, _>(tensor, dim, B::$name)
             }
         )*
     };

@@ -15,7 +15,7 @@ use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor}
 
 use crate::rules::linalg;
 use crate::rules::module::{self as deform, fold_all, fold_to, unfold_out, DeformArgs};
-use crate::rules::reduce::along_dim;
+use crate::rules::reduce::reduce_dim;
 use crate::tensor::{BatchDims, VmapTensor};
 use crate::Vmap;
 
@@ -351,7 +351,7 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         n: Option<usize>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let bdims = signal.bdims.clone();
-        let out = along_dim(signal, dim, |s, d| B::rfft(s, d, n));
+        let out = reduce_dim::<B, Float, _>(signal, dim, |s, d| B::rfft(s, d, n));
         let (re, im) = out.inner();
         (
             VmapTensor::new(re, bdims.clone()),

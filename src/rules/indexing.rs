@@ -61,7 +61,7 @@ fn index_to_gather<B: Backend>(
     let rank = target.num_dims();
     let mut dims: Vec<usize> = bdims.sizes().collect();
     dims.extend((nb..rank).map(|d| if d == pdim { k } else { 1 }));
-    let reshaped = B::int_reshape(indices, Shape::from(dims));
+    let reshaped = <Int as Kind<B>>::reshape(indices, Shape::from(dims));
     B::int_expand(reshaped, target.clone())
 }
 
@@ -181,7 +181,7 @@ fn prepend_example_index<B: Backend>(indices: IntP<B>) -> IntP<B> {
     let ids = B::int_arange(0..e as i64, &device, dtype);
     let mut col: Vec<usize> = vec![e];
     col.extend(core::iter::repeat_n(1, rank - 1));
-    let ids = B::int_reshape(ids, Shape::from(col));
+    let ids = <Int as Kind<B>>::reshape(ids, Shape::from(col));
     let mut full: Vec<usize> = shape[..rank - 1].to_vec();
     full.push(1);
     let ids = B::int_expand(ids, Shape::from(full));

@@ -116,7 +116,12 @@ pub(crate) fn linear<B: Backend>(x: VT<B>, weight: VT<B>, bias: Option<VT<B>>) -
             );
             let mut out_dims = shape.to_vec();
             *out_dims.last_mut().expect("rank >= 1") = d_out;
-            return VmapTensor::reshaped(out, bdims, Shape::from(out_dims), B::float_reshape);
+            return VmapTensor::reshaped(
+                out,
+                bdims,
+                Shape::from(out_dims),
+                <Float as Kind<B>>::reshape,
+            );
         }
     }
     // Burn's default: `x @ weight` (weight with leading size-1 dims) `+ bias`.
@@ -154,7 +159,12 @@ pub(crate) fn linear_x_backward<B: Backend>(weight: VT<B>, output_grad: VT<B>) -
             let out = B::linear_x_backward(weight.inner(), rows_of::<B, Float>(data, rows, d_out));
             let mut out_dims = shape.to_vec();
             *out_dims.last_mut().expect("rank >= 1") = d_in;
-            return VmapTensor::reshaped(out, bdims, Shape::from(out_dims), B::float_reshape);
+            return VmapTensor::reshaped(
+                out,
+                bdims,
+                Shape::from(out_dims),
+                <Float as Kind<B>>::reshape,
+            );
         }
     }
     let rank = output_grad.shape().num_dims();

@@ -3,6 +3,7 @@
 //! large op (`[b.., N, ...] -> [b*...*N, ...]`), not a loop.
 
 use burn_backend::backend::Backend;
+use burn_backend::tensor::Float;
 use burn_backend::{Shape, TensorMetadata};
 
 use super::helpers::{materialize, with_batch_sizes, Kind};
@@ -66,7 +67,6 @@ fn union_of<'a, P: 'a>(ts: impl IntoIterator<Item = Option<&'a VmapTensor<P>>>) 
 
 /// Examples as channel groups: `[E.., N, C, s..] -> [N, E*C, s..]` (materialized over `bdims`).
 fn examples_into_channels<B: Backend>(t: VmapTensor<FP<B>>, bdims: &BatchDims) -> FP<B> {
-    use burn_backend::tensor::Float;
     let nb = bdims.len();
     let e = bdims.num_examples();
     let t = materialize::<B, Float>(t, bdims);
@@ -78,7 +78,7 @@ fn examples_into_channels<B: Backend>(t: VmapTensor<FP<B>>, bdims: &BatchDims) -
     let t = B::float_permute(t, &axes);
     let mut dims = vec![shape[nb], e * shape[nb + 1]];
     dims.extend_from_slice(&shape[nb + 2..]);
-    B::float_reshape(t, Shape::from(dims))
+    <Float as Kind<B>>::reshape(t, Shape::from(dims))
 }
 
 /// Inverse of [`examples_into_channels`]: `[N, E*C, s..] -> [E.., N, C, s..]`.
@@ -91,7 +91,7 @@ fn channels_into_examples<B: Backend>(t: FP<B>, bdims: &BatchDims) -> VmapTensor
     dims.extend(bdims.sizes());
     dims.push(c);
     dims.extend_from_slice(&shape[2..]);
-    let t = B::float_reshape(t, Shape::from(dims));
+    let t = <Float as Kind<B>>::reshape(t, Shape::from(dims));
     let rank = t.shape().num_dims();
     let mut axes: Vec<usize> = (1..=nb).collect();
     axes.push(0);
@@ -101,13 +101,12 @@ fn channels_into_examples<B: Backend>(t: FP<B>, bdims: &BatchDims) -> VmapTensor
 
 /// Per-example weights stacked along their first dim: `[E.., O, r..] -> [E*O, r..]`.
 fn examples_into_rows<B: Backend>(t: VmapTensor<FP<B>>, bdims: &BatchDims) -> FP<B> {
-    use burn_backend::tensor::Float;
     let t = materialize::<B, Float>(t, bdims);
     let shape = t.shape();
     let nb = bdims.len();
     let mut dims = vec![bdims.num_examples() * shape[nb]];
     dims.extend_from_slice(&shape[nb + 1..]);
-    B::float_reshape(t, Shape::from(dims))
+    <Float as Kind<B>>::reshape(t, Shape::from(dims))
 }
 
 /// Inverse of [`examples_into_rows`]: `[E*O, r..] -> [E.., O, r..]`.
@@ -117,7 +116,7 @@ fn rows_into_examples<B: Backend>(t: FP<B>, bdims: &BatchDims) -> VmapTensor<FP<
     let mut logical = vec![o];
     logical.extend_from_slice(&shape[1..]);
     VmapTensor::new(
-        B::float_reshape(t, with_batch_sizes(bdims, &logical)),
+        <Float as Kind<B>>::reshape(t, with_batch_sizes(bdims, &logical)),
         bdims.clone(),
     )
 }
@@ -138,7 +137,6 @@ pub(crate) fn conv<B: Backend>(
     bias: Option<VmapTensor<FP<B>>>,
     f: impl FnOnce(FP<B>, FP<B>, Option<FP<B>>, usize) -> FP<B>,
 ) -> VmapTensor<FP<B>> {
-    use burn_backend::tensor::Float;
     let weights_batched = weight.is_batched() || bias.as_ref().is_some_and(|b| b.is_batched());
     if !weights_batched {
         let (bdims, [x]) = fold_all::<B, Float, 1>([x]);
@@ -196,7 +194,6 @@ pub(crate) fn deform_conv2d<B: Backend>(
     args: DeformArgs<FP<B>>,
     f: impl FnOnce(DeformGrouped<FP<B>>) -> FP<B>,
 ) -> VmapTensor<FP<B>> {
-    use burn_backend::tensor::Float;
     let bdims = args.bdims();
     let weights_batched =
         args.weight.is_batched() || args.bias.as_ref().is_some_and(|b| b.is_batched());
@@ -254,7 +251,6 @@ pub(crate) fn deform_conv2d_backward<B: Backend>(
     output_grad: VmapTensor<FP<B>>,
     f: impl Fn(DeformGrouped<FP<B>>, FP<B>) -> (FP<B>, FP<B>, FP<B>, Option<FP<B>>, Option<FP<B>>),
 ) -> DeformGrads<FP<B>> {
-    use burn_backend::tensor::Float;
     let bdims = BatchDims::union([&args.bdims(), &output_grad.bdims]);
     if bdims.is_empty() {
         let (x, offset, weight, mask, bias) = f(

@@ -3,7 +3,7 @@
 use burn_backend::backend::Backend;
 use burn_backend::Shape;
 
-use super::helpers::{physical_dim, Kind};
+use super::helpers::{kernel_layout, physical_dim, Kind};
 use crate::tensor::VmapTensor;
 
 /// An op along one logical dim (`sum_dim`, `argmax`, `cumsum`, `unfold`, ...).
@@ -15,6 +15,22 @@ pub(crate) fn along_dim<P, Q>(
 ) -> VmapTensor<Q> {
     let pdim = physical_dim(&t.bdims, dim);
     t.map(|inner| f(inner, pdim))
+}
+
+/// A reduction, scan or sort along one logical dim (`sum_dim`, `argmax`, `cumsum`, `sort`,
+/// ...): as [`along_dim`], with a batched input laid out for the backend's kernels first (see
+/// [`kernel_layout`]).
+#[inline]
+pub(crate) fn reduce_dim<B: Backend, K: Kind<B>, Q>(
+    t: VmapTensor<K::P>,
+    dim: usize,
+    f: impl FnOnce(K::P, usize) -> Q,
+) -> VmapTensor<Q> {
+    if !t.is_batched() {
+        return along_dim(t, dim, f);
+    }
+    let pdim = physical_dim(&t.bdims, dim);
+    t.map(|inner| f(kernel_layout::<B, K>(inner), pdim))
 }
 
 /// A reduction over all logical elements (`sum`, `prod`), given as its `*_dim` op: each example
@@ -32,6 +48,7 @@ pub(crate) fn all<B: Backend, K: Kind<B>>(
     let rank = shape.num_dims();
     let flat: Shape = t.bdims.sizes().chain([1]).collect();
     let (inner, bdims) = t.into_parts();
+    let inner = kernel_layout::<B, K>(inner);
     let reduced = if rank == nb {
         // A batched scalar: one element per example already.
         K::reshape(inner, flat)

@@ -310,3 +310,69 @@ fn pass_through_matches_inner_backend() {
         );
     }
 }
+
+/// Burn 0.21's cubecl backends (wgpu, CUDA) compute wrong strides when a non-contiguous tensor
+/// ending in size-1 dims is reshaped to a higher rank (`burn_std::split_strides`); batching
+/// rules make such tensors constantly. `Vmap` routes every inner reshape around it.
+#[test]
+fn reshapes_of_permuted_tensors_ending_in_unit_dims() {
+    let device = Default::default();
+    let x = || Tensor::<V, 1>::from_floats([1., 2., 3., 4., 5., 6.], &device).reshape([1, 1, 2, 3]);
+    let expected = vec![1., 4., 2., 5., 3., 6.];
+    // Inserting a unit dim, and a reshape that also splits a dim.
+    let inserted: Tensor<V, 5> = x().permute([3, 2, 0, 1]).reshape([3, 2, 1, 1, 1]);
+    assert_eq!(inserted.into_data().to_vec::<f32>().unwrap(), expected);
+    let split: Tensor<V, 5> = x().permute([3, 2, 0, 1]).reshape([3, 1, 2, 1, 1]);
+    assert_eq!(split.into_data().to_vec::<f32>().unwrap(), expected);
+    let merged: Tensor<V, 3> = x().permute([3, 2, 0, 1]).reshape([6, 1, 1]);
+    assert_eq!(merged.into_data().to_vec::<f32>().unwrap(), expected);
+    // The same moves under vmap: the batch dim moved to the front, then a level aligned.
+    let xs = Tensor::<V, 1>::from_floats([1., 2., 3., 4., 5., 6.], &device).reshape([2, 3, 1]);
+    let ys: Tensor<V, 4> = vmap(|x: Tensor<V, 2>| x.reshape([1, 3, 1]))
+        .in_axes(1)
+        .call(xs.clone().swap_dims(0, 1))
+        .unwrap();
+    assert_eq!(
+        ys.into_data().to_vec::<f32>().unwrap(),
+        xs.into_data().to_vec::<f32>().unwrap()
+    );
+}
+
+/// Burn 0.21's cubecl reductions misread some permuted layouts (summing over a unit dim of a
+/// tensor with two dims swapped, for one); batched tensors are such views whenever a batch
+/// axis is not the leading one. Every reduced dim of every mapped axis against the loop.
+#[test]
+fn reductions_of_batched_permuted_layouts_match_the_loop() {
+    let device = Default::default();
+    let values: Vec<f32> = (0..72).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
+    let xs = Tensor::<V, 1>::from_floats(values.as_slice(), &device).reshape([4, 6, 3]);
+    for axis in 0..3usize {
+        for dim in 0..3usize {
+            let f = |x: Tensor<V, 2>| {
+                let y = x.swap_dims(0, 1).unsqueeze_dim::<3>(0);
+                (y.clone().sum_dim(dim), y.max_dim(dim))
+            };
+            let (sums, maxes): (Tensor<V, 4>, Tensor<V, 4>) =
+                vmap(f).in_axes(axis as i32).call(xs.clone()).unwrap();
+            let size = xs.dims()[axis];
+            let (mut loop_sums, mut loop_maxes) = (Vec::new(), Vec::new());
+            for i in 0..size {
+                let x: Tensor<V, 2> = xs.clone().narrow(axis, i, 1).squeeze_dim(axis);
+                let (s, m) = f(x);
+                loop_sums.push(s);
+                loop_maxes.push(m);
+            }
+            let what = format!("mapped axis {axis}, reduced dim {dim}");
+            assert_eq!(
+                sums.into_data().to_vec::<f32>().unwrap(),
+                Tensor::stack::<4>(loop_sums, 0).into_data().to_vec::<f32>().unwrap(),
+                "sum: {what}"
+            );
+            assert_eq!(
+                maxes.into_data().to_vec::<f32>().unwrap(),
+                Tensor::stack::<4>(loop_maxes, 0).into_data().to_vec::<f32>().unwrap(),
+                "max: {what}"
+            );
+        }
+    }
+}
