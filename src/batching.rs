@@ -10,7 +10,7 @@ use burn_backend::backend::Backend;
 use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
 use burn_backend::{Shape, TensorMetadata};
 
-use crate::rules::helpers::{move_dim, Kind};
+use crate::rules::helpers::{move_dim, with_batch_sizes, Kind};
 use crate::tensor::{BatchDim, BatchDims, Level, VmapTensor};
 use crate::Vmap;
 
@@ -70,11 +70,18 @@ fn batch<B: Backend, K: Kind<B>>(
     axis: usize,
     level: Level,
 ) -> VmapTensor<K::P> {
+    let logical_rank = t.shape().num_dims();
     let (inner, mut bdims) = t.into_parts();
     let from = bdims.len() + axis;
     let size = inner.shape()[from];
     let pos = bdims.insert(BatchDim { level, size });
-    VmapTensor::new(move_dim::<B, K>(inner, from, pos), bdims)
+    let inner = move_dim::<B, K>(inner, from, pos);
+    if logical_rank == 1 {
+        // The last logical dim became a batch dim: rank 0 is held as `[batch sizes.., 1]`.
+        let unit = with_batch_sizes(&bdims, &[]);
+        return VmapTensor::new(K::reshape(inner, unit), bdims).with_scalar(true);
+    }
+    VmapTensor::new(inner, bdims)
 }
 
 fn unbatch<B: Backend, K: Kind<B>>(
@@ -83,16 +90,29 @@ fn unbatch<B: Backend, K: Kind<B>>(
     size: usize,
     axis: usize,
 ) -> VmapTensor<K::P> {
+    let scalar = t.is_scalar();
     let (inner, mut bdims) = t.into_parts();
     match bdims.remove(level) {
         Some((pos, _)) => {
             let to = bdims.len() + axis;
-            VmapTensor::new(move_dim::<B, K>(inner, pos, to), bdims)
+            let moved = move_dim::<B, K>(inner, pos, to);
+            if scalar {
+                // `[.., size, 1]`: the unit dim that held rank 0 goes.
+                let mut dims = moved.shape().to_vec();
+                dims.pop();
+                return VmapTensor::new(K::reshape(moved, Shape::from(dims)), bdims);
+            }
+            VmapTensor::new(moved, bdims)
         }
         None => {
             // Not batched at this level: every example has the same value; broadcast it.
             let at = bdims.len() + axis;
             let mut dims = inner.shape().to_vec();
+            if scalar {
+                // Rank 0 (`[.., 1]`): its unit dim becomes the new axis.
+                dims[at] = size;
+                return VmapTensor::new(K::expand(inner, Shape::from(dims)), bdims);
+            }
             dims.insert(at, 1);
             let inner = K::reshape(inner, Shape::from(dims.clone()));
             dims[at] = size;

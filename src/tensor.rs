@@ -190,6 +190,8 @@ pub struct VmapTensor<P> {
     data: P,
     pub(crate) bdims: BatchDims,
     pending: Option<PendingReshape<P>>,
+    /// Logical rank 0, held with one trailing unit dim after the batch dims.
+    scalar: bool,
 }
 
 /// A reshape not run yet: the physical shape and the backend function that makes it.
@@ -206,21 +208,50 @@ impl<P: TensorMetadata> VmapTensor<P> {
         Self::new(inner, BatchDims::none())
     }
 
-    /// Wraps an inner primitive whose leading `bdims.len()` dims are the given batch dims.
+    /// Wraps an inner primitive whose leading `bdims.len()` dims are the given batch dims and
+    /// whose other dims (at least one) are the logical dims. A logical rank-0 tensor is held
+    /// as `[batch sizes.., 1]`: wrap it with [`from_physical_scalar`](Self::from_physical_scalar).
     ///
     /// # Panics
-    /// If the physical rank or the leading sizes do not match `bdims`.
+    /// If the physical rank is not above `bdims.len()` or the leading sizes do not match
+    /// `bdims`.
     pub fn from_physical(inner: P, bdims: BatchDims) -> Self {
-        if !bdims.is_empty() {
-            let shape = inner.shape();
-            assert!(
-                shape.num_dims() >= bdims.len()
-                    && bdims.sizes().zip(shape.iter()).all(|(a, b)| a == *b),
-                "vmap: physical shape {shape:?} does not start with the batch sizes {:?}",
-                bdims.sizes().collect::<Vec<_>>()
-            );
-        }
+        let shape = inner.shape();
+        assert!(
+            shape.num_dims() > bdims.len() && bdims.sizes().zip(shape.iter()).all(|(a, b)| a == *b),
+            "vmap: physical shape {shape:?} is not the batch sizes {:?} followed by at least \
+             one logical dim (a logical rank-0 tensor is held as [batch sizes.., 1]: see \
+             VmapTensor::from_physical_scalar)",
+            bdims.sizes().collect::<Vec<_>>()
+        );
         Self::new(inner, bdims)
+    }
+
+    /// Wraps an inner primitive of shape `[batch sizes.., 1]` as a tensor of logical rank 0
+    /// batched at `bdims` (`[1]` when `bdims` is empty).
+    ///
+    /// ```
+    /// use burn::tensor::{backend::Backend, Tensor, TensorMetadata};
+    /// use burn_vmap::{BatchDims, TestBackend, VmapTensor};
+    /// let device = Default::default();
+    /// let one = Tensor::<TestBackend, 1>::from_floats([2.0], &device).into_primitive().tensor();
+    /// let t = VmapTensor::from_physical_scalar(one, BatchDims::none());
+    /// assert_eq!(t.shape().num_dims(), 0);
+    /// ```
+    ///
+    /// # Panics
+    /// If the physical shape is not `[batch sizes.., 1]`.
+    pub fn from_physical_scalar(inner: P, bdims: BatchDims) -> Self {
+        let shape = inner.shape();
+        assert!(
+            shape.num_dims() == bdims.len() + 1
+                && shape[bdims.len()] == 1
+                && bdims.sizes().zip(shape.iter()).all(|(a, b)| a == *b),
+            "vmap: a logical rank-0 tensor batched at {:?} is held as [batch sizes.., 1], not \
+             {shape:?}",
+            bdims.sizes().collect::<Vec<_>>()
+        );
+        Self::new(inner, bdims).with_scalar(true)
     }
 
     /// A batched tensor whose physical shape is `shape`, holding `data` (same elements in
@@ -239,6 +270,7 @@ impl<P: TensorMetadata> VmapTensor<P> {
             data,
             bdims,
             pending: Some(PendingReshape { shape, reshape }),
+            scalar: false,
         }
     }
 
@@ -269,7 +301,22 @@ impl<P> VmapTensor<P> {
             data: inner,
             bdims,
             pending: None,
+            scalar: false,
         }
+    }
+
+    /// Marks the tensor as logical rank 0 (or not): its physical tensor must then be
+    /// `[batch sizes.., 1]`.
+    #[inline]
+    pub(crate) fn with_scalar(mut self, scalar: bool) -> Self {
+        self.scalar = scalar;
+        self
+    }
+
+    /// Whether the tensor has logical rank 0 (held as `[batch sizes.., 1]`).
+    #[inline]
+    pub(crate) fn is_scalar(&self) -> bool {
+        self.scalar
     }
 
     /// The physical tensor (batch dims first), running a pending reshape.
@@ -278,11 +325,13 @@ impl<P> VmapTensor<P> {
         self.into_parts().0
     }
 
-    /// Applies `f` to the physical tensor (running a pending reshape), keeping the batch dims.
+    /// Applies `f` to the physical tensor (running a pending reshape), keeping the batch dims
+    /// and the logical rank (for ops that keep the shape, or act on logical dims only).
     #[inline]
     pub(crate) fn map<Q>(self, f: impl FnOnce(P) -> Q) -> VmapTensor<Q> {
+        let scalar = self.scalar;
         let (inner, bdims) = self.into_parts();
-        VmapTensor::new(f(inner), bdims)
+        VmapTensor::new(f(inner), bdims).with_scalar(scalar)
     }
 
     /// The stored data, for device and dtype queries only (its shape may not be the physical
@@ -292,7 +341,8 @@ impl<P> VmapTensor<P> {
         &self.data
     }
 
-    /// The physical tensor (batch dims first) and its batch dims.
+    /// The physical tensor (batch dims first; a logical rank-0 tensor as `[batch sizes.., 1]`)
+    /// and its batch dims.
     #[inline]
     pub fn into_parts(self) -> (P, BatchDims) {
         let inner = match self.pending {
@@ -321,6 +371,9 @@ impl<P: TensorMetadata> TensorMetadata for VmapTensor<P> {
     }
 
     fn shape(&self) -> Shape {
+        if self.scalar {
+            return Shape::from(Vec::<usize>::new());
+        }
         if self.bdims.is_empty() && self.pending.is_none() {
             return self.data.shape();
         }
@@ -332,6 +385,9 @@ impl<P: TensorMetadata> TensorMetadata for VmapTensor<P> {
     }
 
     fn rank(&self) -> usize {
+        if self.scalar {
+            return 0;
+        }
         match &self.pending {
             Some(p) => p.shape.num_dims() - self.bdims.len(),
             None => self.data.rank() - self.bdims.len(),

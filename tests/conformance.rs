@@ -45,8 +45,10 @@ use serde_json::Value;
 type V = Vmap<TestBackend>;
 /// Autodiff over the batching backend: gradients inside `vmap` (per-example gradients).
 type AD = Autodiff<V>;
-/// Plain autodiff, no batching (`jax.value_and_grad`).
-type ADPlain = Autodiff<TestBackend>;
+/// Autodiff with nothing batched (`jax.value_and_grad`, the scans). `Vmap<B>` with no batched
+/// operand calls `B` directly, and holds rank-0 tensors on every backend (Burn 0.21's cubecl
+/// backends cannot allocate one), so the scans' rank-0 carries and steps run on wgpu too.
+type ADPlain = Autodiff<V>;
 
 // =================================================================================================
 // Rank dispatch
@@ -1751,7 +1753,7 @@ fn api_chunked_vmap(case: &Case) -> Result<Run, String> {
 
 /// `powerpax.sliced_scan` (FORMAT 3.7), `args = [init, xs]`.
 fn api_sliced_scan(case: &Case) -> Result<Run, String> {
-    type B = TestBackend;
+    type B = V;
     let body = scan_body::<B>(&case.program)?;
     let [init, xs] = take(build_args::<B>(case)?);
     let result = burn_vmap::sliced_scan(body, init, xs)
@@ -1791,7 +1793,7 @@ fn api_checkpoint_chunked_scan(case: &Case) -> Result<Run, String> {
         let (carry, ys) = burn_vmap::checkpoint_chunked_scan(body, init.clone(), xs.clone())
             .chunk_size(chunk)
             .reverse(reverse)
-            .call::<TestBackend, _, Pt<A>, Pt<A>, Pt<A>>()?;
+            .call::<V, _, Pt<A>, Pt<A>, Pt<A>>()?;
         Ok((init, xs, carry, ys))
     };
     /// Backward from `t` (a rank-0 tensor is its own sum: NdArray cannot reshape it).
@@ -1832,7 +1834,7 @@ fn api_checkpoint_chunked_scan(case: &Case) -> Result<Run, String> {
         }
         1 => {
             let d = carry_shape[0];
-            let rows: Vec<Tensor<TestBackend, 1>> = (0..d)
+            let rows: Vec<Tensor<V, 1>> = (0..d)
                 .map(|i| {
                     let (init, _, carry, _) = run(true, false).map_err(|e| e.to_string())?;
                     let ci = carry.f::<1>().narrow(0, i, 1).sum();

@@ -7,33 +7,33 @@ use burn_backend::{BoolDType, FloatDType, IntDType, Scalar, Shape, Slice, Tensor
 
 use super::assert_unbatched;
 use super::macros::*;
-use crate::rules::{elementwise, fallback, indexing, reduce, view};
+use crate::rules::{create, elementwise, fallback, indexing, reduce, view};
 use crate::tensor::VmapTensor;
 use crate::Vmap;
 
 impl<B: Backend> BoolTensorOps<Self> for Vmap<B> {
     // --- creation and transfer: new tensors are unbatched -----------------------------------
     fn bool_empty(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
-        VmapTensor::unbatched(B::bool_empty(shape, device, dtype))
+        create::create(shape, |s| B::bool_empty(s, device, dtype))
     }
 
     fn bool_zeros(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
-        VmapTensor::unbatched(B::bool_zeros(shape, device, dtype))
+        create::create(shape, |s| B::bool_zeros(s, device, dtype))
     }
 
     fn bool_ones(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
-        VmapTensor::unbatched(B::bool_ones(shape, device, dtype))
+        create::create(shape, |s| B::bool_ones(s, device, dtype))
     }
 
     fn bool_from_data(data: TensorData, device: &Device<Self>) -> BoolTensor<Self> {
-        VmapTensor::unbatched(B::bool_from_data(data, device))
+        create::from_data(data, |d| B::bool_from_data(d, device))
     }
 
     fn bool_into_data(
         tensor: BoolTensor<Self>,
     ) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
         assert_unbatched(&tensor, "bool_into_data");
-        B::bool_into_data(tensor.inner())
+        create::into_data(tensor, B::bool_into_data)
     }
 
     // Overridden (correctness): the output size depends on the values, so there is no batching

@@ -7,14 +7,14 @@ use burn_backend::{Distribution, FloatDType, IntDType, Scalar, Shape, Slice, Ten
 
 use super::assert_unbatched;
 use super::macros::*;
-use crate::rules::{elementwise, indexing, linalg, reduce, view};
+use crate::rules::{create, elementwise, indexing, linalg, reduce, view};
 use crate::tensor::VmapTensor;
 use crate::Vmap;
 
 impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
     // --- creation and transfer: new tensors are unbatched -----------------------------------
     fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> {
-        VmapTensor::unbatched(B::float_from_data(data, device))
+        create::from_data(data, |d| B::float_from_data(d, device))
     }
 
     fn float_random(
@@ -30,17 +30,17 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
     }
 
     fn float_empty(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        VmapTensor::unbatched(B::float_empty(shape, device, dtype))
+        create::create(shape, |s| B::float_empty(s, device, dtype))
     }
 
     // Overridden (speed): the default builds zeros through `float_from_data` on the host.
     fn float_zeros(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        VmapTensor::unbatched(B::float_zeros(shape, device, dtype))
+        create::create(shape, |s| B::float_zeros(s, device, dtype))
     }
 
     // Overridden (speed): as `float_zeros`.
     fn float_ones(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        VmapTensor::unbatched(B::float_ones(shape, device, dtype))
+        create::create(shape, |s| B::float_ones(s, device, dtype))
     }
 
     // Overridden (speed): as `float_zeros`.
@@ -50,14 +50,14 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         device: &Device<Self>,
         dtype: FloatDType,
     ) -> FloatTensor<Self> {
-        VmapTensor::unbatched(B::float_full(shape, fill_value, device, dtype))
+        create::create(shape, |s| B::float_full(s, fill_value, device, dtype))
     }
 
     fn float_into_data(
         tensor: FloatTensor<Self>,
     ) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
         assert_unbatched(&tensor, "float_into_data");
-        B::float_into_data(tensor.inner())
+        create::into_data(tensor, B::float_into_data)
     }
 
     fn float_device(tensor: &FloatTensor<Self>) -> Device<Self> {

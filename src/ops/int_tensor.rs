@@ -7,18 +7,18 @@ use burn_backend::{Distribution, FloatDType, IntDType, Scalar, Shape, Slice, Ten
 
 use super::assert_unbatched;
 use super::macros::*;
-use crate::rules::{elementwise, indexing, linalg, reduce, view};
+use crate::rules::{create, elementwise, indexing, linalg, reduce, view};
 use crate::tensor::VmapTensor;
 use crate::Vmap;
 
 impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
     // --- creation and transfer: new tensors are unbatched -----------------------------------
     fn int_empty(shape: Shape, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self> {
-        VmapTensor::unbatched(B::int_empty(shape, device, dtype))
+        create::create(shape, |s| B::int_empty(s, device, dtype))
     }
 
     fn int_from_data(data: TensorData, device: &Device<Self>) -> IntTensor<Self> {
-        VmapTensor::unbatched(B::int_from_data(data, device))
+        create::from_data(data, |d| B::int_from_data(d, device))
     }
 
     fn int_random(
@@ -35,19 +35,19 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
 
     // Overridden (speed): the default builds zeros through `int_from_data` on the host.
     fn int_zeros(shape: Shape, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self> {
-        VmapTensor::unbatched(B::int_zeros(shape, device, dtype))
+        create::create(shape, |s| B::int_zeros(s, device, dtype))
     }
 
     // Overridden (speed): as `int_zeros`.
     fn int_ones(shape: Shape, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self> {
-        VmapTensor::unbatched(B::int_ones(shape, device, dtype))
+        create::create(shape, |s| B::int_ones(s, device, dtype))
     }
 
     fn int_into_data(
         tensor: IntTensor<Self>,
     ) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
         assert_unbatched(&tensor, "int_into_data");
-        B::int_into_data(tensor.inner())
+        create::into_data(tensor, B::int_into_data)
     }
 
     fn int_device(tensor: &IntTensor<Self>) -> Device<Self> {

@@ -19,13 +19,15 @@ pub(crate) fn binary<B: Backend, K1: Kind<B>, K2: Kind<B>, Q>(
     rhs: VmapTensor<K2::P>,
     f: impl FnOnce(K1::P, K2::P) -> Q,
 ) -> VmapTensor<Q> {
+    // Both operands have the logical rank of the result (rank 0 held as `[.., 1]`).
+    let scalar = lhs.is_scalar();
     if lhs.bdims.is_empty() && rhs.bdims.is_empty() {
-        return VmapTensor::new(f(lhs.inner(), rhs.inner()), BatchDims::none());
+        return VmapTensor::new(f(lhs.inner(), rhs.inner()), BatchDims::none()).with_scalar(scalar);
     }
     let bdims = BatchDims::union([&lhs.bdims, &rhs.bdims]);
     let l = align::<B, K1>(lhs, &bdims);
     let r = align::<B, K2>(rhs, &bdims);
-    VmapTensor::new(f(l, r), bdims)
+    VmapTensor::new(f(l, r), bdims).with_scalar(scalar)
 }
 
 /// A binary elementwise op whose backends may not broadcast (remainder, cross, ...): missing
@@ -35,12 +37,14 @@ pub(crate) fn binary_materialized<B: Backend, K1: Kind<B>, K2: Kind<B>, Q>(
     rhs: VmapTensor<K2::P>,
     f: impl FnOnce(K1::P, K2::P, usize) -> Q,
 ) -> VmapTensor<Q> {
+    let scalar = lhs.is_scalar();
     if lhs.bdims.is_empty() && rhs.bdims.is_empty() {
-        return VmapTensor::new(f(lhs.inner(), rhs.inner(), 0), BatchDims::none());
+        return VmapTensor::new(f(lhs.inner(), rhs.inner(), 0), BatchDims::none())
+            .with_scalar(scalar);
     }
     let bdims = BatchDims::union([&lhs.bdims, &rhs.bdims]);
     let l = materialize::<B, K1>(lhs, &bdims);
     let r = materialize::<B, K2>(rhs, &bdims);
     let nb = bdims.len();
-    VmapTensor::new(f(l, r, nb), bdims)
+    VmapTensor::new(f(l, r, nb), bdims).with_scalar(scalar)
 }

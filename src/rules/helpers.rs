@@ -23,13 +23,10 @@ pub(crate) trait Kind<B: Backend>: 'static {
     fn select(t: Self::P, dim: usize, indices: B::IntTensorPrimitive) -> Self::P;
     fn cat(ts: Vec<Self::P>, dim: usize) -> Self::P;
     fn device(t: &Self::P) -> B::Device;
-    /// The one element of `t` as a rank-0 tensor. Burn 0.21's NdArray cannot reshape to rank 0
-    /// but creates rank-0 tensors from data: the value is read back and re-created.
-    fn to_rank0(t: Self::P) -> Self::P;
 }
 
 macro_rules! impl_kind {
-    ($kind:ty, $prim:ident, $reshape:ident, $permute:ident, $expand:ident, $slice:ident, $gather:ident, $select:ident, $cat:ident, $into_data:ident, $from_data:ident, $device:ident) => {
+    ($kind:ty, $prim:ident, $reshape:ident, $permute:ident, $expand:ident, $slice:ident, $gather:ident, $select:ident, $cat:ident, $device:ident) => {
         impl<B: Backend> Kind<B> for $kind {
             type P = B::$prim;
             #[inline]
@@ -64,14 +61,6 @@ macro_rules! impl_kind {
             fn device(t: &Self::P) -> B::Device {
                 B::$device(t)
             }
-            fn to_rank0(t: Self::P) -> Self::P {
-                let device = B::$device(&t);
-                let mut data = burn::tensor::try_read_sync(B::$into_data(t))
-                    .expect("vmap: reshape to rank 0: the backend cannot read data synchronously")
-                    .expect("vmap: reshape to rank 0: reading the value failed");
-                data.shape = Shape::from(Vec::<usize>::new());
-                B::$from_data(data, &device)
-            }
         }
     };
 }
@@ -86,8 +75,6 @@ impl_kind!(
     float_gather,
     float_select,
     float_cat,
-    float_into_data,
-    float_from_data,
     float_device
 );
 impl_kind!(
@@ -100,8 +87,6 @@ impl_kind!(
     int_gather,
     int_select,
     int_cat,
-    int_into_data,
-    int_from_data,
     int_device
 );
 impl_kind!(
@@ -114,8 +99,6 @@ impl_kind!(
     bool_gather,
     bool_select,
     bool_cat,
-    bool_into_data,
-    bool_from_data,
     bool_device
 );
 
@@ -231,9 +214,15 @@ pub(crate) fn physical_dim(bdims: &BatchDims, dim: usize) -> usize {
     bdims.len() + dim
 }
 
-/// Shape `batch sizes ++ logical`.
+/// Physical shape `batch sizes ++ logical`, with a unit dim for logical rank 0 (see
+/// [`VmapTensor`]'s physical layout).
 pub(crate) fn with_batch_sizes(bdims: &BatchDims, logical: &[usize]) -> Shape {
-    bdims.sizes().chain(logical.iter().copied()).collect()
+    let unit: &[usize] = if logical.is_empty() { &[1] } else { &[] };
+    bdims
+        .sizes()
+        .chain(logical.iter().copied())
+        .chain(unit.iter().copied())
+        .collect()
 }
 
 /// Reshapes `t` so that its batch dims line up with `target` (a superset of its own), inserting

@@ -144,14 +144,16 @@ pub(crate) fn mask_where<B: Backend, K: Kind<B>>(
     value: VmapTensor<K::P>,
     f: impl FnOnce(K::P, B::BoolTensorPrimitive, K::P) -> K::P,
 ) -> VmapTensor<K::P> {
+    let scalar = tensor.is_scalar();
     if tensor.bdims.is_empty() && mask.bdims.is_empty() && value.bdims.is_empty() {
-        return VmapTensor::unbatched(f(tensor.inner(), mask.inner(), value.inner()));
+        return VmapTensor::unbatched(f(tensor.inner(), mask.inner(), value.inner()))
+            .with_scalar(scalar);
     }
     let bdims = BatchDims::union([&tensor.bdims, &mask.bdims, &value.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let m = materialize::<B, Bool>(mask, &bdims);
     let v = materialize::<B, K>(value, &bdims);
-    VmapTensor::new(f(t, m, v), bdims)
+    VmapTensor::new(f(t, m, v), bdims).with_scalar(scalar)
 }
 
 /// `mask_fill(tensor, mask, scalar)`.
@@ -160,13 +162,14 @@ pub(crate) fn mask_fill<B: Backend, K: Kind<B>>(
     mask: VmapTensor<B::BoolTensorPrimitive>,
     f: impl FnOnce(K::P, B::BoolTensorPrimitive) -> K::P,
 ) -> VmapTensor<K::P> {
+    let scalar = tensor.is_scalar();
     if tensor.bdims.is_empty() && mask.bdims.is_empty() {
-        return VmapTensor::unbatched(f(tensor.inner(), mask.inner()));
+        return VmapTensor::unbatched(f(tensor.inner(), mask.inner())).with_scalar(scalar);
     }
     let bdims = BatchDims::union([&tensor.bdims, &mask.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let m = materialize::<B, Bool>(mask, &bdims);
-    VmapTensor::new(f(t, m), bdims)
+    VmapTensor::new(f(t, m), bdims).with_scalar(scalar)
 }
 
 /// `[E, M.., K]` indices (batch dims flattened to `E`) with the example number prepended to

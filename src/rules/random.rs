@@ -168,9 +168,7 @@ pub(crate) fn random<P>(
     draw: impl FnOnce(Shape) -> P,
 ) -> crate::tensor::VmapTensor<P> {
     let bdims = random_batch_dims(op);
-    if bdims.is_empty() {
-        return crate::tensor::VmapTensor::new(draw(shape), bdims);
-    }
-    let physical: Shape = bdims.sizes().chain(shape.iter().copied()).collect();
-    crate::tensor::VmapTensor::new(draw(physical), bdims)
+    let scalar = shape.num_dims() == 0;
+    let physical = super::helpers::with_batch_sizes(&bdims, &shape);
+    crate::tensor::VmapTensor::new(draw(physical), bdims).with_scalar(scalar)
 }

@@ -41,7 +41,8 @@ pub(crate) fn all<B: Backend, K: Kind<B>>(
     along: impl Fn(K::P, usize) -> K::P,
 ) -> VmapTensor<K::P> {
     if t.bdims.is_empty() {
-        return t.map(full);
+        // A rank-0 input (held as `[1]`) gives `[1]` like any other.
+        return t.map(full).with_scalar(false);
     }
     let nb = t.bdims.len();
     let shape = t.physical_shape();
@@ -49,10 +50,8 @@ pub(crate) fn all<B: Backend, K: Kind<B>>(
     let flat: Shape = t.bdims.sizes().chain([1]).collect();
     let (inner, bdims) = t.into_parts();
     let inner = kernel_layout::<B, K>(inner);
-    let reduced = if rank == nb {
-        // A batched scalar: one element per example already.
-        K::reshape(inner, flat)
-    } else if rank == nb + 1 {
+    // A batched rank-0 tensor is `[.., 1]` (one element per example): the one-dim case.
+    let reduced = if rank == nb + 1 {
         along(inner, nb)
     } else {
         // One logical dim at a time from the last, then reshape the small result: no copy of

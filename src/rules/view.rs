@@ -9,35 +9,37 @@ use crate::tensor::VmapTensor;
 /// `reshape` of the logical dims. Unbatched: the backend's reshape (skipped when the shape does
 /// not change). Batched: recorded as a pending reshape of the physical tensor (see
 /// [`VmapTensor`]'s "Pending reshapes"), run when a rule reads the tensor; rules that fold
-/// leading dims into rows read the data as it is, with no copy.
+/// leading dims into rows read the data as it is, with no copy. A rank-0 result is held as
+/// `[batch sizes.., 1]`, so no backend is asked for a rank-0 tensor.
 pub(crate) fn reshape<B: Backend, K: Kind<B>>(
     t: VmapTensor<K::P>,
     shape: Shape,
 ) -> VmapTensor<K::P> {
+    let scalar = shape.num_dims() == 0;
+    let phys = with_batch_sizes(&t.bdims, &shape);
     if t.bdims.is_empty() {
         let current = t.physical_shape();
         let (inner, bdims) = t.into_parts();
-        // An unbatched rank-0 result (a scalar loss's gradient, a reduced accumulator): NdArray
-        // cannot reshape to rank 0 (see `Kind::to_rank0`).
-        let inner = if shape.num_dims() == 0 && current.num_dims() > 0 {
-            K::to_rank0(inner)
-        } else if current == shape {
-            // Already that shape: some backends (burn-ndarray 0.21) copy on every reshape.
+        // Already that shape: some backends (burn-ndarray 0.21) copy on every reshape.
+        let inner = if current == phys {
             inner
         } else {
-            K::reshape(inner, shape)
+            K::reshape(inner, phys)
         };
-        return VmapTensor::new(inner, bdims);
+        return VmapTensor::new(inner, bdims).with_scalar(scalar);
     }
-    let phys = with_batch_sizes(&t.bdims, &shape);
     let (data, _, bdims) = t.into_stored();
-    VmapTensor::reshaped(data, bdims, phys, K::reshape)
+    VmapTensor::reshaped(data, bdims, phys, K::reshape).with_scalar(scalar)
 }
 
 pub(crate) fn permute<B: Backend, K: Kind<B>>(
     t: VmapTensor<K::P>,
     axes: &[usize],
 ) -> VmapTensor<K::P> {
+    if axes.is_empty() {
+        // Rank 0: nothing to permute (its physical unit dim is not a logical dim).
+        return t;
+    }
     if t.bdims.is_empty() {
         return t.map(|inner| K::permute(inner, axes));
     }
@@ -69,12 +71,17 @@ pub(crate) fn flip<P>(
 }
 
 /// `expand` to a logical shape that may add leading dims: the new dims go after the batch dims.
+/// A rank-0 tensor (held as `[.., 1]`) expands like a `[1]` tensor.
 pub(crate) fn expand<B: Backend, K: Kind<B>>(
     t: VmapTensor<K::P>,
     shape: Shape,
 ) -> VmapTensor<K::P> {
+    if shape.num_dims() == 0 {
+        // Only a rank-0 tensor expands to rank 0: nothing to do.
+        return t;
+    }
     if t.bdims.is_empty() {
-        return t.map(|inner| K::expand(inner, shape));
+        return t.map(|inner| K::expand(inner, shape)).with_scalar(false);
     }
     let nb = t.bdims.len();
     let phys = t.physical_shape();

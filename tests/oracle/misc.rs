@@ -365,12 +365,18 @@ fn reductions_of_batched_permuted_layouts_match_the_loop() {
             let what = format!("mapped axis {axis}, reduced dim {dim}");
             assert_eq!(
                 sums.into_data().to_vec::<f32>().unwrap(),
-                Tensor::stack::<4>(loop_sums, 0).into_data().to_vec::<f32>().unwrap(),
+                Tensor::stack::<4>(loop_sums, 0)
+                    .into_data()
+                    .to_vec::<f32>()
+                    .unwrap(),
                 "sum: {what}"
             );
             assert_eq!(
                 maxes.into_data().to_vec::<f32>().unwrap(),
-                Tensor::stack::<4>(loop_maxes, 0).into_data().to_vec::<f32>().unwrap(),
+                Tensor::stack::<4>(loop_maxes, 0)
+                    .into_data()
+                    .to_vec::<f32>()
+                    .unwrap(),
                 "max: {what}"
             );
         }
