@@ -525,7 +525,10 @@ fn should_stack_int_outputs_and_handle_an_empty_batch() {
     let argmax = sequential_vmap(|x: Tensor<V, 1>| x.argmax(0));
     let xs = Tensor::<V, 2>::from_floats([[0.0, 2.0, 1.0], [5.0, 1.0, 0.0]], &Default::default());
     let out: Tensor<V, 2, Int> = vmap(|x| argmax.call(x).unwrap()).call(xs).unwrap();
-    assert_eq!(out.into_data().to_vec::<i64>().unwrap(), vec![1, 0]);
+    assert_eq!(
+        out.into_data().convert::<i64>().to_vec::<i64>().unwrap(),
+        vec![1, 0]
+    );
 
     let sq = sequential_vmap(|x: Tensor<V, 1>| x.clone() * x);
     let empty = Tensor::<V, 2>::zeros([0, 3], &Default::default());

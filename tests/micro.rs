@@ -232,13 +232,19 @@ fn should_keep_int_dtypes_and_promote_means() {
     let xs = Tensor::<I, 2, Int>::from_ints([[1], [2], [3], [4]], &dev());
     let sq = |x: Tensor<I, 1, Int>| x.clone() * x;
     let all: Tensor<I, 2, Int> = micro_vmap(sq).microbatch_size(2).call(xs.clone()).unwrap();
-    assert_eq!(all.into_data().to_vec::<i64>().unwrap(), vec![1, 4, 9, 16]);
+    assert_eq!(
+        all.into_data().convert::<i64>().to_vec::<i64>().unwrap(),
+        vec![1, 4, 9, 16]
+    );
     let s: Tensor<I, 1, Int> = micro_vmap(sq)
         .microbatch_size(2)
         .accumulator(Sum)
         .call(xs.clone())
         .unwrap();
-    assert_eq!(s.into_data().to_vec::<i64>().unwrap(), vec![30]);
+    assert_eq!(
+        s.into_data().convert::<i64>().to_vec::<i64>().unwrap(),
+        vec![30]
+    );
     // Mean of ints is a float.
     let m: Tensor<I, 1> = micro_vmap(sq)
         .microbatch_size(2)
@@ -256,7 +262,7 @@ fn should_concat_bools() {
         .call(xs)
         .unwrap();
     assert_eq!(
-        pos.into_data().to_vec::<bool>().unwrap(),
+        pos.into_data().convert::<bool>().to_vec::<bool>().unwrap(),
         vec![true, false, true, false]
     );
 }

@@ -653,6 +653,7 @@ fn should_run_argwhere_through_the_loop_fallback_only_outside_strict_mode() {
     let got: Tensor<V, 3, Int> = burn_vmap::with_strict(false, || vmap(f).call(m.clone()).unwrap());
     assert_eq!(
         got.into_data()
+            .convert::<i64>()
             .to_vec::<i64>()
             .unwrap_or_else(|_| { panic!("argwhere returns int64 indices on this backend") }),
         vec![0, 2, 1, 2]

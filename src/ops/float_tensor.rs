@@ -237,11 +237,18 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
 
     // --- reductions and scans ----------------------------------------------------------------
     fn float_sum(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        reduce::all::<B, Float>(tensor, B::float_sum, B::float_sum_dim)
+        reduce::all::<B, Float>(tensor, B::float_sum, B::float_sum_dim, 0.0)
     }
 
-    dim_ops!(FloatTensor, Float;
-        float_sum_dim, float_mean_dim, float_cumsum, float_cumprod, float_cummin, float_cummax);
+    fn float_sum_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        reduce::reduce_dim_or::<B, Float>(tensor, dim, B::float_sum_dim, 0.0)
+    }
+
+    fn float_mean_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        reduce::reduce_dim_or::<B, Float>(tensor, dim, B::float_mean_dim, f64::NAN)
+    }
+
+    dim_ops!(FloatTensor, Float; float_cumsum, float_cumprod, float_cummin, float_cummax);
 
     fn float_argmax(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
         reduce::reduce_dim::<B, Float, _>(tensor, dim, |t, d| B::float_argmax(t, d, out_dtype))

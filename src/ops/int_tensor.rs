@@ -210,16 +210,23 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
 
     // --- reductions and scans ----------------------------------------------------------------
     fn int_sum(tensor: IntTensor<Self>) -> IntTensor<Self> {
-        reduce::all::<B, Int>(tensor, B::int_sum, B::int_sum_dim)
+        reduce::all::<B, Int>(tensor, B::int_sum, B::int_sum_dim, 0.0)
     }
 
     fn int_prod(tensor: IntTensor<Self>) -> IntTensor<Self> {
-        reduce::all::<B, Int>(tensor, B::int_prod, B::int_prod_dim)
+        reduce::all::<B, Int>(tensor, B::int_prod, B::int_prod_dim, 1.0)
+    }
+
+    fn int_sum_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
+        reduce::reduce_dim_or::<B, Int>(tensor, dim, B::int_sum_dim, 0.0)
+    }
+
+    fn int_prod_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
+        reduce::reduce_dim_or::<B, Int>(tensor, dim, B::int_prod_dim, 1.0)
     }
 
     dim_ops!(IntTensor, Int;
-        int_sum_dim, int_prod_dim, int_mean_dim, int_cumsum, int_cumprod, int_cummin,
-        int_cummax, int_argmax, int_argmin);
+        int_mean_dim, int_cumsum, int_cumprod, int_cummin, int_cummax, int_argmax, int_argmin);
 
     fn int_argtopk(tensor: IntTensor<Self>, dim: usize, k: usize) -> IntTensor<Self> {
         reduce::reduce_dim::<B, Int, _>(tensor, dim, |t, d| B::int_argtopk(t, d, k))

@@ -1,7 +1,8 @@
 //! Reductions and scans (JAX's `defreducer`): the logical dim moves past the batch dims.
 
 use burn_backend::backend::Backend;
-use burn_backend::Shape;
+use burn_backend::tensor::{Float, Int};
+use burn_backend::{Scalar, Shape, TensorMetadata};
 
 use super::helpers::{kernel_layout, physical_dim, Kind};
 use crate::tensor::VmapTensor;
@@ -33,13 +34,68 @@ pub(crate) fn reduce_dim<B: Backend, K: Kind<B>, Q>(
     t.map(|inner| f(kernel_layout::<B, K>(inner), pdim))
 }
 
+/// A reduction with a value over no element (a sum's 0, a product's 1, a float mean's NaN)
+/// along one logical dim: an empty dim gives that value, as NdArray does (Burn 0.21's cubecl
+/// backends refuse to reduce a zero-length axis), otherwise as [`reduce_dim`].
+pub(crate) fn reduce_dim_or<B: Backend, K: Fill<B>>(
+    t: VmapTensor<K::P>,
+    dim: usize,
+    f: impl FnOnce(K::P, usize) -> K::P,
+    empty: f64,
+) -> VmapTensor<K::P> {
+    let pdim = physical_dim(&t.bdims, dim);
+    let physical = t.physical_shape();
+    if physical[pdim] != 0 {
+        return reduce_dim::<B, K, _>(t, dim, f);
+    }
+    let mut out = physical.to_vec();
+    out[pdim] = 1;
+    let (inner, bdims) = t.into_parts();
+    VmapTensor::new(K::fill(Shape::from(out), empty, &inner), bdims)
+}
+
+/// Tensor kinds with a filled constructor, for reductions over no element.
+pub(crate) trait Fill<B: Backend>: Kind<B> {
+    /// A tensor of `shape` filled with `value`, with the dtype and device of `like`.
+    fn fill(shape: Shape, value: f64, like: &Self::P) -> Self::P;
+}
+
+impl<B: Backend> Fill<B> for Float {
+    fn fill(shape: Shape, value: f64, like: &Self::P) -> Self::P {
+        B::float_full(
+            shape,
+            Scalar::Float(value),
+            &B::float_device(like),
+            like.dtype().into(),
+        )
+    }
+}
+
+impl<B: Backend> Fill<B> for Int {
+    fn fill(shape: Shape, value: f64, like: &Self::P) -> Self::P {
+        B::int_full(
+            shape,
+            Scalar::Int(value as i64),
+            &B::int_device(like),
+            like.dtype().into(),
+        )
+    }
+}
+
 /// A reduction over all logical elements (`sum`, `prod`), given as its `*_dim` op: each example
-/// is flattened and reduced along one dim, giving the logical shape `[1]`.
-pub(crate) fn all<B: Backend, K: Kind<B>>(
+/// is flattened and reduced along one dim, giving the logical shape `[1]`. With no element per
+/// example the result is `empty` (see [`reduce_dim_or`]).
+pub(crate) fn all<B: Backend, K: Fill<B>>(
     t: VmapTensor<K::P>,
     full: impl FnOnce(K::P) -> K::P,
     along: impl Fn(K::P, usize) -> K::P,
+    empty: f64,
 ) -> VmapTensor<K::P> {
+    if t.shape().num_elements() == 0 {
+        let out = super::helpers::with_batch_sizes(&t.bdims, &[1]);
+        let (inner, bdims) = t.into_parts();
+        return VmapTensor::new(K::fill(out, empty, &inner), bdims);
+    }
     if t.bdims.is_empty() {
         // A rank-0 input (held as `[1]`) gives `[1]` like any other.
         return t.map(full).with_scalar(false);

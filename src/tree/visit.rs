@@ -42,7 +42,7 @@ pub const MAX_RANK: usize = 8;
 /// );
 /// let (x, i) = tree.map_tensors(&mut Scale(10.0)).unwrap();
 /// assert_eq!(x.into_data().to_vec::<f32>().unwrap(), vec![10.0, 20.0]);
-/// assert_eq!(i.into_data().to_vec::<i64>().unwrap(), vec![1, 2]);
+/// assert_eq!(i.into_data().convert::<i64>().to_vec::<i64>().unwrap(), vec![1, 2]);
 /// ```
 pub trait TensorMapper<B: Backend> {
     /// Maps a float tensor.

@@ -382,3 +382,38 @@ fn reductions_of_batched_permuted_layouts_match_the_loop() {
         }
     }
 }
+
+/// Sums, products and means over an empty dim have a value (0, 1, NaN), on every backend: NdArray
+/// computes them, Burn 0.21's cubecl backends refuse a zero-length axis, `Vmap` answers itself.
+#[test]
+fn reductions_over_empty_dims_have_their_identity() {
+    let device = Default::default();
+    let x = Tensor::<V, 2>::zeros([0, 3], &device);
+    assert_eq!(
+        x.clone().sum_dim(0).into_data().to_vec::<f32>().unwrap(),
+        vec![0.0; 3]
+    );
+    assert_eq!(
+        x.clone().sum().into_data().to_vec::<f32>().unwrap(),
+        vec![0.0]
+    );
+    let mean = x.clone().mean_dim(0).into_data().to_vec::<f32>().unwrap();
+    assert!(
+        mean.len() == 3 && mean.iter().all(|m| m.is_nan()),
+        "{mean:?}"
+    );
+    let n = Tensor::<V, 2, Int>::zeros([3, 0], &device);
+    let prod = n.clone().prod_dim(1).into_data().convert::<i64>();
+    assert_eq!(prod.to_vec::<i64>().unwrap(), vec![1; 3]);
+    let sum = n.sum_dim(1).into_data().convert::<i64>();
+    assert_eq!(sum.to_vec::<i64>().unwrap(), vec![0; 3]);
+    // Batched: every example's dim is empty.
+    let xs = Tensor::<V, 3>::zeros([2, 0, 3], &device);
+    let sums: Tensor<V, 3> = vmap(|x: Tensor<V, 2>| x.sum_dim(0))
+        .call(xs.clone())
+        .unwrap();
+    assert_eq!(sums.dims(), [2, 1, 3]);
+    assert_eq!(sums.into_data().to_vec::<f32>().unwrap(), vec![0.0; 6]);
+    let totals: Tensor<V, 2> = vmap(|x: Tensor<V, 2>| x.sum()).call(xs).unwrap();
+    assert_eq!(totals.into_data().to_vec::<f32>().unwrap(), vec![0.0; 2]);
+}
