@@ -278,8 +278,15 @@ fn should_batch_gather_nd_and_scatter_nd_for_every_operand_mix() {
     let e = 3;
     let device = Default::default();
     let data = rand([e, 4, 5]);
-    // Index tuples of length 1 (rows) and 2 (elements).
-    let rows = Tensor::<V, 3, Int>::from_ints([[[3], [0]], [[1], [1]], [[2], [0]]], &device);
+    // Index tuples of length 1 (rows) and 2 (elements). Example 1 adds to one row twice; Burn
+    // 0.21's cubecl `scatter_nd` adds repeated tuples without atomics (an update is lost at
+    // random, batched or not), so on those backends its tuples are distinct.
+    let twice = if cfg!(any(feature = "wgpu", feature = "cuda")) {
+        2
+    } else {
+        1
+    };
+    let rows = Tensor::<V, 3, Int>::from_ints([[[3], [0]], [[1], [twice]], [[2], [0]]], &device);
     let elems = Tensor::<V, 3, Int>::from_ints(
         [[[3, 4], [0, 1]], [[1, 0], [2, 2]], [[0, 0], [3, 3]]],
         &device,
@@ -333,4 +340,39 @@ fn should_batch_gather_nd_and_scatter_nd_for_every_operand_mix() {
         .unwrap();
         close(got, want);
     }
+}
+
+/// `scatter_nd` with index tuples spanning several dims (`[2, 2, K]`) equals the same tuples in
+/// one dim: Burn 0.21's cubecl backends pair multi-dim tuples with the wrong value rows, so
+/// `Vmap` always hands the inner op one flat dim of tuples.
+#[test]
+fn should_scatter_nd_tuples_spanning_several_dims() {
+    let device = Default::default();
+    let data = Tensor::<V, 1>::from_floats(
+        (0..24).map(|i| i as f32).collect::<Vec<_>>().as_slice(),
+        &device,
+    )
+    .reshape([2, 3, 4]);
+    let values = Tensor::<V, 1>::from_floats(
+        (0..16)
+            .map(|i| 100.0 + i as f32)
+            .collect::<Vec<_>>()
+            .as_slice(),
+        &device,
+    );
+    let grid = Tensor::<V, 3, Int>::from_ints([[[0, 2], [1, 0]], [[0, 0], [1, 2]]], &device);
+    let flat = grid.clone().reshape([4, 2]);
+    let got = data.clone().scatter_nd(
+        grid,
+        values.clone().reshape([2, 2, 4]),
+        IndexingUpdateOp::Add,
+    );
+    let want = data
+        .clone()
+        .scatter_nd(flat, values.clone().reshape([4, 4]), IndexingUpdateOp::Add);
+    close(got.clone(), want);
+    // Row (0, 2) got values[0..4], row (1, 0) values[4..8], ...
+    let rows = got.into_data().to_vec::<f32>().unwrap();
+    assert_eq!(&rows[8..12], &[108.0, 110.0, 112.0, 114.0]);
+    assert_eq!(&rows[12..16], &[116.0, 118.0, 120.0, 122.0]);
 }

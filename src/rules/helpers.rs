@@ -254,16 +254,18 @@ pub(crate) fn align<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, target: &BatchD
 }
 
 /// Like [`align`], then expands the inserted size-1 dims to the full batch sizes, for ops whose
-/// backends do not broadcast.
+/// backends do not broadcast; the result is laid out for the backend's kernels (see
+/// [`kernel_layout`]: cubecl's `scatter_nd`, for one, reads an expanded or permuted `values`
+/// operand as if it were contiguous).
 pub(crate) fn materialize<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, target: &BatchDims) -> K::P {
     let missing = target.len() != t.bdims.len();
     let inner = align::<B, K>(t, target);
     if !missing {
-        return inner;
+        return kernel_layout::<B, K>(inner);
     }
     let shape = inner.shape();
     let full = with_batch_sizes(target, &shape[target.len()..]);
-    K::expand(inner, full)
+    kernel_layout::<B, K>(K::expand(inner, full))
 }
 
 /// Moves physical dim `from` to position `to`, shifting the dims in between.

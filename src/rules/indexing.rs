@@ -146,13 +146,15 @@ pub(crate) fn mask_where<B: Backend, K: Kind<B>>(
 ) -> VmapTensor<K::P> {
     let scalar = tensor.is_scalar();
     if tensor.bdims.is_empty() && mask.bdims.is_empty() && value.bdims.is_empty() {
-        return VmapTensor::unbatched(f(tensor.inner(), mask.inner(), value.inner()))
-            .with_scalar(scalar);
+        let (t, m, v) = (tensor.inner(), mask.inner(), value.inner());
+        let t = to_broadcast::<B, K>(t, &[m.shape(), v.shape()]);
+        return VmapTensor::unbatched(f(t, m, v)).with_scalar(scalar);
     }
     let bdims = BatchDims::union([&tensor.bdims, &mask.bdims, &value.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let m = materialize::<B, Bool>(mask, &bdims);
     let v = materialize::<B, K>(value, &bdims);
+    let t = to_broadcast::<B, K>(t, &[m.shape(), v.shape()]);
     VmapTensor::new(f(t, m, v), bdims).with_scalar(scalar)
 }
 
@@ -164,12 +166,35 @@ pub(crate) fn mask_fill<B: Backend, K: Kind<B>>(
 ) -> VmapTensor<K::P> {
     let scalar = tensor.is_scalar();
     if tensor.bdims.is_empty() && mask.bdims.is_empty() {
-        return VmapTensor::unbatched(f(tensor.inner(), mask.inner())).with_scalar(scalar);
+        let (t, m) = (tensor.inner(), mask.inner());
+        let t = to_broadcast::<B, K>(t, &[m.shape()]);
+        return VmapTensor::unbatched(f(t, m)).with_scalar(scalar);
     }
     let bdims = BatchDims::union([&tensor.bdims, &mask.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let m = materialize::<B, Bool>(mask, &bdims);
+    let t = to_broadcast::<B, K>(t, &[m.shape()]);
     VmapTensor::new(f(t, m), bdims).with_scalar(scalar)
+}
+
+/// The masked tensor expanded to the broadcast shape of the mask ops' operands (same rank):
+/// Burn 0.21's cubecl `mask_where` / `mask_fill` run one unit per element of the tensor, so
+/// output elements beyond a smaller tensor (`max_pair` of a `[1]` and a `[2]` tensor masks the
+/// `[1]` one) were never written. A view; nothing when the shapes already agree.
+fn to_broadcast<B: Backend, K: Kind<B>>(t: K::P, others: &[Shape]) -> K::P {
+    let shape = t.shape();
+    let mut out = shape.to_vec();
+    for other in others {
+        for (o, &d) in out.iter_mut().zip(other.iter()) {
+            if *o == 1 {
+                *o = d;
+            }
+        }
+    }
+    if out.as_slice() == shape.as_slice() {
+        return t;
+    }
+    K::expand(t, Shape::from(out))
 }
 
 /// `[E, M.., K]` indices (batch dims flattened to `E`) with the example number prepended to
@@ -228,6 +253,9 @@ pub(crate) fn gather_nd<B: Backend, K: Kind<B>>(
 /// `scatter_nd(data, indices, values, reduction)`: every operand is materialized over the
 /// union of the batch dims and flattened to `E` examples; index tuples gain their example
 /// number, so one `scatter_nd` on `[E, D..]` updates each example independently.
+///
+/// The inner op always gets one flat dim of index tuples ([`flat_tuples`]): Burn 0.21's cubecl
+/// `scatter_nd` pairs tuples with the wrong value rows when the tuples span several dims.
 pub(crate) fn scatter_nd<B: Backend, K: Kind<B>>(
     data: VmapTensor<K::P>,
     indices: VmapTensor<IntP<B>>,
@@ -236,11 +264,30 @@ pub(crate) fn scatter_nd<B: Backend, K: Kind<B>>(
 ) -> VmapTensor<K::P> {
     let bdims = BatchDims::union([&data.bdims, &indices.bdims, &values.bdims]);
     if bdims.is_empty() {
-        return VmapTensor::unbatched(f(data.inner(), indices.inner(), values.inner()));
+        let (i, v) = flat_tuples::<B, K>(indices.inner(), values.inner());
+        return VmapTensor::unbatched(f(data.inner(), i, v));
     }
     let d = flatten_batch::<B, K>(materialize::<B, K>(data, &bdims), &bdims);
     let i = flatten_batch::<B, Int>(materialize::<B, Int>(indices, &bdims), &bdims);
     let v = flatten_batch::<B, K>(materialize::<B, K>(values, &bdims), &bdims);
-    let out = f(d, prepend_example_index::<B>(i), v);
+    let (i, v) = flat_tuples::<B, K>(prepend_example_index::<B>(i), v);
+    let out = f(d, i, v);
     VmapTensor::new(unflatten_batch::<B, K>(out, &bdims), bdims)
+}
+
+/// `scatter_nd`'s operands with their tuple dims `M..` flattened into one: indices
+/// `[M.., K] -> [m, K]`, values `[M.., D..] -> [m, D..]` (the same updates).
+fn flat_tuples<B: Backend, K: Kind<B>>(indices: IntP<B>, values: K::P) -> (IntP<B>, K::P) {
+    let ishape = indices.shape();
+    let tuple_dims = ishape.num_dims() - 1;
+    if tuple_dims == 1 {
+        return (indices, values);
+    }
+    let m: usize = ishape[..tuple_dims].iter().product();
+    let vshape = values.shape();
+    let indices = <Int as Kind<B>>::reshape(indices, Shape::from(vec![m, ishape[tuple_dims]]));
+    let flat_values: Shape = core::iter::once(m)
+        .chain(vshape[tuple_dims..].iter().copied())
+        .collect();
+    (indices, K::reshape(values, flat_values))
 }

@@ -417,3 +417,22 @@ fn reductions_over_empty_dims_have_their_identity() {
     let totals: Tensor<V, 2> = vmap(|x: Tensor<V, 2>| x.sum()).call(xs).unwrap();
     assert_eq!(totals.into_data().to_vec::<f32>().unwrap(), vec![0.0; 2]);
 }
+
+/// `max_pair` masks its smaller operand: Burn 0.21's cubecl `mask_where` ran one unit per
+/// element of that operand and left the rest of the broadcast output unwritten.
+#[test]
+fn mask_where_writes_the_whole_broadcast_output() {
+    let device = Default::default();
+    let x = Tensor::<V, 2>::from_floats([[0.5]], &device);
+    let y = Tensor::<V, 2>::from_floats([[1.0, -1.0, 0.25]], &device);
+    let max = x.clone().max_pair(y.clone());
+    assert_eq!(
+        max.into_data().to_vec::<f32>().unwrap(),
+        vec![1.0, 0.5, 0.5]
+    );
+    let masked = x.mask_fill(y.lower_elem(0.0), 9.0);
+    assert_eq!(
+        masked.into_data().to_vec::<f32>().unwrap(),
+        vec![0.5, 9.0, 0.5]
+    );
+}
