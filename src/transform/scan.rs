@@ -1140,10 +1140,6 @@ impl<B: Backend> Backward<B, 1> for Tap {
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _c: &mut Checkpointer) {
         let g = grads.consume::<B>(&ops.node);
         if let Some((id, sender)) = ops.state {
-            // This runs on the recomputation thread. Backends with a queue per thread (Burn's
-            // cubecl backends) must finish its work before the outer backward step, on another
-            // thread, reads the gradient; otherwise that step reads a buffer not yet written.
-            let _ = B::sync(&B::float_device(&g));
             // The receiver only goes away if the outer backward step panicked.
             let _ = sender.send((id, g));
         }
@@ -1570,15 +1566,18 @@ where
         drop(sender);
         let n_taps = taps.len();
         let root = Tensor::<Ad<B, CS>, 1>::from_primitive(TensorPrimitive::Float(root));
-        // The recomputed graph was queued on this thread: finish it before another thread runs
-        // its backward pass (backends with a queue per thread, see `Tap`).
-        let _ = B::sync(&device);
         // burn-autodiff holds the outer graph's lock during this backward step, and a backward
         // pass ends by visiting every graph: run this one on a thread that may finish later.
+        // Burn's cubecl backends queue work per thread ("stream"): the helper queues on this
+        // thread's stream, so its kernels are ordered with the ones before and after this step
+        // (on its own stream, tensors crossed between queues with no ordering: wrong gradients).
+        let stream = burn_std::id::StreamId::current();
         std::thread::Builder::new()
             .name("burn-vmap-chunk-backward".into())
             .spawn(move || {
-                let _ = root.backward();
+                stream.executes(|| {
+                    let _ = root.backward();
+                })
             })
             .expect("vmap: checkpoint_chunked_scan: cannot start the recomputation thread");
         let mut got: Vec<Option<FloatTensor<B>>> = vec![None; n_taps];
