@@ -56,6 +56,13 @@ pub trait BatchOps: Backend {
     /// Batch dims of a bool tensor.
     fn bool_batch_dims(tensor: &BoolTensor<Self>) -> BatchDims;
 
+    /// The float tensor with its physical value computed: a lazy per-example outer product
+    /// (see [`VmapTensor`]'s "Lazy outer products") is multiplied out. For APIs that promise
+    /// materialized tensors; every op reads the physical value anyway when it needs it.
+    fn float_materialize(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        tensor
+    }
+
     /// Marks a float tensor entering `level` unmapped (shared by every example). The value is
     /// unchanged; under `Autodiff`, a gradient that comes back batched at `level` (a backward
     /// pass run outside the vmap) is summed over it, as JAX does for unmapped arguments.
@@ -131,10 +138,14 @@ impl<B: Backend> BatchOps for Vmap<B> {
         size: usize,
         axis: usize,
     ) -> FloatTensor<Self> {
-        unbatch::<B, Float>(tensor, level, size, axis)
+        crate::rules::outer::unbatch::<B>(tensor, level, size, axis)
+            .unwrap_or_else(|t| unbatch::<B, Float>(t, level, size, axis))
     }
     fn float_batch_dims(tensor: &FloatTensor<Self>) -> BatchDims {
         tensor.bdims.clone()
+    }
+    fn float_materialize(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        tensor.map(|t| t)
     }
     fn int_batch(tensor: IntTensor<Self>, axis: usize, level: Level) -> IntTensor<Self> {
         batch::<B, Int>(tensor, axis, level)

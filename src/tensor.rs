@@ -17,6 +17,7 @@
 //! current one: it treats the leading `batch_dims().len()` dims as independent batch indices.
 
 use core::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use burn_backend::{DType, QTensorPrimitive, Shape, TensorMetadata};
 use burn_std::quantization::{QuantAcc, QuantPropagation, QuantScheme};
@@ -185,20 +186,47 @@ impl BatchDims {
 /// as it is. This removes the copies of Burn's `linear` on a single example (it inserts and
 /// removes a leading size-1 dim), which some backends (burn-ndarray 0.21) make on every
 /// reshape.
+///
+/// # Lazy outer products
+///
+/// The per-example weight gradient of a dense layer is an outer product `a_i ⊗ g_i` (the layer
+/// input and the output gradient of example `i`). It is held factored, as `[.., m, 1]` and
+/// `[.., 1, n]`, until an op needs it dense: the ops that DP-SGD and gradient statistics apply
+/// to per-example gradients have exact factored forms (`g * g`, `g * c_i`, `sum(g)`, and the
+/// sum over examples, which becomes one matrix product `A^T G`), so a clipped sum or a mean of
+/// squares never writes the `batch x m x n` tensor. Any other read multiplies the factors once
+/// (memoized across clones); see `rules::outer`.
 #[derive(Clone, Debug)]
 pub struct VmapTensor<P> {
     data: P,
     pub(crate) bdims: BatchDims,
-    pending: Option<PendingReshape<P>>,
+    lazy: Lazy<P>,
     /// Logical rank 0, held with one trailing unit dim after the batch dims.
     scalar: bool,
 }
 
-/// A reshape not run yet: the physical shape and the backend function that makes it.
+/// What `data` still needs to become the physical tensor.
 #[derive(Clone, Debug)]
-pub(crate) struct PendingReshape<P> {
+enum Lazy<P> {
+    /// `data` is the physical tensor.
+    Ready,
+    /// A reshape not run yet: the physical shape and the backend function that makes it.
+    Reshape {
+        shape: Shape,
+        reshape: fn(P, Shape) -> P,
+    },
+    /// The broadcast product `data * rhs` of factors `[.., m, 1]` and `[.., 1, n]`.
+    Outer(Outer<P>),
+}
+
+/// The second factor of a lazy outer product, the product's physical shape, the backend's
+/// multiply, and the product once computed (shared by clones).
+#[derive(Clone, Debug)]
+pub(crate) struct Outer<P> {
+    rhs: P,
     shape: Shape,
-    reshape: fn(P, Shape) -> P,
+    mul: fn(P, P) -> P,
+    product: Arc<OnceLock<P>>,
 }
 
 impl<P: TensorMetadata> VmapTensor<P> {
@@ -269,25 +297,57 @@ impl<P: TensorMetadata> VmapTensor<P> {
         Self {
             data,
             bdims,
-            pending: Some(PendingReshape { shape, reshape }),
+            lazy: Lazy::Reshape { shape, reshape },
+            scalar: false,
+        }
+    }
+
+    /// The outer products of factors `a: [.., m, 1]` and `g: [.., 1, n]` (physical, batch dims
+    /// first, leading dims broadcasting), batched at `bdims`, held factored.
+    pub(crate) fn outer(a: P, g: P, bdims: BatchDims, mul: fn(P, P) -> P) -> Self {
+        let (sa, sg) = (a.shape(), g.shape());
+        debug_assert_eq!(sa.num_dims(), sg.num_dims());
+        let rank = sa.num_dims();
+        let shape: Shape = (0..rank)
+            .map(|d| match d {
+                _ if d == rank - 2 => sa[d],
+                _ if d == rank - 1 => sg[d],
+                _ => sa[d].max(sg[d]),
+            })
+            .collect();
+        Self {
+            data: a,
+            bdims,
+            lazy: Lazy::Outer(Outer {
+                rhs: g,
+                shape,
+                mul,
+                product: Arc::new(OnceLock::new()),
+            }),
             scalar: false,
         }
     }
 
     /// Shape of the physical tensor, batch dims included.
     pub fn physical_shape(&self) -> Shape {
-        match &self.pending {
-            Some(p) => p.shape.clone(),
-            None => self.data.shape(),
+        match &self.lazy {
+            Lazy::Ready => self.data.shape(),
+            Lazy::Reshape { shape, .. } => shape.clone(),
+            Lazy::Outer(o) => o.shape.clone(),
         }
     }
 
     /// The data as stored and its physical shape: the data has that shape or, when a reshape is
     /// pending, the same elements in row-major order in another shape. For rules that only
-    /// need the row-major order (folding leading dims into rows).
+    /// need the row-major order (folding leading dims into rows). A lazy outer product is
+    /// multiplied out.
     #[inline]
     pub(crate) fn into_stored(self) -> (P, Shape, BatchDims) {
         let shape = self.physical_shape();
+        if matches!(self.lazy, Lazy::Outer(_)) {
+            let (inner, bdims) = self.into_parts();
+            return (inner, shape, bdims);
+        }
         (self.data, shape, self.bdims)
     }
 }
@@ -300,8 +360,55 @@ impl<P> VmapTensor<P> {
         Self {
             data: inner,
             bdims,
-            pending: None,
+            lazy: Lazy::Ready,
             scalar: false,
+        }
+    }
+
+    /// Whether this is a lazy outer product (a dense layer's per-example weight gradient) whose
+    /// physical value has not been needed yet. Such a tensor is read like any other; this says
+    /// whether the ops applied so far kept it factored (see "Lazy outer products" above).
+    ///
+    /// ```
+    /// use burn::backend::Autodiff;
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::tensor::Tensor;
+    /// use burn_vmap::{vmap, ParamGrads, TestBackend, Vmap};
+    /// type V = Vmap<TestBackend>;
+    /// type AD = Autodiff<V>;
+    /// let device = Default::default();
+    /// let layer: Linear<AD> = LinearConfig::new(3, 2).init(&device);
+    /// let _ = (layer.weight.val(), layer.bias.as_ref().map(|b| b.val())); // draw before vmap
+    /// let xs = Tensor::<AD, 2>::ones([4, 3], &device);
+    /// let grads: ParamGrads<V> = vmap(|x: Tensor<AD, 1>| {
+    ///     let mut g = layer.forward(x).sum().backward();
+    ///     ParamGrads::from_module(&mut g, &layer)
+    /// })
+    /// .call(xs)
+    /// .unwrap();
+    /// let w: Tensor<V, 3> = grads.get("weight").unwrap(); // [4, 3, 2], per example
+    /// let squared_norms = (w.clone() * w.clone()).sum_dim(2).sum_dim(1); // still factored
+    /// assert!(w.into_primitive().tensor().is_lazy_outer());
+    /// assert_eq!(squared_norms.dims(), [4, 1, 1]);
+    /// ```
+    pub fn is_lazy_outer(&self) -> bool {
+        matches!(self.lazy, Lazy::Outer(_))
+    }
+
+    /// The factors `(a, g)` of a lazy outer product, if this is one.
+    #[inline]
+    pub(crate) fn outer_factors(&self) -> Option<(&P, &P)> {
+        match &self.lazy {
+            Lazy::Outer(o) => Some((&self.data, &o.rhs)),
+            _ => None,
+        }
+    }
+
+    /// The factors `(a, g)` and batch dims of a lazy outer product, or the tensor back.
+    pub(crate) fn into_outer(self) -> Result<(P, P, BatchDims), Self> {
+        match self.lazy {
+            Lazy::Outer(o) => Ok((self.data, o.rhs, self.bdims)),
+            lazy => Err(Self { lazy, ..self }),
         }
     }
 
@@ -319,37 +426,11 @@ impl<P> VmapTensor<P> {
         self.scalar
     }
 
-    /// The physical tensor (batch dims first), running a pending reshape.
-    #[inline]
-    pub(crate) fn inner(self) -> P {
-        self.into_parts().0
-    }
-
-    /// Applies `f` to the physical tensor (running a pending reshape), keeping the batch dims
-    /// and the logical rank (for ops that keep the shape, or act on logical dims only).
-    #[inline]
-    pub(crate) fn map<Q>(self, f: impl FnOnce(P) -> Q) -> VmapTensor<Q> {
-        let scalar = self.scalar;
-        let (inner, bdims) = self.into_parts();
-        VmapTensor::new(f(inner), bdims).with_scalar(scalar)
-    }
-
     /// The stored data, for device and dtype queries only (its shape may not be the physical
     /// shape while a reshape is pending).
     #[inline]
     pub(crate) fn stored(&self) -> &P {
         &self.data
-    }
-
-    /// The physical tensor (batch dims first; a logical rank-0 tensor as `[batch sizes.., 1]`)
-    /// and its batch dims.
-    #[inline]
-    pub fn into_parts(self) -> (P, BatchDims) {
-        let inner = match self.pending {
-            Some(p) => (p.reshape)(self.data, p.shape),
-            None => self.data,
-        };
-        (inner, self.bdims)
     }
 
     /// The batch dims (outermost level first).
@@ -365,6 +446,45 @@ impl<P> VmapTensor<P> {
     }
 }
 
+impl<P: Clone> VmapTensor<P> {
+    /// The physical tensor (batch dims first), running a pending reshape.
+    #[inline]
+    pub(crate) fn inner(self) -> P {
+        self.into_parts().0
+    }
+
+    /// Applies `f` to the physical tensor (running a pending reshape), keeping the batch dims
+    /// and the logical rank (for ops that keep the shape, or act on logical dims only).
+    #[inline]
+    pub(crate) fn map<Q>(self, f: impl FnOnce(P) -> Q) -> VmapTensor<Q> {
+        let scalar = self.scalar;
+        let (inner, bdims) = self.into_parts();
+        VmapTensor::new(f(inner), bdims).with_scalar(scalar)
+    }
+
+    /// The physical tensor (batch dims first; a logical rank-0 tensor as `[batch sizes.., 1]`)
+    /// and its batch dims. Runs a pending reshape, or multiplies a lazy outer product out
+    /// (once for all clones).
+    #[inline]
+    pub fn into_parts(self) -> (P, BatchDims) {
+        let inner = match self.lazy {
+            Lazy::Ready => self.data,
+            Lazy::Reshape { shape, reshape } => reshape(self.data, shape),
+            Lazy::Outer(o) => match Arc::try_unwrap(o.product) {
+                // No clone left: nothing to share the product with.
+                Ok(cell) => match cell.into_inner() {
+                    Some(product) => product,
+                    None => (o.mul)(self.data, o.rhs),
+                },
+                Err(shared) => shared
+                    .get_or_init(|| (o.mul)(self.data.clone(), o.rhs.clone()))
+                    .clone(),
+            },
+        };
+        (inner, self.bdims)
+    }
+}
+
 impl<P: TensorMetadata> TensorMetadata for VmapTensor<P> {
     fn dtype(&self) -> DType {
         self.data.dtype()
@@ -374,7 +494,7 @@ impl<P: TensorMetadata> TensorMetadata for VmapTensor<P> {
         if self.scalar {
             return Shape::from(Vec::<usize>::new());
         }
-        if self.bdims.is_empty() && self.pending.is_none() {
+        if self.bdims.is_empty() && matches!(self.lazy, Lazy::Ready) {
             return self.data.shape();
         }
         self.physical_shape()
@@ -388,9 +508,10 @@ impl<P: TensorMetadata> TensorMetadata for VmapTensor<P> {
         if self.scalar {
             return 0;
         }
-        match &self.pending {
-            Some(p) => p.shape.num_dims() - self.bdims.len(),
-            None => self.data.rank() - self.bdims.len(),
+        match &self.lazy {
+            Lazy::Ready => self.data.rank() - self.bdims.len(),
+            Lazy::Reshape { shape, .. } => shape.num_dims() - self.bdims.len(),
+            Lazy::Outer(o) => o.shape.num_dims() - self.bdims.len(),
         }
     }
 }

@@ -7,7 +7,7 @@ use burn_backend::{Distribution, FloatDType, IntDType, Scalar, Shape, Slice, Ten
 
 use super::assert_unbatched;
 use super::macros::*;
-use crate::rules::{create, elementwise, indexing, linalg, reduce, view};
+use crate::rules::{create, elementwise, indexing, linalg, outer, reduce, view};
 use crate::tensor::VmapTensor;
 use crate::Vmap;
 
@@ -78,11 +78,32 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
     }
 
     // --- elementwise -----------------------------------------------------------------------
-    broadcasting_ops!(FloatTensor, Float; float_add, float_sub, float_mul, float_div);
+    broadcasting_ops!(FloatTensor, Float; float_add, float_sub);
+
+    // `float_mul` and `float_div` keep lazy outer products factored where they can (see
+    // `rules::outer`); otherwise the broadcasting rule.
+    fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        outer::mul::<B>(lhs, rhs)
+            .unwrap_or_else(|(l, r)| elementwise::binary::<B, Float, Float, _>(l, r, B::float_mul))
+    }
+
+    fn float_div(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        outer::div::<B>(lhs, rhs)
+            .unwrap_or_else(|(l, r)| elementwise::binary::<B, Float, Float, _>(l, r, B::float_div))
+    }
+
+    fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        outer::scalar::<B>(lhs, rhs, false)
+            .unwrap_or_else(|t| elementwise::unary(t, |t| B::float_mul_scalar(t, rhs)))
+    }
+
+    fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        outer::scalar::<B>(lhs, rhs, true)
+            .unwrap_or_else(|t| elementwise::unary(t, |t| B::float_div_scalar(t, rhs)))
+    }
     materializing_ops!(FloatTensor, Float; float_remainder, float_powf, float_atan2);
     scalar_ops!(FloatTensor;
-        float_add_scalar, float_sub_scalar, float_mul_scalar, float_div_scalar,
-        float_remainder_scalar, float_powf_scalar_impl);
+        float_add_scalar, float_sub_scalar, float_remainder_scalar, float_powf_scalar_impl);
     unary_ops!(FloatTensor;
         float_recip, float_exp, float_log, float_log1p, float_sqrt, float_abs, float_cos,
         float_sin, float_tan, float_cosh, float_sinh, float_tanh, float_acos, float_acosh,
@@ -237,15 +258,19 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
 
     // --- reductions and scans ----------------------------------------------------------------
     fn float_sum(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        reduce::all::<B, Float>(tensor, B::float_sum, B::float_sum_dim, 0.0)
+        outer::sum::<B>(tensor)
+            .unwrap_or_else(|t| reduce::all::<B, Float>(t, B::float_sum, B::float_sum_dim, 0.0))
     }
 
     fn float_sum_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
-        reduce::reduce_dim_or::<B, Float>(tensor, dim, B::float_sum_dim, 0.0)
+        outer::sum_dim::<B>(tensor, dim, false)
+            .unwrap_or_else(|t| reduce::reduce_dim_or::<B, Float>(t, dim, B::float_sum_dim, 0.0))
     }
 
     fn float_mean_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
-        reduce::reduce_dim_or::<B, Float>(tensor, dim, B::float_mean_dim, f64::NAN)
+        outer::sum_dim::<B>(tensor, dim, true).unwrap_or_else(|t| {
+            reduce::reduce_dim_or::<B, Float>(t, dim, B::float_mean_dim, f64::NAN)
+        })
     }
 
     dim_ops!(FloatTensor, Float; float_cumsum, float_cumprod, float_cummin, float_cummax);

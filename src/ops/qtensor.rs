@@ -18,7 +18,7 @@ use crate::rules::helpers::vmap_panic;
 use crate::tensor::VmapTensor;
 use crate::Vmap;
 
-fn unbatched_q<P>(op: &str, t: VmapTensor<P>) -> P {
+fn unbatched_q<P: Clone>(op: &str, t: VmapTensor<P>) -> P {
     if t.is_batched() {
         vmap_panic(
             op,

@@ -29,7 +29,7 @@ pub(crate) fn from_data<P>(
 }
 
 /// Reads an unbatched tensor back (the caller has checked that it is unbatched).
-pub(crate) fn into_data<P, F>(
+pub(crate) fn into_data<P: Clone, F>(
     t: VmapTensor<P>,
     read: impl FnOnce(P) -> F,
 ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send

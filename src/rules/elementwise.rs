@@ -7,7 +7,7 @@ use crate::tensor::{BatchDims, VmapTensor};
 
 /// An op that maps each element (or acts on logical dims only): batch dims pass through.
 #[inline]
-pub(crate) fn unary<P, Q>(t: VmapTensor<P>, f: impl FnOnce(P) -> Q) -> VmapTensor<Q> {
+pub(crate) fn unary<P: Clone, Q>(t: VmapTensor<P>, f: impl FnOnce(P) -> Q) -> VmapTensor<Q> {
     t.map(f)
 }
 

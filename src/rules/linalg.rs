@@ -179,12 +179,17 @@ pub(crate) fn linear_x_backward<B: Backend>(weight: VT<B>, output_grad: VT<B>) -
 
 /// Burn's `ModuleOps::linear_weight_backward`: `x^T @ output_grad` summed over the leading
 /// dims, as `[m, d_in]^T x [m, d_out]` with `m` the product of the leading dims. With a batched
-/// operand the result is per example (the matmul rule; one example per row of `x` gives the
-/// outer products `x_i^T g_i` as one broadcasting multiply).
+/// operand the result is per example: with one row per example, the outer products `x_i ⊗ g_i`
+/// held factored until read ([`super::outer`]); with several, the matmul rule.
 pub(crate) fn linear_weight_backward<B: Backend>(x: VT<B>, output_grad: VT<B>) -> VT<B> {
     if !x.is_batched() && !output_grad.is_batched() {
         return VmapTensor::unbatched(B::linear_weight_backward(x.inner(), output_grad.inner()));
     }
+    // One row per example: the outer products, held factored (see `rules::outer`).
+    let (x, output_grad) = match super::outer::weight_grad::<B>(x, output_grad) {
+        Ok(lazy) => return lazy,
+        Err(operands) => operands,
+    };
     let xt = <Ops<B> as FloatTensorOps<Ops<B>>>::float_swap_dims(as_matrix::<B>(x), 0, 1);
     <Ops<B> as FloatTensorOps<Ops<B>>>::float_matmul(xt, as_matrix::<B>(output_grad))
 }

@@ -12,6 +12,7 @@ pub(crate) mod helpers;
 pub(crate) mod indexing;
 pub(crate) mod linalg;
 pub(crate) mod module;
+pub(crate) mod outer;
 pub(crate) mod random;
 pub(crate) mod reduce;
 pub(crate) mod view;

@@ -9,7 +9,7 @@ use crate::tensor::VmapTensor;
 
 /// An op along one logical dim (`sum_dim`, `argmax`, `cumsum`, `unfold`, ...).
 #[inline]
-pub(crate) fn along_dim<P, Q>(
+pub(crate) fn along_dim<P: Clone, Q>(
     t: VmapTensor<P>,
     dim: usize,
     f: impl FnOnce(P, usize) -> Q,

@@ -57,7 +57,7 @@ pub(crate) fn swap_dims<B: Backend, K: Kind<B>>(
     t.map(|inner| f(inner, dim1 + nb, dim2 + nb))
 }
 
-pub(crate) fn flip<P>(
+pub(crate) fn flip<P: Clone>(
     t: VmapTensor<P>,
     axes: &[usize],
     f: impl FnOnce(P, &[usize]) -> P,

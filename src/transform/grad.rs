@@ -308,10 +308,17 @@ where
     // Burn initializes parameters lazily, on first use; the random draw must not happen inside
     // vmap (where random ops need a `Randomness` choice and would otherwise be refused).
     module.visit(&mut InitParams);
-    vmap(|args: A| {
+    let grads: ParamGrads<AB::InnerBackend> = vmap(|args: A| {
         let loss = loss_fn(module, args);
         let mut grads = loss.backward();
         ParamGrads::<AB::InnerBackend>::from_module::<AB, M>(&mut grads, module)
     })
-    .call(inputs)
+    .call(inputs)?;
+    // Physical `[batch, ..]` tensors, as promised (dense layers' weight gradients are lazy outer
+    // products until read; `micro_grad_module` keeps them factored through clipping and sums).
+    Ok(grads.map(|_, g| {
+        TensorPrimitive::Float(<AB::InnerBackend as BatchOps>::float_materialize(
+            g.tensor(),
+        ))
+    }))
 }

@@ -201,16 +201,11 @@ fn microbatch<B: Backend>(leaf: Leaf<B>, axis: usize, k: usize, n: usize, m: usi
     if n == 1 {
         return leaf;
     }
-    let dims = leaf.shape().to_vec();
-    let mut split = dims[..axis].to_vec();
-    split.extend([m, n]);
-    split.extend_from_slice(&dims[axis + 1..]);
-    let mut slices: Vec<Slice> = split.iter().map(|_| Slice::new(0, None, 1)).collect();
-    slices[axis + 1] = Slice::new(k as isize, Some(k as isize + 1), 1);
-    let picked = leaf_slice(leaf_reshape(leaf, split), &slices);
-    let mut out = dims;
-    out[axis] = m;
-    leaf_reshape(picked, out)
+    // Rows k, k + n, ..., k + (m - 1) n: one strided slice, no copy of the whole batch.
+    let rank = leaf.shape().num_dims();
+    let mut slices: Vec<Slice> = (0..rank).map(|_| Slice::new(0, None, 1)).collect();
+    slices[axis] = Slice::new(k as isize, Some((k + (m - 1) * n + 1) as isize), n as isize);
+    leaf_slice(leaf, &slices)
 }
 
 /// No rows of axis `axis` (to learn the output structure when no microbatch runs).
@@ -497,7 +492,12 @@ fn concat_parts<B: Backend>(
 }
 
 /// Concatenates leaves of one kind along axis 0.
-fn leaf_cat<B: Backend>(parts: Vec<Leaf<B>>) -> Leaf<B> {
+fn leaf_cat<B: Backend>(mut parts: Vec<Leaf<B>>) -> Leaf<B> {
+    if parts.len() == 1 {
+        // One part is the result (some backends copy even a one-tensor `cat`, twice on
+        // burn-ndarray 0.21).
+        return parts.pop().expect("one part");
+    }
     match parts.first() {
         Some(Leaf::Float(_)) => Leaf::Float(TensorPrimitive::Float(<Float as Kind<B>>::cat(
             parts
@@ -1284,22 +1284,13 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
             .flat_map(|&a| ranges[a].clone())
             .collect();
         let batched: Vec<bool> = (0..n_args).map(|a| batch_argnums.contains(&a)).collect();
-        // keep_batch_dim: every example keeps a leading dim of size 1.
-        let leaves: Vec<Leaf<AB>> = leaves
-            .into_iter()
-            .enumerate()
-            .map(|(i, leaf)| {
+        // keep_batch_dim: every example keeps a leading dim of size 1. Added to each example
+        // inside the vectorized step (a pending reshape of a batched tensor there), not to the
+        // whole input up front (a copy of it on backends whose reshape copies).
+        let unit_dim: Vec<bool> = (0..leaves.len())
+            .map(|i| {
                 let arg = ranges.iter().position(|r| r.contains(&i)).unwrap_or(0);
-                if self.keep_batch_dim && batched[arg] {
-                    let mut dims = leaf.shape().to_vec();
-                    if dims.is_empty() {
-                        return leaf;
-                    }
-                    dims.insert(1, 1);
-                    leaf_reshape(leaf, dims)
-                } else {
-                    leaf
-                }
+                self.keep_batch_dim && batched[arg] && leaves[i].shape().num_dims() > 0
             })
             .collect();
         let in_axes = Spec::Seq(
@@ -1315,6 +1306,22 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
 
         let failure: RefCell<Option<VmapError>> = RefCell::new(None);
         let step = |args: DynTree<AB>| -> DynTree<AB::InnerBackend> {
+            let args = DynTree {
+                leaves: args
+                    .leaves
+                    .into_iter()
+                    .zip(&unit_dim)
+                    .map(|(leaf, &unit)| {
+                        if !unit {
+                            return leaf;
+                        }
+                        let mut dims = leaf.shape().to_vec();
+                        dims.insert(0, 1);
+                        leaf_reshape(leaf, dims)
+                    })
+                    .collect(),
+                def: args.def,
+            };
             match self.example_step::<AB, A, Out>(args, &differentiated, &order, &grad_def) {
                 Ok(t) => t,
                 Err(e) => {

@@ -1,0 +1,273 @@
+//! Lazy outer products (the per-example weight gradients of dense layers): every factored rule
+//! of `rules::outer` against the same op on the materialized product, and the places where the
+//! factored form must survive (it is what keeps DP-SGD's clipped sum and the gradients'
+//! second moments from writing a `batch x d_in x d_out` tensor).
+
+use burn::backend::Autodiff;
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::{Distribution, Tensor, Tolerance};
+use burn_vmap::{micro_grad_module, vmap, MicroAux, ParamGrads, Sum, TestBackend, Vmap};
+
+type V = Vmap<TestBackend>;
+type AD = Autodiff<V>;
+
+const B: usize = 5;
+const D_IN: usize = 4;
+const D_OUT: usize = 3;
+
+fn layer() -> Linear<AD> {
+    let layer: Linear<AD> = LinearConfig::new(D_IN, D_OUT).init(&Default::default());
+    // Burn initializes parameters on first use; draw them before vmap.
+    let _ = (layer.weight.val(), layer.bias.as_ref().map(|b| b.val()));
+    layer
+}
+
+fn inputs() -> Tensor<AD, 2> {
+    Tensor::random(
+        [B, D_IN],
+        Distribution::Normal(0.0, 1.0),
+        &Default::default(),
+    )
+}
+
+/// Per-example weight gradients `[B, D_IN, D_OUT]` of `sum(sin(layer(x)))`.
+fn weight_grads(layer: &Linear<AD>, xs: Tensor<AD, 2>) -> Tensor<V, 3> {
+    let grads: ParamGrads<V> = vmap(|x: Tensor<AD, 1>| {
+        let mut g = layer.forward(x).sin().sum().backward();
+        ParamGrads::from_module(&mut g, layer)
+    })
+    .call(xs)
+    .unwrap();
+    grads.get::<3>("weight").unwrap()
+}
+
+fn is_lazy<const D: usize>(t: &Tensor<V, D>) -> bool {
+    t.clone().into_primitive().tensor().is_lazy_outer()
+}
+
+/// The same values, multiplied out (an op with no factored form reads the physical tensor).
+fn dense<const D: usize>(t: &Tensor<V, D>) -> Tensor<V, D> {
+    let d = t.clone().add_scalar(0.0);
+    assert!(!is_lazy(&d));
+    d
+}
+
+fn close<const D: usize>(got: Tensor<V, D>, want: Tensor<V, D>) {
+    assert_eq!(got.dims(), want.dims());
+    got.into_data()
+        .assert_approx_eq::<f32>(&want.into_data(), Tolerance::rel_abs(1e-4, 1e-5));
+}
+
+#[test]
+fn should_hold_one_row_weight_gradients_factored_with_the_loop_values() {
+    let layer = layer();
+    let xs = inputs();
+    let g = weight_grads(&layer, xs.clone());
+    assert!(is_lazy(&g));
+    assert_eq!(g.dims(), [B, D_IN, D_OUT]);
+    // Against single-example backward passes.
+    for i in 0..B {
+        let x = xs.clone().narrow(0, i, 1).squeeze_dim::<1>(0);
+        let grads = layer.forward(x).sin().sum().backward();
+        let want = layer.weight.grad(&grads).unwrap();
+        close(g.clone().narrow(0, i, 1).squeeze_dim::<2>(0), want);
+    }
+}
+
+#[test]
+fn should_keep_products_and_per_example_scalings_factored() {
+    let g = weight_grads(&layer(), inputs());
+    let d = dense(&g);
+    let c = Tensor::<V, 3>::random(
+        [B, 1, 1],
+        Distribution::Uniform(0.5, 2.0),
+        &Default::default(),
+    );
+    let cases: Vec<(&str, Tensor<V, 3>, Tensor<V, 3>)> = vec![
+        ("g * g", g.clone() * g.clone(), d.clone() * d.clone()),
+        ("g * c", g.clone() * c.clone(), d.clone() * c.clone()),
+        ("c * g", c.clone() * g.clone(), c.clone() * d.clone()),
+        ("g / c", g.clone() / c.clone(), d.clone() / c.clone()),
+        ("g * 2.5", g.clone() * 2.5, d.clone() * 2.5),
+        ("g / 2.5", g.clone() / 2.5, d.clone() / 2.5),
+        (
+            "(g * c) * (g * c)",
+            (g.clone() * c.clone()) * (g.clone() * c.clone()),
+            (d.clone() * c.clone()) * (d.clone() * c.clone()),
+        ),
+    ];
+    for (what, got, want) in cases {
+        assert!(is_lazy(&got), "{what} should stay factored");
+        close(got, want);
+    }
+    // Not factorable: a tensor varying along the matrix dims.
+    let v = Tensor::<V, 3>::random([B, D_IN, 1], Distribution::Default, &Default::default());
+    let got = g.clone() * v.clone();
+    assert!(!is_lazy(&got));
+    close(got, d * v);
+}
+
+#[test]
+fn should_reduce_factored_along_every_dim() {
+    let g = weight_grads(&layer(), inputs());
+    let d = dense(&g);
+    // Along a matrix dim the result stays factored.
+    for dim in [1, 2] {
+        let s = g.clone().sum_dim(dim);
+        assert!(is_lazy(&s), "sum_dim({dim})");
+        close(s, d.clone().sum_dim(dim));
+        let m = g.clone().mean_dim(dim);
+        assert!(is_lazy(&m), "mean_dim({dim})");
+        close(m, d.clone().mean_dim(dim));
+    }
+    // Along the examples: the sum of outer products as one matrix product.
+    close(g.clone().sum_dim(0), d.clone().sum_dim(0));
+    close(g.clone().mean_dim(0), d.clone().mean_dim(0));
+    close(g.clone().sum().reshape([1]), d.clone().sum().reshape([1]));
+    close(
+        (g.clone() * g.clone()).sum_dim(0),
+        (d.clone() * d.clone()).sum_dim(0),
+    );
+}
+
+#[test]
+fn should_clip_and_sum_factored_inside_vmap() {
+    // DP-SGD: per-example norm, scale to norm <= C, sum over examples.
+    let layer = layer();
+    let xs = inputs();
+    let c = 0.3;
+    let clipped: ParamGrads<V> = vmap(|x: Tensor<AD, 1>| {
+        let mut g = layer.forward(x).sin().sum().backward();
+        let grads = ParamGrads::from_module(&mut g, &layer);
+        let w: Tensor<V, 2> = grads.get("weight").unwrap();
+        assert!(is_lazy(&w), "a per-example weight gradient inside vmap");
+        burn_vmap::clip_by_global_norm(grads, c)
+    })
+    .call(xs.clone())
+    .unwrap();
+    let w: Tensor<V, 3> = clipped.get("weight").unwrap();
+    assert!(is_lazy(&w), "clipping keeps it factored");
+    let sum = w.sum_dim(0);
+    // Reference: materialized per-example gradients, clipped and summed.
+    let g = weight_grads(&layer, xs.clone());
+    let grads: ParamGrads<V> = vmap(|x: Tensor<AD, 1>| {
+        let mut g = layer.forward(x).sin().sum().backward();
+        ParamGrads::from_module(&mut g, &layer)
+    })
+    .call(xs)
+    .unwrap();
+    let b: Tensor<V, 2> = grads.get("bias").unwrap();
+    let d = dense(&g);
+    let sq = (d.clone() * d.clone())
+        .sum_dim(2)
+        .sum_dim(1)
+        .reshape([B, 1])
+        + (b.clone() * b).sum_dim(1);
+    let factor = sq.sqrt().clamp_min(c).recip() * c;
+    close(sum, (d * factor.reshape([B, 1, 1])).sum_dim(0));
+}
+
+#[test]
+fn should_match_materialized_gradients_in_micro_grad_module() {
+    // Clipped sums through `micro_grad_module`, microbatched: the factored path against the
+    // same sum over `per_example_grads` (materialized).
+    let layer = layer();
+    let xs = inputs();
+    // optax's `keep_batch_dim`: the loss sees a batch of one, `[1, D_IN]`.
+    let (sum, _): (ParamGrads<V>, MicroAux<V, (), ()>) =
+        micro_grad_module(&layer, |m: &Linear<AD>, (x,): (Tensor<AD, 2>,)| {
+            m.forward(x).sin().sum()
+        })
+        .microbatch_size(1)
+        .accumulator(Sum)
+        .transform_fn(|g: ParamGrads<V>| burn_vmap::clip_by_global_norm(g, 0.3))
+        .call((xs.clone(),))
+        .unwrap();
+    let loss = |m: &Linear<AD>, x: Tensor<AD, 1>| m.forward(x).sin().sum();
+    let per_example = burn_vmap::per_example_grads(&layer, xs, loss).unwrap();
+    let w: Tensor<V, 3> = per_example.get("weight").unwrap();
+    assert!(!is_lazy(&w), "per_example_grads returns physical tensors");
+    let b: Tensor<V, 2> = per_example.get("bias").unwrap();
+    let norms = ((w.clone() * w.clone())
+        .sum_dim(2)
+        .sum_dim(1)
+        .reshape([B, 1])
+        + (b.clone() * b).sum_dim(1))
+    .sqrt();
+    let factor = norms.clamp_min(0.3).recip() * 0.3;
+    let want = (w * factor.reshape([B, 1, 1]))
+        .sum_dim(0)
+        .squeeze_dim::<2>(0);
+    close(sum.get::<2>("weight").unwrap(), want);
+}
+
+#[test]
+fn should_materialize_once_for_other_ops_and_other_readers() {
+    let g = weight_grads(&layer(), inputs());
+    let d = dense(&g);
+    let (first, second) = (g.clone().exp(), g.clone().abs());
+    close(first, d.clone().exp());
+    close(second, d.clone().abs());
+    // The lazy tensor itself still reads the same.
+    close(g, d);
+}
+
+#[test]
+fn should_broadcast_an_unbatched_input() {
+    // The input is shared (in_axes None), the output gradient is per example.
+    let layer = layer();
+    let x = Tensor::<AD, 1>::random([D_IN], Distribution::Default, &Default::default());
+    let ts = Tensor::<AD, 2>::random([B, D_OUT], Distribution::Default, &Default::default());
+    let grads: ParamGrads<V> = vmap(|(x, t): (Tensor<AD, 1>, Tensor<AD, 1>)| {
+        let mut g = (layer.forward(x) * t).sum().backward();
+        ParamGrads::from_module(&mut g, &layer)
+    })
+    .in_axes([None, Some(0)])
+    .call((x, ts))
+    .unwrap();
+    let g: Tensor<V, 3> = grads.get("weight").unwrap();
+    assert!(is_lazy(&g));
+    let d = dense(&g);
+    close(g.clone().sum_dim(0), d.clone().sum_dim(0));
+    close(g.clone() * g.clone(), d.clone() * d);
+}
+
+#[test]
+fn should_unbatch_a_level_the_gradient_is_not_batched_at() {
+    // An outer vmap over values the gradient does not depend on: the gradient is broadcast
+    // along it when unbatched, and stays factored.
+    let layer = layer();
+    let xs = inputs();
+    let scales = Tensor::<AD, 1>::from_floats([1.0, 2.0], &Default::default());
+    let out: Tensor<V, 4> = vmap(|_s: Tensor<AD, 0>| weight_grads(&layer, xs.clone()))
+        .call(scales)
+        .unwrap();
+    assert!(is_lazy(&out));
+    let d = dense(&out);
+    assert_eq!(d.dims(), [2, B, D_IN, D_OUT]);
+    close(out.clone().sum_dim(0), d.clone().sum_dim(0));
+    close(out.sum_dim(1), d.sum_dim(1));
+}
+
+#[test]
+fn should_keep_several_rows_per_example_dense() {
+    // A sequence per example: the weight gradient sums several outer products.
+    let layer = layer();
+    let xs = Tensor::<AD, 3>::random([B, 2, D_IN], Distribution::Default, &Default::default());
+    let grads: ParamGrads<V> = vmap(|x: Tensor<AD, 2>| {
+        let mut g = layer.forward(x).sin().sum().backward();
+        ParamGrads::from_module(&mut g, &layer)
+    })
+    .call(xs.clone())
+    .unwrap();
+    let g: Tensor<V, 3> = grads.get("weight").unwrap();
+    assert!(!is_lazy(&g));
+    for i in 0..B {
+        let x = xs.clone().narrow(0, i, 1).squeeze_dim::<2>(0);
+        let grads = layer.forward(x).sin().sum().backward();
+        close(
+            g.clone().narrow(0, i, 1).squeeze_dim::<2>(0),
+            layer.weight.grad(&grads).unwrap(),
+        );
+    }
+}
