@@ -312,7 +312,9 @@ impl<P: TensorMetadata> VmapTensor<P> {
             .map(|d| match d {
                 _ if d == rank - 2 => sa[d],
                 _ if d == rank - 1 => sg[d],
-                _ => sa[d].max(sg[d]),
+                // Broadcast: a size-1 dim takes the other's size (which may be 0).
+                _ if sa[d] == 1 => sg[d],
+                _ => sa[d],
             })
             .collect();
         Self {

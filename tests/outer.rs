@@ -271,3 +271,24 @@ fn should_keep_several_rows_per_example_dense() {
         );
     }
 }
+
+#[test]
+fn should_broadcast_a_shared_input_against_an_empty_batch() {
+    // Batch size 0 against the shared input's size-1 dim: the product has 0 examples.
+    let layer = layer();
+    let x = Tensor::<AD, 1>::random([D_IN], Distribution::Default, &Default::default());
+    let ts = Tensor::<AD, 2>::zeros([0, D_OUT], &Default::default());
+    let grads: ParamGrads<V> = vmap(|(x, t): (Tensor<AD, 1>, Tensor<AD, 1>)| {
+        let mut g = (layer.forward(x) * t).sum().backward();
+        ParamGrads::from_module(&mut g, &layer)
+    })
+    .in_axes([None, Some(0)])
+    .call((x, ts))
+    .unwrap();
+    let g: Tensor<V, 3> = grads.get("weight").unwrap();
+    assert_eq!(g.dims(), [0, D_IN, D_OUT]);
+    assert_eq!(dense(&g).dims(), [0, D_IN, D_OUT]);
+    let total = g.sum_dim(0).into_data();
+    assert_eq!(total.shape, vec![1, D_IN, D_OUT].into());
+    assert!(total.iter::<f32>().all(|v| v == 0.0));
+}
