@@ -269,7 +269,7 @@ pub fn cases() -> Vec<OpCase> {
             .clone()
             .bool_xor(m.clone().bool_not())
             .bool_xor(m.not_equal_elem(true))),
-        // --- activations (defaults of ActivationOps) -----------------------------------------
+        // --- activations (the inner backend's kernels, and Burn's defaults) -------------------
         unary!(
             "activation_relu_gelu_sigmoid",
             [],
@@ -279,6 +279,15 @@ pub fn cases() -> Vec<OpCase> {
                 + activation::gelu(x.clone())
                 + activation::sigmoid(x.clone())
                 + activation::silu(x)
+        ),
+        unary!(
+            "activation_log_sigmoid_leaky_hard",
+            [],
+            Gen::F(-3.0, 3.0),
+            f,
+            |x| activation::log_sigmoid(x.clone())
+                + activation::leaky_relu(x.clone(), 0.2)
+                + activation::hard_sigmoid(x, 0.2, 0.5)
         ),
         case(
             "activation_softmax",

@@ -123,6 +123,21 @@ fn loss_linear_ranks<B: Backend>(
     y1.powf_scalar(2.0).sum() + (y3.clone() * y3.cos()).mean()
 }
 
+/// The activations with backward ops of their own (relu, gelu, sigmoid, log_sigmoid) and the
+/// elementwise ones (leaky_relu, hard_sigmoid), with a captured `w` mixing batched and unbatched
+/// operands in the backward ops.
+fn loss_activations<B: Backend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    _i: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
+    let y = x.matmul(w.clone()); // [m, n]
+    let a = activation::relu(y.clone()) + activation::gelu(y.clone()) * 0.5;
+    let b = activation::sigmoid(y.clone()) + activation::log_sigmoid(y.clone() * 2.0);
+    let c = activation::leaky_relu(y.clone(), 0.1) + activation::hard_sigmoid(y, 0.3, 0.5);
+    (a * b + c).sum() + activation::relu(w).sum() * 0.25
+}
+
 struct GradCase {
     name: &'static str,
     loss_v: Loss<AD>,
@@ -160,6 +175,11 @@ fn grad_cases() -> Vec<GradCase> {
             name: "grad_linear_ranks",
             loss_v: loss_linear_ranks::<AD>,
             loss_l: loss_linear_ranks::<ADL>,
+        },
+        GradCase {
+            name: "grad_activations",
+            loss_v: loss_activations::<AD>,
+            loss_l: loss_activations::<ADL>,
         },
         GradCase {
             name: "grad_scatter_mask",
