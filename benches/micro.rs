@@ -113,6 +113,8 @@ fn peak() -> usize {
 // -------------------------------------------------------------------------------------------------
 
 type I = Vmap<TestBackend>;
+/// Mean gradient and mean squared gradient.
+type Moments = (ParamGrads<I>, ParamGrads<I>);
 type AD = Autodiff<I>;
 type AB = Autodiff<TestBackend>;
 
@@ -230,7 +232,7 @@ fn micro_step(work: Work, model: &Mlp<AD>, args: &Args, microbatch: Option<usize
             count(&g)
         }
         Work::MomentsMean => {
-            let ((g, g2), _): ((ParamGrads<I>, ParamGrads<I>), MicroAux<I, (), ()>) = step
+            let ((g, g2), _): (Moments, MicroAux<I, (), ()>) = step
                 .accumulator(Mean)
                 .transform_fn(|g: ParamGrads<I>| (g.clone(), square(g)))
                 .call(args)

@@ -96,7 +96,7 @@ fn main() {
     let c = 1.0;
     let scale = norms.clamp_min(c).recip().mul_scalar(c); // c / max(norm, c)
     let clipped: Tensor<V, 3> =
-        per_example.get::<3>("fc1.weight").unwrap() * scale.clone().reshape([n as i32, 1, 1]);
+        per_example.get::<3>("fc1.weight").unwrap() * scale.clone().reshape([n, 1, 1]);
     let clipped_norms = clipped
         .powi_scalar(2)
         .sum_dim(2)

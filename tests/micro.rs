@@ -14,6 +14,8 @@ use burn_vmap::{
 use proptest::prelude::*;
 
 type I = Vmap<TestBackend>;
+/// Gradients of two arguments of the same rank.
+type Pair<const D: usize> = (Tensor<I, D>, Tensor<I, D>);
 type AD = Autodiff<I>;
 
 fn dev() -> burn::tensor::Device<TestBackend> {
@@ -434,14 +436,13 @@ fn should_give_per_example_gradients_of_several_arguments() {
         )
     };
     for m in [None, Some(1), Some(2), Some(4), Some(8)] {
-        let ((pw, pb), aux): ((Tensor<I, 2>, Tensor<I, 2>), MicroAux<I, (), ()>) =
-            micro_grad(linreg)
-                .argnums([0, 1])
-                .batch_argnums([2, 3])
-                .microbatch_size(m)
-                .accumulator(Concat)
-                .call(args())
-                .unwrap();
+        let ((pw, pb), aux): (Pair<2>, MicroAux<I, (), ()>) = micro_grad(linreg)
+            .argnums([0, 1])
+            .batch_argnums([2, 3])
+            .microbatch_size(m)
+            .accumulator(Concat)
+            .call(args())
+            .unwrap();
         pw.into_data().assert_approx_eq::<f32>(
             &TensorData::new(gw.clone(), [n, 3]),
             Tolerance::absolute(1e-5),
@@ -453,17 +454,14 @@ fn should_give_per_example_gradients_of_several_arguments() {
         assert_eq!(aux.values.dims(), [n]);
 
         // Sum with a transform and metrics: sum of clipped gradients, raw norms.
-        let ((sw, _sb), aux): ((Tensor<I, 1>, Tensor<I, 1>), MicroAux<I, Tensor<I, 2>, ()>) =
-            micro_grad(linreg)
-                .argnums([0, 1])
-                .batch_argnums([2, 3])
-                .microbatch_size(m)
-                .transform_fn(|g: (Tensor<I, 1>, Tensor<I, 1>)| {
-                    burn_vmap::clip_by_global_norm(g, 0.5)
-                })
-                .metrics_fn(|g: (Tensor<I, 1>, Tensor<I, 1>)| burn_vmap::global_norm(&g))
-                .call(args())
-                .unwrap();
+        let ((sw, _sb), aux): (Pair<1>, MicroAux<I, Tensor<I, 2>, ()>) = micro_grad(linreg)
+            .argnums([0, 1])
+            .batch_argnums([2, 3])
+            .microbatch_size(m)
+            .transform_fn(|g: (Tensor<I, 1>, Tensor<I, 1>)| burn_vmap::clip_by_global_norm(g, 0.5))
+            .metrics_fn(|g: (Tensor<I, 1>, Tensor<I, 1>)| burn_vmap::global_norm(&g))
+            .call(args())
+            .unwrap();
         let mut want = [0.0f32; 3];
         for i in 0..n {
             let norm =

@@ -469,17 +469,17 @@ fn should_checkpoint_with_constants_statics_and_rank0_carries() {
     // A captured constant (no gradient) is fine; a Static rides in the carry; the carry is
     // rank 0 and xs is (n,): every step sees scalars. On `Vmap` with nothing batched, which
     // holds rank-0 tensors on every backend.
-    type ADV = Autodiff<V>;
+    type AdV = Autodiff<V>;
     let device = dev();
-    let scale: Tensor<ADV, 0> = scalar(1.5);
-    let step = move |(c, tag): (Tensor<ADV, 0>, Static<u8>), x: Tensor<ADV, 0>| {
+    let scale: Tensor<AdV, 0> = scalar(1.5);
+    let step = move |(c, tag): (Tensor<AdV, 0>, Static<u8>), x: Tensor<AdV, 0>| {
         assert_eq!(tag.0, 3);
         let c = (c * x.clone()).sin() + scale.clone() * x;
         let y = c.clone() * c.clone();
         ((c, tag), y)
     };
-    let xs = Tensor::<ADV, 1>::from_floats([0.3, -0.2, 0.8, 0.1, -0.6], &device).require_grad();
-    let init: Tensor<ADV, 0> = scalar(0.7).require_grad();
+    let xs = Tensor::<AdV, 1>::from_floats([0.3, -0.2, 0.8, 0.1, -0.6], &device).require_grad();
+    let init: Tensor<AdV, 0> = scalar(0.7).require_grad();
 
     // Oracle on the host: the loop and its reverse-mode derivative written out.
     let xv = [0.3f32, -0.2, 0.8, 0.1, -0.6];
@@ -503,7 +503,7 @@ fn should_checkpoint_with_constants_statics_and_rank0_carries() {
     let run = |chunk: Option<isize>| {
         checkpoint_chunked_scan(step.clone(), (init.clone(), Static(3u8)), xs.clone())
             .chunk_size(chunk)
-            .call::<V, _, _, _, Tensor<ADV, 1>>()
+            .call::<V, _, _, _, Tensor<AdV, 1>>()
             .unwrap()
     };
     for chunk in [Some(1), Some(2), None] {

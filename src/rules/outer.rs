@@ -21,6 +21,8 @@
 //! ([`VmapTensor::into_parts`]). The oracle tests (`tests/oracle/grads.rs`, `tests/outer.rs`)
 //! check each form against the materialized product.
 
+#![allow(clippy::result_large_err)] // See `Factored`.
+
 use burn_backend::backend::Backend;
 use burn_backend::tensor::Float;
 use burn_backend::{Scalar, Shape, TensorMetadata};
@@ -31,6 +33,13 @@ use crate::tensor::{BatchDims, Level, VmapTensor};
 type FP<B> = <B as burn_backend::backend::BackendTypes>::FloatTensorPrimitive;
 type VT<B> = VmapTensor<FP<B>>;
 
+/// A factored rule's result: the product, or the operands given back untouched for the
+/// general rule. They are moved, not boxed (hence the module's `result_large_err` allowance):
+/// a few hundred bytes of memcpy beside a tensor op, where a box would allocate on every float
+/// mul.
+type Factored<B> = Result<VT<B>, Declined<B>>;
+type Declined<B> = (VT<B>, VT<B>);
+
 /// A lazy outer product of aligned factors.
 fn outer<B: Backend>(a: FP<B>, g: FP<B>, bdims: BatchDims) -> VT<B> {
     VmapTensor::outer(a, g, bdims, B::float_mul)
@@ -39,7 +48,7 @@ fn outer<B: Backend>(a: FP<B>, g: FP<B>, bdims: BatchDims) -> VT<B> {
 /// `linear_weight_backward(x, g) = x^T g` when every example has one row (`x: [.., d_in]`,
 /// `g: [.., d_out]` with leading logical dims of size 1) and at least one side is batched:
 /// the outer products `x_i ⊗ g_i`, held factored. Otherwise the operands come back.
-pub(crate) fn weight_grad<B: Backend>(x: VT<B>, g: VT<B>) -> Result<VT<B>, (VT<B>, VT<B>)> {
+pub(crate) fn weight_grad<B: Backend>(x: VT<B>, g: VT<B>) -> Factored<B> {
     let (xs, gs) = (x.shape(), g.shape());
     let one_row = |s: &Shape| s.num_dims() >= 1 && s.iter().rev().skip(1).all(|&d| d == 1);
     if !(x.is_batched() || g.is_batched()) || !one_row(&xs) || !one_row(&gs) {
@@ -58,7 +67,7 @@ pub(crate) fn weight_grad<B: Backend>(x: VT<B>, g: VT<B>) -> Result<VT<B>, (VT<B
 }
 
 /// `lhs * rhs` with a factored form (see the module table), or the operands back.
-pub(crate) fn mul<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Result<VT<B>, (VT<B>, VT<B>)> {
+pub(crate) fn mul<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Factored<B> {
     match (lhs.outer_factors().is_some(), rhs.outer_factors().is_some()) {
         (true, true) => products::<B>(lhs, rhs),
         (true, false) => scaled::<B>(lhs, rhs, B::float_mul),
@@ -70,7 +79,7 @@ pub(crate) fn mul<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Result<VT<B>, (VT<B>, V
 
 /// `lhs / rhs` with a factored form (an outer product divided by a per-example factor), or
 /// the operands back.
-pub(crate) fn div<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Result<VT<B>, (VT<B>, VT<B>)> {
+pub(crate) fn div<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Factored<B> {
     if lhs.outer_factors().is_none() || rhs.outer_factors().is_some() {
         return Err((lhs, rhs));
     }
@@ -78,7 +87,7 @@ pub(crate) fn div<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Result<VT<B>, (VT<B>, V
 }
 
 /// The elementwise product of two outer products of the same shape: `(a a') ⊗ (g g')`.
-fn products<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Result<VT<B>, (VT<B>, VT<B>)> {
+fn products<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Factored<B> {
     if lhs.bdims != rhs.bdims || lhs.physical_shape() != rhs.physical_shape() {
         return Err((lhs, rhs));
     }
@@ -101,11 +110,7 @@ fn factors<B: Backend>(t: VT<B>) -> (FP<B>, FP<B>, BatchDims) {
 }
 
 /// `op(a ⊗ g, s)` for `s` constant along the last two logical dims: `op(a, s) ⊗ g`.
-fn scaled<B: Backend>(
-    o: VT<B>,
-    s: VT<B>,
-    op: fn(FP<B>, FP<B>) -> FP<B>,
-) -> Result<VT<B>, (VT<B>, VT<B>)> {
+fn scaled<B: Backend>(o: VT<B>, s: VT<B>, op: fn(FP<B>, FP<B>) -> FP<B>) -> Factored<B> {
     let shape = s.shape();
     let rank = shape.num_dims();
     if rank < 2 || shape[rank - 1] != 1 || shape[rank - 2] != 1 {

@@ -22,7 +22,7 @@ use crate::harness::{
 };
 
 type AD = Autodiff<V>;
-type ADL = Autodiff<burn_vmap::TestBackend>;
+type AdLoop = Autodiff<burn_vmap::TestBackend>;
 
 /// A loss of one example.
 type Loss<B> = fn(Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 1, Int>) -> Tensor<B, 1>;
@@ -141,7 +141,7 @@ fn loss_activations<B: Backend>(
 struct GradCase {
     name: &'static str,
     loss_v: Loss<AD>,
-    loss_l: Loss<ADL>,
+    loss_l: Loss<AdLoop>,
 }
 
 fn grad_cases() -> Vec<GradCase> {
@@ -149,51 +149,51 @@ fn grad_cases() -> Vec<GradCase> {
         GradCase {
             name: "grad_matmul_tanh",
             loss_v: loss_matmul_tanh::<AD>,
-            loss_l: loss_matmul_tanh::<ADL>,
+            loss_l: loss_matmul_tanh::<AdLoop>,
         },
         GradCase {
             name: "grad_elementwise",
             loss_v: loss_elementwise::<AD>,
-            loss_l: loss_elementwise::<ADL>,
+            loss_l: loss_elementwise::<AdLoop>,
         },
         GradCase {
             name: "grad_softmax_slice_cat",
             loss_v: loss_softmax_slice::<AD>,
-            loss_l: loss_softmax_slice::<ADL>,
+            loss_l: loss_softmax_slice::<AdLoop>,
         },
         GradCase {
             name: "grad_select_gather",
             loss_v: loss_select_gather::<AD>,
-            loss_l: loss_select_gather::<ADL>,
+            loss_l: loss_select_gather::<AdLoop>,
         },
         GradCase {
             name: "grad_linear",
             loss_v: loss_linear::<AD>,
-            loss_l: loss_linear::<ADL>,
+            loss_l: loss_linear::<AdLoop>,
         },
         GradCase {
             name: "grad_linear_ranks",
             loss_v: loss_linear_ranks::<AD>,
-            loss_l: loss_linear_ranks::<ADL>,
+            loss_l: loss_linear_ranks::<AdLoop>,
         },
         GradCase {
             name: "grad_activations",
             loss_v: loss_activations::<AD>,
-            loss_l: loss_activations::<ADL>,
+            loss_l: loss_activations::<AdLoop>,
         },
         GradCase {
             name: "grad_scatter_mask",
             loss_v: loss_scatter_mask::<AD>,
-            loss_l: loss_scatter_mask::<ADL>,
+            loss_l: loss_scatter_mask::<AdLoop>,
         },
     ]
 }
 
 /// Single-example gradients `(dl/dw, dl/dx)` on `Autodiff<TestBackend>`.
-fn single(loss: Loss<ADL>, x: &Host, w: &Host, i: &Host) -> (Host, Host) {
-    let x = x.to_tb::<ADL>().f::<2>().require_grad();
-    let w = w.to_tb::<ADL>().f::<2>().require_grad();
-    let i = i.to_tb::<ADL>().i::<1>();
+fn single(loss: Loss<AdLoop>, x: &Host, w: &Host, i: &Host) -> (Host, Host) {
+    let x = x.to_tb::<AdLoop>().f::<2>().require_grad();
+    let w = w.to_tb::<AdLoop>().f::<2>().require_grad();
+    let i = i.to_tb::<AdLoop>().i::<1>();
     let g = loss(x.clone(), w.clone(), i).backward();
     (
         Host::from_t(T::from(w.grad(&g).unwrap())),
@@ -345,11 +345,11 @@ fn per_example_grads_of_captured_weight() {
     let mut parts = Vec::new();
     for b in 0..4 {
         let x = Host::from_t(T::from(
-            xs.clone().inner().slice([b..b + 1]).squeeze_dim::<2>(0),
+            xs.clone().inner().slice(b..b + 1).squeeze_dim::<2>(0),
         ));
         let w0 = Host::from_t(T::from(w.clone().inner()));
         let (gw, _) = single(
-            loss_matmul_tanh::<ADL>,
+            loss_matmul_tanh::<AdLoop>,
             &x,
             &w0,
             &Host {

@@ -29,15 +29,18 @@ fn check_empty_batch(
     check_levels(name, f, operands, &levels, &out_example, &mut rng, TOL)
 }
 
+/// A batch-size-0 case: name, operands, in_axes and the function.
+type ZeroCase = (
+    &'static str,
+    Vec<Operand>,
+    Vec<Option<isize>>,
+    Box<dyn Fn(Vec<T>) -> Vec<T>>,
+);
+
 #[test]
 fn batch_size_zero() {
     let mut failures = Vec::new();
-    let cases: Vec<(
-        &str,
-        Vec<Operand>,
-        Vec<Option<isize>>,
-        Box<dyn Fn(Vec<T>) -> Vec<T>>,
-    )> = vec![
+    let cases: Vec<ZeroCase> = vec![
         (
             "exp",
             vec![fl(&[3])],
