@@ -6,6 +6,8 @@
 //!   unbatched tensors (the decorator's overhead).
 //! - `per_example_grads/B`: per-example gradients (`vmap` of `backward`) of a 784-512-512-10
 //!   MLP with softmax cross-entropy vs the standard batch gradient, at B = 64 and 256.
+//!   `write_floor/B` writes the same number of floats (B x 669,706) into fresh tensors: the
+//!   least any implementation returning materialized per-example gradients pays for memory.
 
 mod common;
 
@@ -15,7 +17,7 @@ use burn::backend::Autodiff;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Int, Tensor};
+use burn::tensor::{Distribution, Int, Tensor, TensorMetadata};
 use burn_vmap::{per_example_grads, vmap, ParamGrads, TestBackend, Vmap};
 use criterion::{criterion_group, BenchmarkId, Criterion};
 
@@ -126,6 +128,20 @@ fn per_example(c: &mut Criterion) {
                 ParamGrads::from_module(&mut grads, &model)
             })
         });
+        let mut numels = Vec::new();
+        let _ = ParamGrads::from_module(&mut model.loss(x.clone(), y.clone()).backward(), &model)
+            .map(|_, g| {
+                numels.push(batch * g.clone().tensor().shape().num_elements());
+                g
+            });
+        g.bench_with_input(BenchmarkId::new("write_floor", batch), &batch, |b, _| {
+            b.iter(|| {
+                numels
+                    .iter()
+                    .map(|&n| Tensor::<TestBackend, 1>::ones([n], &device))
+                    .collect::<Vec<_>>()
+            })
+        });
         g.bench_with_input(BenchmarkId::new("per_example", batch), &batch, |b, _| {
             b.iter(|| {
                 per_example_grads(
@@ -161,6 +177,10 @@ fn ratios() {
         ("passthrough", "autodiff_vmap", "autodiff_inner"),
         ("per_example_grads", "per_example/64", "batch_gradient/64"),
         ("per_example_grads", "per_example/256", "batch_gradient/256"),
+        ("per_example_grads", "write_floor/64", "batch_gradient/64"),
+        ("per_example_grads", "write_floor/256", "batch_gradient/256"),
+        ("per_example_grads", "per_example/64", "write_floor/64"),
+        ("per_example_grads", "per_example/256", "write_floor/256"),
     ];
     for (group, a, b) in pairs {
         if let (Some(x), Some(y)) = (mean_ns(group, a), mean_ns(group, b)) {
