@@ -40,9 +40,22 @@ type VT<B> = VmapTensor<FP<B>>;
 type Factored<B> = Result<VT<B>, Declined<B>>;
 type Declined<B> = (VT<B>, VT<B>);
 
-/// A lazy outer product of aligned factors.
+/// A lazy outer product of aligned factors; an empty one is formed at once (nothing to save,
+/// and Burn 0.21's cubecl backends refuse to broadcast a size-1 dim against a size-0 one, so
+/// both factors are expanded first).
 fn outer<B: Backend>(a: FP<B>, g: FP<B>, bdims: BatchDims) -> VT<B> {
-    VmapTensor::outer(a, g, bdims, B::float_mul)
+    let t = VmapTensor::outer(a, g, bdims, B::float_mul);
+    let shape = t.physical_shape();
+    if shape.num_elements() > 0 {
+        return t;
+    }
+    match t.into_outer() {
+        Ok((a, g, bdims)) => VmapTensor::new(
+            B::float_mul(B::float_expand(a, shape.clone()), B::float_expand(g, shape)),
+            bdims,
+        ),
+        Err(t) => t,
+    }
 }
 
 /// `linear_weight_backward(x, g) = x^T g` when every example has one row (`x: [.., d_in]`,
