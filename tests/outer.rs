@@ -5,8 +5,12 @@
 
 use burn::backend::Autodiff;
 use burn::nn::{Linear, LinearConfig};
+use burn::tensor::Int;
 use burn::tensor::{Distribution, Tensor, Tolerance};
-use burn_vmap::{micro_grad_module, vmap, MicroAux, ParamGrads, Sum, TestBackend, Vmap};
+use burn_vmap::{
+    micro_grad_module, per_example_grads, vmap, Concat, MicroAux, ParamGrads, Sum, TestBackend,
+    Vmap,
+};
 
 type V = Vmap<TestBackend>;
 type AD = Autodiff<V>;
@@ -291,4 +295,57 @@ fn should_broadcast_a_shared_input_against_an_empty_batch() {
     let total = g.sum_dim(0).into_data();
     assert_eq!(total.shape, vec![1, D_IN, D_OUT].into());
     assert!(total.iter::<f32>().all(|v| v == 0.0));
+}
+
+#[test]
+fn should_cat_and_select_factored_along_leading_dims() {
+    let g = weight_grads(&layer(), inputs());
+    let d = dense(&g);
+    let h = g.clone() * 2.0;
+    let cat = Tensor::cat(vec![g.clone(), h.clone()], 0);
+    assert!(is_lazy(&cat), "cat along the examples stays factored");
+    close(cat, Tensor::cat(vec![d.clone(), d.clone() * 2.0], 0));
+    let idx = Tensor::<V, 1, Int>::from_ints([4, 0, 2, 2], &Default::default());
+    let sel = g.clone().select(0, idx.clone());
+    assert!(is_lazy(&sel), "select along the examples stays factored");
+    close(sel, d.clone().select(0, idx.clone()));
+    // Along a matrix dim, and of a lazy and a dense tensor: the general rules.
+    let cat = Tensor::cat(vec![g.clone(), h], 1);
+    assert!(!is_lazy(&cat));
+    close(cat, Tensor::cat(vec![d.clone(), d.clone() * 2.0], 1));
+    close(
+        Tensor::cat(vec![g.clone(), d.clone()], 0),
+        Tensor::cat(vec![d.clone(), d.clone()], 0),
+    );
+    let sel = g.select(2, Tensor::from_ints([2, 0], &Default::default()));
+    assert!(!is_lazy(&sel));
+    close(
+        sel,
+        d.select(2, Tensor::from_ints([2, 0], &Default::default())),
+    );
+}
+
+#[test]
+fn should_concat_microbatches_factored() {
+    // `Concat` of strided microbatches: one cat and one select, both on the factors.
+    let layer = layer();
+    let xs = Tensor::<AD, 2>::random([6, D_IN], Distribution::Default, &Default::default());
+    let loss = |m: &Linear<AD>, x: Tensor<AD, 1>| m.forward(x).sin().sum();
+    let want: Tensor<V, 3> = per_example_grads(&layer, xs.clone(), loss)
+        .unwrap()
+        .get("weight")
+        .unwrap();
+    for mb in [1, 2, 3, 6] {
+        let (cat, _): (ParamGrads<V>, MicroAux<V, (), ()>) =
+            micro_grad_module(&layer, |m: &Linear<AD>, (x,): (Tensor<AD, 2>,)| {
+                m.forward(x).sin().sum()
+            })
+            .microbatch_size(mb)
+            .accumulator(Concat)
+            .call((xs.clone(),))
+            .unwrap();
+        let w: Tensor<V, 3> = cat.get("weight").unwrap();
+        assert!(is_lazy(&w), "microbatch {mb}: Concat stays factored");
+        close(w, want.clone());
+    }
 }

@@ -172,7 +172,8 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
 
     // Overridden (speed): the default assigns every input into an empty tensor.
     fn float_cat(tensors: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
-        view::cat::<B, Float>(tensors, dim, B::float_cat)
+        outer::cat::<B>(tensors, dim)
+            .unwrap_or_else(|ts| view::cat::<B, Float>(ts, dim, B::float_cat))
     }
 
     // --- indexing ----------------------------------------------------------------------------
@@ -213,7 +214,8 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         dim: usize,
         indices: IntTensor<Self>,
     ) -> FloatTensor<Self> {
-        indexing::select::<B, Float>(tensor, dim, indices)
+        outer::select::<B>(tensor, dim, indices)
+            .unwrap_or_else(|(t, i)| indexing::select::<B, Float>(t, dim, i))
     }
 
     fn float_select_add(

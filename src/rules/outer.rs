@@ -16,6 +16,7 @@
 //! | `sum_dim`/`mean_dim` over the last two dims | reduce `a` or `g` |
 //! | `sum_dim`/`mean_dim` over a leading dim (the examples, once unbatched) | `A^T G`: one matrix product |
 //! | leaving a vmap level | the same move on both factors |
+//! | `cat`, `select` (shared indices) along a leading dim | the same op on both factors |
 //!
 //! Every other op reads the physical tensor, which multiplies the factors out once
 //! ([`VmapTensor::into_parts`]). The oracle tests (`tests/oracle/grads.rs`, `tests/outer.rs`)
@@ -32,6 +33,7 @@ use crate::tensor::{BatchDims, Level, VmapTensor};
 
 type FP<B> = <B as burn_backend::backend::BackendTypes>::FloatTensorPrimitive;
 type VT<B> = VmapTensor<FP<B>>;
+type IP<B> = <B as burn_backend::backend::BackendTypes>::IntTensorPrimitive;
 
 /// A factored rule's result: the product, or the operands given back untouched for the
 /// general rule. They are moved, not boxed (hence the module's `result_large_err` allowance):
@@ -233,6 +235,78 @@ pub(crate) fn sum_dim<B: Backend>(t: VT<B>, dim: usize, mean: bool) -> Result<VT
     dims.extend([m, n]);
     Ok(VmapTensor::new(
         <Float as Kind<B>>::reshape(out, Shape::from(dims)),
+        bdims,
+    ))
+}
+
+/// The factors of `t`, each expanded (a view) along the leading dims to the product's: the
+/// factors then index like the product along any leading dim.
+fn full_factors<B: Backend>(t: VT<B>) -> (FP<B>, FP<B>, BatchDims) {
+    let shape = t.physical_shape();
+    let rank = shape.num_dims();
+    let (a, g, bdims) = factors::<B>(t);
+    let expand = |x: FP<B>| {
+        let s = x.shape();
+        let full: Shape = (0..rank)
+            .map(|d| if d < rank - 2 { shape[d] } else { s[d] })
+            .collect();
+        if s == full {
+            x
+        } else {
+            B::float_expand(x, full)
+        }
+    };
+    (expand(a), expand(g), bdims)
+}
+
+/// `cat` along a leading logical dim of outer products with the same batch dims and the same
+/// shape but along `dim`: the factors are concatenated, the result stays factored (what
+/// [`Concat`](crate::Concat) does with the microbatches' per-example gradients).
+pub(crate) fn cat<B: Backend>(tensors: Vec<VT<B>>, dim: usize) -> Result<VT<B>, Vec<VT<B>>> {
+    let Some(first) = tensors.first() else {
+        return Err(tensors);
+    };
+    let shape = first.physical_shape();
+    let rank = shape.num_dims();
+    let pd = first.bdims.len() + dim;
+    let same = |t: &VT<B>| {
+        let s = t.physical_shape();
+        t.outer_factors().is_some()
+            && t.bdims == first.bdims
+            && s.num_dims() == rank
+            && (0..rank).all(|d| d == pd || s[d] == shape[d])
+    };
+    if tensors.len() < 2 || pd + 2 >= rank || !tensors.iter().all(same) {
+        return Err(tensors);
+    }
+    let bdims = first.bdims.clone();
+    let (a, g): (Vec<_>, Vec<_>) = tensors
+        .into_iter()
+        .map(|t| {
+            let (a, g, _) = full_factors::<B>(t);
+            (a, g)
+        })
+        .unzip();
+    Ok(outer::<B>(B::float_cat(a, pd), B::float_cat(g, pd), bdims))
+}
+
+/// `select` along a leading logical dim of `a ⊗ g` with shared (unbatched) indices: the same
+/// select on both factors (the reordering of [`Concat`](crate::Concat)'s microbatch rows).
+pub(crate) fn select<B: Backend>(
+    t: VT<B>,
+    dim: usize,
+    indices: VmapTensor<IP<B>>,
+) -> Result<VT<B>, (VT<B>, VmapTensor<IP<B>>)> {
+    let rank = t.physical_shape().num_dims();
+    let pd = t.bdims.len() + dim;
+    if t.outer_factors().is_none() || indices.is_batched() || pd + 2 >= rank {
+        return Err((t, indices));
+    }
+    let (a, g, bdims) = full_factors::<B>(t);
+    let idx = indices.inner();
+    Ok(outer::<B>(
+        B::float_select(a, pd, idx.clone()),
+        B::float_select(g, pd, idx),
         bdims,
     ))
 }
