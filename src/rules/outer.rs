@@ -33,7 +33,7 @@ use crate::tensor::{BatchDims, Level, VmapTensor};
 
 type FP<B> = <B as burn_backend::backend::BackendTypes>::FloatTensorPrimitive;
 type VT<B> = VmapTensor<FP<B>>;
-type IP<B> = <B as burn_backend::backend::BackendTypes>::IntTensorPrimitive;
+type IT<B> = VmapTensor<<B as burn_backend::backend::BackendTypes>::IntTensorPrimitive>;
 
 /// A factored rule's result: the product, or the operands given back untouched for the
 /// general rule. They are moved, not boxed (hence the module's `result_large_err` allowance):
@@ -295,8 +295,8 @@ pub(crate) fn cat<B: Backend>(tensors: Vec<VT<B>>, dim: usize) -> Result<VT<B>, 
 pub(crate) fn select<B: Backend>(
     t: VT<B>,
     dim: usize,
-    indices: VmapTensor<IP<B>>,
-) -> Result<VT<B>, (VT<B>, VmapTensor<IP<B>>)> {
+    indices: IT<B>,
+) -> Result<VT<B>, (VT<B>, IT<B>)> {
     let rank = t.physical_shape().num_dims();
     let pd = t.bdims.len() + dim;
     if t.outer_factors().is_none() || indices.is_batched() || pd + 2 >= rank {
