@@ -233,7 +233,15 @@ fn should_broadcast_an_unbatched_input() {
     assert!(is_lazy(&g));
     let d = dense(&g);
     close(g.clone().sum_dim(0), d.clone().sum_dim(0));
-    close(g.clone() * g.clone(), d.clone() * d);
+    close(g.clone() * g.clone(), d.clone() * d.clone());
+    // The shared factor is expanded along the examples for `cat` and `select`.
+    let cat = Tensor::cat(vec![g.clone(), g.clone()], 0);
+    assert!(is_lazy(&cat));
+    close(cat, Tensor::cat(vec![d.clone(), d.clone()], 0));
+    let idx = Tensor::<V, 1, Int>::from_ints([1, 4, 1], &Default::default());
+    let sel = g.select(0, idx.clone());
+    assert!(is_lazy(&sel));
+    close(sel, d.select(0, idx));
 }
 
 #[test]
