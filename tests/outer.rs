@@ -11,6 +11,7 @@ use burn_vmap::{
     micro_grad_module, per_example_grads, vmap, Concat, MicroAux, ParamGrads, Sum, TestBackend,
     Vmap,
 };
+use proptest::prelude::*;
 
 type V = Vmap<TestBackend>;
 type AD = Autodiff<V>;
@@ -355,5 +356,83 @@ fn should_concat_microbatches_factored() {
         let w: Tensor<V, 3> = cat.get("weight").unwrap();
         assert!(is_lazy(&w), "microbatch {mb}: Concat stays factored");
         close(w, want.clone());
+    }
+}
+
+/// One op applied to the lazy gradient and to its dense copy.
+#[derive(Debug, Clone)]
+enum Op {
+    Square,
+    PerExample,
+    Scalar(f32),
+    SumDim(usize),
+    CatSelf,
+    Select(Vec<i64>),
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        Just(Op::Square),
+        Just(Op::PerExample),
+        (-2.0f32..2.0).prop_map(Op::Scalar),
+        (0usize..3).prop_map(Op::SumDim),
+        Just(Op::CatSelf),
+        prop::collection::vec(0i64..64, 0..6).prop_map(Op::Select),
+    ]
+}
+
+fn apply(op: &Op, t: Tensor<V, 3>, c: &Tensor<V, 3>) -> Tensor<V, 3> {
+    let device = Default::default();
+    match op {
+        Op::Square => t.clone() * t,
+        Op::PerExample => {
+            // A per-example factor broadcast along the matrix dims (examples may have been
+            // summed away, leaving one).
+            let rows = t.dims()[0];
+            t * c.clone().slice(0..rows.min(c.dims()[0]))
+        }
+        Op::Scalar(s) => t * *s,
+        Op::SumDim(d) => t.sum_dim(*d),
+        Op::CatSelf => Tensor::cat(vec![t.clone(), t * 2.0], 0),
+        Op::Select(idx) => {
+            let rows = t.dims()[0] as i64;
+            let idx: Vec<i64> = idx.iter().map(|i| i % rows.max(1)).collect();
+            if rows == 0 || idx.is_empty() {
+                return t;
+            }
+            t.select(0, Tensor::<V, 1, Int>::from_ints(idx.as_slice(), &device))
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Random chains of the factored ops over random shapes (batch 0 included) read the same
+    /// as the chain on the materialized gradient.
+    #[test]
+    fn should_match_the_dense_chain_over_random_shapes(
+        b in 0usize..5,
+        d_in in 1usize..5,
+        d_out in 1usize..5,
+        ops in prop::collection::vec(op_strategy(), 1..4),
+    ) {
+        let device = Default::default();
+        let layer: Linear<AD> = LinearConfig::new(d_in, d_out).init(&device);
+        let _ = (layer.weight.val(), layer.bias.as_ref().map(|b| b.val()));
+        let xs = Tensor::<AD, 2>::random([b, d_in], Distribution::Normal(0.0, 1.0), &device);
+        let mut g = weight_grads(&layer, xs);
+        let mut d = dense(&g);
+        // Enough per-example factors for any row count the chain reaches (cats double it).
+        let c = Tensor::<V, 3>::random([8 * b.max(1), 1, 1], Distribution::Uniform(0.5, 2.0), &device);
+        for op in &ops {
+            if matches!(op, Op::PerExample) && g.dims()[0] > c.dims()[0] {
+                continue;
+            }
+            g = apply(op, g, &c);
+            d = apply(op, d, &c);
+            prop_assert_eq!(g.dims(), d.dims(), "after {:?}", op);
+        }
+        close(g, d);
     }
 }

@@ -90,6 +90,12 @@ fn batch_size_zero() {
             Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().matmul(a[1].f::<2>()))]),
         ),
         (
+            "matmul_outer_product",
+            vec![fl(&[3, 1]), fl(&[1, 2])],
+            vec![Some(0), None],
+            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().matmul(a[1].f::<2>()))]),
+        ),
+        (
             "gather_batched_indices",
             vec![
                 fl(&[2, 3]),
