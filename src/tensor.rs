@@ -305,18 +305,11 @@ impl<P: TensorMetadata> VmapTensor<P> {
     /// The outer products of factors `a: [.., m, 1]` and `g: [.., 1, n]` (physical, batch dims
     /// first, leading dims broadcasting), batched at `bdims`, held factored.
     pub(crate) fn outer(a: P, g: P, bdims: BatchDims, mul: fn(P, P) -> P) -> Self {
-        let (sa, sg) = (a.shape(), g.shape());
-        debug_assert_eq!(sa.num_dims(), sg.num_dims());
-        let rank = sa.num_dims();
-        let shape: Shape = (0..rank)
-            .map(|d| match d {
-                _ if d == rank - 2 => sa[d],
-                _ if d == rank - 1 => sg[d],
-                // Broadcast: a size-1 dim takes the other's size (which may be 0).
-                _ if sa[d] == 1 => sg[d],
-                _ => sa[d],
-            })
-            .collect();
+        // `[.., m, 1]` and `[.., 1, n]` broadcast to `[.., m, n]`.
+        let shape = a
+            .shape()
+            .broadcast(&g.shape())
+            .expect("vmap: outer product factors of broadcastable shapes");
         Self {
             data: a,
             bdims,
@@ -395,15 +388,6 @@ impl<P> VmapTensor<P> {
     /// ```
     pub fn is_lazy_outer(&self) -> bool {
         matches!(self.lazy, Lazy::Outer(_))
-    }
-
-    /// The factors `(a, g)` of a lazy outer product, if this is one.
-    #[inline]
-    pub(crate) fn outer_factors(&self) -> Option<(&P, &P)> {
-        match &self.lazy {
-            Lazy::Outer(o) => Some((&self.data, &o.rhs)),
-            _ => None,
-        }
     }
 
     /// The factors `(a, g)` and batch dims of a lazy outer product, or the tensor back.

@@ -198,14 +198,12 @@ fn strided_kernels_unreliable<B: Backend>(device: &B::Device) -> bool {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
     static BY_BACKEND: OnceLock<Mutex<HashMap<TypeId, bool>>> = OnceLock::new();
-    let cache = BY_BACKEND.get_or_init(Default::default);
-    let id = TypeId::of::<B>();
-    if let Some(&known) = cache.lock().expect("backend cache").get(&id) {
-        return known;
-    }
-    let unreliable = B::name(device).contains("cubecl");
-    cache.lock().expect("backend cache").insert(id, unreliable);
-    unreliable
+    *BY_BACKEND
+        .get_or_init(Default::default)
+        .lock()
+        .expect("backend cache")
+        .entry(TypeId::of::<B>())
+        .or_insert_with(|| B::name(device).contains("cubecl"))
 }
 
 /// Physical dim of logical dim `dim` (batch dims come first).

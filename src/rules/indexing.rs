@@ -183,18 +183,13 @@ pub(crate) fn mask_fill<B: Backend, K: Kind<B>>(
 /// `[1]` one) were never written. A view; nothing when the shapes already agree.
 fn to_broadcast<B: Backend, K: Kind<B>>(t: K::P, others: &[Shape]) -> K::P {
     let shape = t.shape();
-    let mut out = shape.to_vec();
-    for other in others {
-        for (o, &d) in out.iter_mut().zip(other.iter()) {
-            if *o == 1 {
-                *o = d;
-            }
-        }
-    }
-    if out.as_slice() == shape.as_slice() {
+    // Incompatible shapes are left to the backend's own error.
+    let out =
+        Shape::broadcast_many(core::iter::once(&shape).chain(others)).unwrap_or(shape.clone());
+    if out == shape {
         return t;
     }
-    K::expand(t, Shape::from(out))
+    K::expand(t, out)
 }
 
 /// `[E, M.., K]` indices (batch dims flattened to `E`) with the example number prepended to

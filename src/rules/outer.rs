@@ -51,13 +51,11 @@ fn outer<B: Backend>(a: FP<B>, g: FP<B>, bdims: BatchDims) -> VT<B> {
     if shape.num_elements() > 0 {
         return t;
     }
-    match t.into_outer() {
-        Ok((a, g, bdims)) => VmapTensor::new(
-            B::float_mul(B::float_expand(a, shape.clone()), B::float_expand(g, shape)),
-            bdims,
-        ),
-        Err(t) => t,
-    }
+    let (a, g, bdims) = factors::<B>(t);
+    VmapTensor::new(
+        B::float_mul(B::float_expand(a, shape.clone()), B::float_expand(g, shape)),
+        bdims,
+    )
 }
 
 /// `linear_weight_backward(x, g) = x^T g` when every example has one row (`x: [.., d_in]`,
@@ -83,7 +81,7 @@ pub(crate) fn weight_grad<B: Backend>(x: VT<B>, g: VT<B>) -> Factored<B> {
 
 /// `lhs * rhs` with a factored form (see the module table), or the operands back.
 pub(crate) fn mul<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Factored<B> {
-    match (lhs.outer_factors().is_some(), rhs.outer_factors().is_some()) {
+    match (lhs.is_lazy_outer(), rhs.is_lazy_outer()) {
         (true, true) => products::<B>(lhs, rhs),
         (true, false) => scaled::<B>(lhs, rhs, B::float_mul),
         // Multiplication commutes: `s * (a ⊗ g) = (a s) ⊗ g`.
@@ -95,7 +93,7 @@ pub(crate) fn mul<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Factored<B> {
 /// `lhs / rhs` with a factored form (an outer product divided by a per-example factor), or
 /// the operands back.
 pub(crate) fn div<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Factored<B> {
-    if lhs.outer_factors().is_none() || rhs.outer_factors().is_some() {
+    if !lhs.is_lazy_outer() || rhs.is_lazy_outer() {
         return Err((lhs, rhs));
     }
     scaled::<B>(lhs, rhs, B::float_div)
@@ -177,7 +175,7 @@ pub(crate) fn sum<B: Backend>(t: VT<B>) -> Result<VT<B>, VT<B>> {
 /// sum; otherwise `A^T G`, one matrix product per remaining leading index (Goodfellow's
 /// trick: the sum over examples of their weight gradients).
 pub(crate) fn sum_dim<B: Backend>(t: VT<B>, dim: usize, mean: bool) -> Result<VT<B>, VT<B>> {
-    if t.outer_factors().is_none() {
+    if !t.is_lazy_outer() {
         return Err(t);
     }
     let pd = t.bdims.len() + dim;
@@ -275,7 +273,7 @@ pub(crate) fn cat<B: Backend>(tensors: Vec<VT<B>>, dim: usize) -> Result<VT<B>, 
     let pd = first.bdims.len() + dim;
     let same = |t: &VT<B>| {
         let s = t.physical_shape();
-        t.outer_factors().is_some()
+        t.is_lazy_outer()
             && t.bdims == first.bdims
             && s.num_dims() == rank
             && (0..rank).all(|d| d == pd || s[d] == shape[d])
@@ -303,7 +301,7 @@ pub(crate) fn select<B: Backend>(
 ) -> Result<VT<B>, (VT<B>, IT<B>)> {
     let rank = t.physical_shape().num_dims();
     let pd = t.bdims.len() + dim;
-    if t.outer_factors().is_none() || indices.is_batched() || pd + 2 >= rank {
+    if !t.is_lazy_outer() || indices.is_batched() || pd + 2 >= rank {
         return Err((t, indices));
     }
     let (a, g, bdims) = full_factors::<B>(t);
