@@ -24,6 +24,16 @@ fn floats<Bk: Backend, const D: usize>(t: Tensor<Bk, D>) -> Vec<f32> {
     t.into_data().to_vec::<f32>().unwrap()
 }
 
+/// An int tensor's values, whatever the backend's int dtype.
+fn ints<Bk: Backend, const D: usize>(t: Tensor<Bk, D, Int>) -> Vec<i64> {
+    t.into_data().convert::<i64>().to_vec::<i64>().unwrap()
+}
+
+/// A bool tensor's values, whatever the backend's bool storage.
+fn bools<Bk: Backend, const D: usize>(t: Tensor<Bk, D, Bool>) -> Vec<bool> {
+    t.into_data().convert::<bool>().to_vec::<bool>().unwrap()
+}
+
 /// A rank-0 float tensor from rank-0 data.
 fn rank0(v: f32) -> Tensor<B, 0> {
     use burn::tensor::backend::ops::FloatTensorOps;
@@ -197,10 +207,7 @@ fn should_round_trip_a_tuple_struct_and_a_unit_struct() {
     );
     let back: Pair<B> = Tree::unflatten(&def, leaves).unwrap();
     assert_eq!(floats(back.0), floats(p.0));
-    assert_eq!(
-        back.1.into_data().convert::<i64>().to_vec::<i64>().unwrap(),
-        vec![1, 2, 3]
-    );
+    assert_eq!(ints(back.1), vec![1, 2, 3]);
 
     let (leaves, def) = Tree::<B>::flatten(Unit);
     assert!(leaves.is_empty());
@@ -281,22 +288,8 @@ fn should_round_trip_mixed_ranks_and_kinds() {
     let back: Mixed<B> = Tree::unflatten(&def, leaves).unwrap();
     assert_eq!(floats(back.scalar), floats(m.scalar));
     assert_eq!(floats(back.cube), floats(m.cube));
-    assert_eq!(
-        back.ids
-            .into_data()
-            .convert::<i64>()
-            .to_vec::<i64>()
-            .unwrap(),
-        vec![4, 5]
-    );
-    assert_eq!(
-        back.mask
-            .into_data()
-            .convert::<bool>()
-            .to_vec::<bool>()
-            .unwrap(),
-        vec![true, false]
-    );
+    assert_eq!(ints(back.ids), vec![4, 5]);
+    assert_eq!(bools(back.mask), vec![true, false]);
     assert_eq!(
         floats(back.named["a"].clone()),
         floats(m.named["a"].clone())
@@ -822,22 +815,8 @@ fn should_map_every_tensor_keeping_the_structure() {
     let plus1 = |v: Vec<f32>| v.into_iter().map(|x| x + 1.0).collect::<Vec<_>>();
     assert_close(&floats(out.scalar), &plus1(floats(m.scalar)));
     assert_close(&floats(out.cube), &plus1(floats(m.cube)));
-    assert_eq!(
-        out.ids
-            .into_data()
-            .convert::<i64>()
-            .to_vec::<i64>()
-            .unwrap(),
-        vec![14, 15]
-    );
-    assert_eq!(
-        out.mask
-            .into_data()
-            .convert::<bool>()
-            .to_vec::<bool>()
-            .unwrap(),
-        vec![false, true]
-    );
+    assert_eq!(ints(out.ids), vec![14, 15]);
+    assert_eq!(bools(out.mask), vec![false, true]);
     assert!(out.extra.is_none());
 
     // Default methods are the identity; statics and skipped fields are as for unflatten.
@@ -997,14 +976,7 @@ fn should_zip_two_trees_of_the_same_structure() {
         .clone()
         .zip_map(other, &mut Axpy(1.0, Vec::new()))
         .unwrap();
-    assert_eq!(
-        out.ids
-            .into_data()
-            .convert::<i64>()
-            .to_vec::<i64>()
-            .unwrap(),
-        vec![4, 5]
-    );
+    assert_eq!(ints(out.ids), vec![4, 5]);
     let want: Vec<f32> = floats(m.cube.clone())
         .iter()
         .map(|x| 2.0 * x + 1.0)

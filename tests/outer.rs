@@ -46,6 +46,21 @@ fn weight_grads(layer: &Linear<AD>, xs: Tensor<AD, 2>) -> Tensor<V, 3> {
     grads.get::<3>("weight").unwrap()
 }
 
+/// Weight gradients `[batch, D_IN, D_OUT]` of `sum(layer(x) * t)` for one shared input `x`
+/// (in_axes None) and a per-example `t` (the rows of `ts`).
+fn shared_input_weight_grads(ts: Tensor<AD, 2>) -> Tensor<V, 3> {
+    let layer = layer();
+    let x = Tensor::<AD, 1>::random([D_IN], Distribution::Default, &Default::default());
+    let grads: ParamGrads<V> = vmap(|(x, t): (Tensor<AD, 1>, Tensor<AD, 1>)| {
+        let mut g = (layer.forward(x) * t).sum().backward();
+        ParamGrads::from_module(&mut g, &layer)
+    })
+    .in_axes([None, Some(0)])
+    .call((x, ts))
+    .unwrap();
+    grads.get("weight").unwrap()
+}
+
 fn is_lazy<const D: usize>(t: &Tensor<V, D>) -> bool {
     t.clone().into_primitive().tensor().is_lazy_outer()
 }
@@ -220,17 +235,8 @@ fn should_materialize_once_for_other_ops_and_other_readers() {
 #[test]
 fn should_broadcast_an_unbatched_input() {
     // The input is shared (in_axes None), the output gradient is per example.
-    let layer = layer();
-    let x = Tensor::<AD, 1>::random([D_IN], Distribution::Default, &Default::default());
     let ts = Tensor::<AD, 2>::random([B, D_OUT], Distribution::Default, &Default::default());
-    let grads: ParamGrads<V> = vmap(|(x, t): (Tensor<AD, 1>, Tensor<AD, 1>)| {
-        let mut g = (layer.forward(x) * t).sum().backward();
-        ParamGrads::from_module(&mut g, &layer)
-    })
-    .in_axes([None, Some(0)])
-    .call((x, ts))
-    .unwrap();
-    let g: Tensor<V, 3> = grads.get("weight").unwrap();
+    let g = shared_input_weight_grads(ts);
     assert!(is_lazy(&g));
     let d = dense(&g);
     close(g.clone().sum_dim(0), d.clone().sum_dim(0));
@@ -288,17 +294,7 @@ fn should_keep_several_rows_per_example_dense() {
 #[test]
 fn should_broadcast_a_shared_input_against_an_empty_batch() {
     // Batch size 0 against the shared input's size-1 dim: the product has 0 examples.
-    let layer = layer();
-    let x = Tensor::<AD, 1>::random([D_IN], Distribution::Default, &Default::default());
-    let ts = Tensor::<AD, 2>::zeros([0, D_OUT], &Default::default());
-    let grads: ParamGrads<V> = vmap(|(x, t): (Tensor<AD, 1>, Tensor<AD, 1>)| {
-        let mut g = (layer.forward(x) * t).sum().backward();
-        ParamGrads::from_module(&mut g, &layer)
-    })
-    .in_axes([None, Some(0)])
-    .call((x, ts))
-    .unwrap();
-    let g: Tensor<V, 3> = grads.get("weight").unwrap();
+    let g = shared_input_weight_grads(Tensor::<AD, 2>::zeros([0, D_OUT], &Default::default()));
     assert_eq!(g.dims(), [0, D_IN, D_OUT]);
     assert_eq!(dense(&g).dims(), [0, D_IN, D_OUT]);
     let total = g.sum_dim(0).into_data();

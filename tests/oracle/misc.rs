@@ -372,22 +372,14 @@ fn reductions_of_batched_permuted_layouts_match_the_loop() {
                 loop_maxes.push(m);
             }
             let what = format!("mapped axis {axis}, reduced dim {dim}");
-            assert_eq!(
-                sums.into_data().to_vec::<f32>().unwrap(),
-                Tensor::stack::<4>(loop_sums, 0)
-                    .into_data()
-                    .to_vec::<f32>()
-                    .unwrap(),
-                "sum: {what}"
-            );
-            assert_eq!(
-                maxes.into_data().to_vec::<f32>().unwrap(),
-                Tensor::stack::<4>(loop_maxes, 0)
-                    .into_data()
-                    .to_vec::<f32>()
-                    .unwrap(),
-                "max: {what}"
-            );
+            let values = |t: Tensor<V, 4>| t.into_data().to_vec::<f32>().unwrap();
+            for (name, got, parts) in [("sum", sums, loop_sums), ("max", maxes, loop_maxes)] {
+                assert_eq!(
+                    values(got),
+                    values(Tensor::stack(parts, 0)),
+                    "{name}: {what}"
+                );
+            }
         }
     }
 }
