@@ -25,13 +25,6 @@ pub(crate) fn binary<B: Backend, K1: Kind<B>, K2: Kind<B>, Q>(
         return VmapTensor::new(f(lhs.inner(), rhs.inner()), BatchDims::none()).with_scalar(scalar);
     }
     let bdims = BatchDims::union([&lhs.bdims, &rhs.bdims]);
-    if bdims.sizes().any(|size| size == 0) {
-        // An empty batch: Burn 0.21's cubecl backends refuse to broadcast a size-1 dim against
-        // a size-0 one, so the missing levels are expanded (to nothing).
-        let l = materialize::<B, K1>(lhs, &bdims);
-        let r = materialize::<B, K2>(rhs, &bdims);
-        return VmapTensor::new(f(l, r), bdims).with_scalar(scalar);
-    }
     let l = align::<B, K1>(lhs, &bdims);
     let r = align::<B, K2>(rhs, &bdims);
     VmapTensor::new(f(l, r), bdims).with_scalar(scalar)

@@ -225,6 +225,8 @@ pub(crate) fn with_batch_sizes(bdims: &BatchDims, logical: &[usize]) -> Shape {
 
 /// Reshapes `t` so that its batch dims line up with `target` (a superset of its own), inserting
 /// size-1 dims at the levels it lacks. No data moves; the backend's broadcasting does the rest.
+/// With an empty batch in `target` the inserted dims are expanded (to nothing, a view): Burn
+/// 0.21's cubecl backends refuse to broadcast a size-1 dim against a size-0 one.
 pub(crate) fn align<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, target: &BatchDims) -> K::P {
     let (inner, bdims) = t.into_parts();
     if &bdims == target {
@@ -248,7 +250,11 @@ pub(crate) fn align<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, target: &BatchD
         .as_slice()
         .iter()
         .all(|d| target.position(d.level).is_some()));
-    K::reshape(inner, dims)
+    let aligned = K::reshape(inner, dims);
+    if target.sizes().any(|size| size == 0) {
+        return K::expand(aligned, with_batch_sizes(target, logical));
+    }
+    aligned
 }
 
 /// Like [`align`], then expands the inserted size-1 dims to the full batch sizes, for ops whose

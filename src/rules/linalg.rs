@@ -30,8 +30,7 @@ pub(crate) fn matmul<B: Backend, K: Kind<B>>(
         && lshape[lshape.num_dims() - 1] == 1
         && lhs.physical_shape().num_dims() - lhs.bdims.len() >= 2
     {
-        // [.., m, 1] x [.., 1, n] = [.., m, 1] * [.., 1, n] (broadcast; the elementwise rule
-        // also expands missing levels of an empty batch, which cubecl will not broadcast).
+        // [.., m, 1] x [.., 1, n] = [.., m, 1] * [.., 1, n] (broadcast).
         return super::elementwise::binary::<B, K, K, _>(lhs, rhs, mul);
     }
     if rhs.bdims.is_empty() {

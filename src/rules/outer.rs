@@ -130,10 +130,6 @@ fn scaled<B: Backend>(o: VT<B>, s: VT<B>, op: fn(FP<B>, FP<B>) -> FP<B>) -> Fact
         return Err((o, s));
     }
     let bdims = BatchDims::union([&o.bdims, &s.bdims]);
-    if bdims.sizes().any(|size| size == 0) {
-        // An empty batch: the general rule (it expands what cubecl will not broadcast).
-        return Err((o, s));
-    }
     let (a, g, own) = factors::<B>(o);
     let a = align::<B, Float>(VmapTensor::new(a, own.clone()), &bdims);
     let g = align::<B, Float>(VmapTensor::new(g, own), &bdims);
