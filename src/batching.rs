@@ -10,8 +10,9 @@ use burn_backend::backend::Backend;
 use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
 use burn_backend::{Shape, TensorMetadata};
 
+use crate::level::Level;
 use crate::rules::helpers::{move_dim, with_batch_sizes, Kind};
-use crate::tensor::{BatchDim, BatchDims, Level, VmapTensor};
+use crate::tensor::{BatchDim, BatchDims, VmapTensor};
 use crate::Vmap;
 
 /// A backend whose tensors can be batched at a vmap level: [`Vmap<B>`] and `Autodiff<B>` over

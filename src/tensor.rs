@@ -16,37 +16,12 @@
 //! the batch dims have a fixed physical place, a rule never needs to know which vmap is the
 //! current one: it treats the leading `batch_dims().len()` dims as independent batch indices.
 
-use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use burn_backend::{DType, QTensorPrimitive, Shape, TensorMetadata};
 use burn_std::quantization::{QuantAcc, QuantPropagation, QuantScheme};
 
-/// A vmap level: one per active `vmap` call. Levels are allocated in increasing order, so an
-/// inner `vmap` always has a larger level than every enclosing one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Level(u64);
-
-static NEXT_LEVEL: AtomicU64 = AtomicU64::new(1);
-
-impl Level {
-    /// Allocates a fresh level, larger than every level allocated before.
-    ///
-    /// ```
-    /// use burn_vmap::Level;
-    /// let a = Level::fresh();
-    /// let b = Level::fresh();
-    /// assert!(b > a);
-    /// ```
-    pub fn fresh() -> Self {
-        Level(NEXT_LEVEL.fetch_add(1, Ordering::Relaxed))
-    }
-
-    /// The level's number (for messages and debugging).
-    pub fn id(self) -> u64 {
-        self.0
-    }
-}
+use crate::level::Level;
 
 /// One batch dimension: the vmap level it belongs to and its size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -132,7 +107,7 @@ impl BatchDims {
         assert!(
             self.position(dim.level).is_none(),
             "vmap: tensor already batched at level {}",
-            dim.level.0
+            dim.level.id()
         );
         let pos = self.insertion_point(dim.level);
         self.0.insert(pos, dim);
@@ -157,9 +132,10 @@ impl BatchDims {
             for d in &set.0 {
                 match out.iter().find(|o| o.level == d.level) {
                     Some(o) => assert_eq!(
-                        o.size, d.size,
+                        o.size,
+                        d.size,
                         "vmap: operands batched at level {} with different sizes",
-                        d.level.0
+                        d.level.id()
                     ),
                     None => out.push(*d),
                 }

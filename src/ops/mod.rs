@@ -31,7 +31,7 @@ pub(crate) fn assert_unbatched<P>(t: &VmapTensor<P>, op: &str) {
         .batch_dims()
         .as_slice()
         .iter()
-        .find(|d| crate::rules::random::is_finished(d.level))
+        .find(|d| crate::level::is_finished(d.level))
     {
         panic!(
             "vmap: {op}: this tensor is batched at vmap level {} (size {}), whose vmap call has \

@@ -29,7 +29,8 @@ use burn_backend::tensor::Float;
 use burn_backend::{Scalar, Shape, TensorMetadata};
 
 use super::helpers::{align, kernel_layout, move_dim, with_batch_sizes, Kind};
-use crate::tensor::{BatchDims, Level, VmapTensor};
+use crate::level::Level;
+use crate::tensor::{BatchDims, VmapTensor};
 
 type FP<B> = <B as burn_backend::backend::BackendTypes>::FloatTensorPrimitive;
 type VT<B> = VmapTensor<FP<B>>;

@@ -6,8 +6,8 @@ use burn_backend::tensor::{Bool, Float, Int};
 use burn_backend::{Shape, TensorPrimitive};
 
 use crate::batching::BatchOps;
+use crate::level::Level;
 use crate::rules::helpers::Kind;
-use crate::tensor::Level;
 use crate::transform::leaf::{batch_leaf, unbatch_leaf};
 use crate::tree::{Leaf, Spec, Tree};
 use crate::VmapError;

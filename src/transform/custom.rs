@@ -1,15 +1,14 @@
 //! [`custom_vmap`]: a user-defined batching rule for a function, and [`sequential_vmap`], the
 //! loop as that rule.
 
-use std::sync::Mutex;
-
 use burn_backend::backend::Backend;
 use burn_backend::tensor::{Bool, Float, Int};
 use burn_backend::{Slice, TensorPrimitive};
 
 use crate::batching::BatchOps;
+use crate::level::{is_private, Level, PrivateLevel};
 use crate::rules::helpers::Kind;
-use crate::tensor::{BatchDim, Level};
+use crate::tensor::BatchDim;
 use crate::transform::leaf::{batch_leaf, leaf_batch_dims, unbatch_leaf};
 use crate::tree::{DynTree, Leaf, Spec, Tree, TreeDef};
 use crate::VmapError;
@@ -264,39 +263,6 @@ fn leaf_device<B: Backend>(leaf: &Leaf<B>) -> B::Device {
         Leaf::Float(TensorPrimitive::QFloat(t)) => B::q_device(t),
         Leaf::Int(t) => B::int_device(t),
         Leaf::Bool(t) => B::bool_device(t),
-    }
-}
-
-// =================================================================================================
-// Private levels
-// =================================================================================================
-
-/// Levels that [`sequential_vmap`] uses to hold one example (size 1): invisible to custom rules,
-/// so that calling the function on one example does not start the rule again at that level.
-static PRIVATE_LEVELS: Mutex<Vec<Level>> = Mutex::new(Vec::new());
-
-fn private_levels() -> std::sync::MutexGuard<'static, Vec<Level>> {
-    PRIVATE_LEVELS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn is_private(level: Level) -> bool {
-    private_levels().contains(&level)
-}
-
-/// A fresh private level, unregistered on drop (also when unwinding).
-struct PrivateLevel(Level);
-
-impl PrivateLevel {
-    fn new() -> Self {
-        let level = Level::fresh();
-        private_levels().push(level);
-        Self(level)
-    }
-}
-
-impl Drop for PrivateLevel {
-    fn drop(&mut self) {
-        private_levels().retain(|&l| l != self.0);
     }
 }
 

@@ -3,7 +3,8 @@
 use burn_backend::TensorPrimitive;
 
 use crate::batching::BatchOps;
-use crate::tensor::{BatchDims, Level};
+use crate::level::Level;
+use crate::tensor::BatchDims;
 use crate::tree::Leaf;
 
 pub(crate) fn batch_leaf<B: BatchOps>(leaf: Leaf<B>, axis: usize, level: Level) -> Leaf<B> {

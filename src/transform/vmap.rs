@@ -3,8 +3,7 @@
 use burn_backend::TensorPrimitive;
 
 use crate::batching::BatchOps;
-use crate::rules::random::{is_finished, Randomness, VmapScope};
-use crate::tensor::Level;
+use crate::level::{is_finished, Level, Randomness, VmapScope};
 use crate::transform::leaf::{batch_leaf, leaf_batch_dims, unbatch_leaf};
 use crate::tree::{Leaf, Spec, Tree};
 use crate::VmapError;
