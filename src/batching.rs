@@ -11,7 +11,7 @@ use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor}
 use burn_backend::{Shape, TensorMetadata};
 
 use crate::level::Level;
-use crate::rules::helpers::{move_dim, with_batch_sizes, Kind};
+use crate::physical::{move_dim, with_batch_sizes, Kind};
 use crate::tensor::{BatchDim, BatchDims, VmapTensor};
 use crate::Vmap;
 

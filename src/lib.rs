@@ -32,6 +32,7 @@ mod batching;
 mod error;
 mod level;
 mod ops;
+mod physical;
 pub(crate) mod rules;
 mod tensor;
 pub mod transform;

@@ -12,7 +12,7 @@ use crate::tensor::{BatchDims, VmapTensor};
 /// A new unbatched tensor of logical shape `shape`, made by `make` at its physical shape.
 pub(crate) fn create<P>(shape: Shape, make: impl FnOnce(Shape) -> P) -> VmapTensor<P> {
     let scalar = shape.num_dims() == 0;
-    let physical = super::helpers::with_batch_sizes(&BatchDims::none(), &shape);
+    let physical = crate::physical::with_batch_sizes(&BatchDims::none(), &shape);
     VmapTensor::new(make(physical), BatchDims::none()).with_scalar(scalar)
 }
 

@@ -2,7 +2,8 @@
 
 use burn_backend::backend::Backend;
 
-use super::helpers::{align, materialize, Kind};
+use super::helpers::{align, materialize};
+use crate::physical::Kind;
 use crate::tensor::{BatchDims, VmapTensor};
 
 /// An op that maps each element (or acts on logical dims only): batch dims pass through.

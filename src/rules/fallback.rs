@@ -19,7 +19,8 @@ use std::sync::Mutex;
 use burn_backend::backend::Backend;
 use burn_backend::{Shape, Slice, TensorMetadata};
 
-use super::helpers::{materialize, with_batch_sizes, Kind};
+use super::helpers::materialize;
+use crate::physical::{with_batch_sizes, Kind};
 use crate::tensor::{BatchDims, VmapTensor};
 
 /// 0: not decided yet (read the environment), 1: off, 2: on.

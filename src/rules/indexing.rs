@@ -8,7 +8,8 @@ use burn_backend::backend::Backend;
 use burn_backend::tensor::{Bool, Int};
 use burn_backend::{Shape, Slice, TensorMetadata};
 
-use super::helpers::{batch_slices, materialize, Kind};
+use super::helpers::{batch_slices, materialize};
+use crate::physical::Kind;
 use crate::tensor::{BatchDims, VmapTensor};
 
 type IntP<B> = <B as burn_backend::backend::BackendTypes>::IntTensorPrimitive;
@@ -223,7 +224,7 @@ fn flatten_batch<B: Backend, K: Kind<B>>(t: K::P, bdims: &BatchDims) -> K::P {
 /// `[E, rest..] -> [b.., rest..]`.
 fn unflatten_batch<B: Backend, K: Kind<B>>(t: K::P, bdims: &BatchDims) -> K::P {
     let shape = t.shape();
-    K::reshape(t, super::helpers::with_batch_sizes(bdims, &shape[1..]))
+    K::reshape(t, crate::physical::with_batch_sizes(bdims, &shape[1..]))
 }
 
 /// `gather_nd(data, indices)`: `out[m..] = data[indices[m.., :]]`, shape `[M.., D_K..]`.

@@ -5,7 +5,8 @@ use burn_backend::ops::FloatTensorOps;
 use burn_backend::tensor::Float;
 use burn_backend::{Shape, TensorMetadata};
 
-use super::helpers::{align, Kind};
+use super::helpers::align;
+use crate::physical::Kind;
 use crate::tensor::{BatchDims, VmapTensor};
 
 /// `matmul(lhs, rhs)` over the last two logical dims, broadcasting the leading ones.

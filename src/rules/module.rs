@@ -6,7 +6,8 @@ use burn_backend::backend::Backend;
 use burn_backend::tensor::Float;
 use burn_backend::{Shape, TensorMetadata};
 
-use super::helpers::{materialize, with_batch_sizes, Kind};
+use super::helpers::materialize;
+use crate::physical::{with_batch_sizes, Kind};
 use crate::tensor::{BatchDims, VmapTensor};
 
 /// `[b.., N, rest..] -> [b*..*N, rest..]`.

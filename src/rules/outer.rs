@@ -28,8 +28,9 @@ use burn_backend::backend::Backend;
 use burn_backend::tensor::Float;
 use burn_backend::{Scalar, Shape, TensorMetadata};
 
-use super::helpers::{align, kernel_layout, move_dim, with_batch_sizes, Kind};
+use super::helpers::{align, kernel_layout};
 use crate::level::Level;
+use crate::physical::{move_dim, with_batch_sizes, Kind};
 use crate::tensor::{BatchDims, VmapTensor};
 
 type FP<B> = <B as burn_backend::backend::BackendTypes>::FloatTensorPrimitive;

@@ -50,6 +50,6 @@ pub(crate) fn random<P>(
 ) -> crate::tensor::VmapTensor<P> {
     let bdims = random_batch_dims(op);
     let scalar = shape.num_dims() == 0;
-    let physical = super::helpers::with_batch_sizes(&bdims, &shape);
+    let physical = crate::physical::with_batch_sizes(&bdims, &shape);
     crate::tensor::VmapTensor::new(draw(physical), bdims).with_scalar(scalar)
 }

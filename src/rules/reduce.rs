@@ -4,7 +4,8 @@ use burn_backend::backend::Backend;
 use burn_backend::tensor::{Float, Int};
 use burn_backend::{Scalar, Shape, TensorMetadata};
 
-use super::helpers::{kernel_layout, physical_dim, Kind};
+use super::helpers::{kernel_layout, physical_dim};
+use crate::physical::Kind;
 use crate::tensor::VmapTensor;
 
 /// An op along one logical dim (`sum_dim`, `argmax`, `cumsum`, `unfold`, ...).
@@ -92,7 +93,7 @@ pub(crate) fn all<B: Backend, K: Fill<B>>(
     empty: f64,
 ) -> VmapTensor<K::P> {
     if t.shape().num_elements() == 0 {
-        let out = super::helpers::with_batch_sizes(&t.bdims, &[1]);
+        let out = crate::physical::with_batch_sizes(&t.bdims, &[1]);
         let (inner, bdims) = t.into_parts();
         return VmapTensor::new(K::fill(out, empty, &inner), bdims);
     }

@@ -7,7 +7,7 @@ use burn_backend::{Shape, TensorPrimitive};
 
 use crate::batching::BatchOps;
 use crate::level::Level;
-use crate::rules::helpers::Kind;
+use crate::physical::Kind;
 use crate::transform::leaf::{batch_leaf, unbatch_leaf};
 use crate::tree::{Leaf, Spec, Tree};
 use crate::VmapError;

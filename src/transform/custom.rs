@@ -7,7 +7,7 @@ use burn_backend::{Slice, TensorPrimitive};
 
 use crate::batching::BatchOps;
 use crate::level::{is_private, Level, PrivateLevel};
-use crate::rules::helpers::Kind;
+use crate::physical::Kind;
 use crate::tensor::BatchDim;
 use crate::transform::leaf::{batch_leaf, leaf_batch_dims, unbatch_leaf};
 use crate::tree::{DynTree, Leaf, Spec, Tree, TreeDef};

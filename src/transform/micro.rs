@@ -14,7 +14,7 @@ use burn_backend::{Shape, Slice, TensorMetadata};
 use burn::module::AutodiffModule;
 
 use crate::batching::BatchOps;
-use crate::rules::helpers::Kind;
+use crate::physical::Kind;
 use crate::transform::grad::ParamGrads;
 use crate::transform::vmap::{vmap, Axes};
 use crate::tree::accumulate::{accumulator_spec, from_flat, to_flat, AccContext, Flat, RowOp};
