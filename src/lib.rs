@@ -29,6 +29,7 @@ extern crate self as burn_vmap;
 
 mod backend;
 mod batching;
+mod compat;
 mod error;
 mod level;
 mod ops;

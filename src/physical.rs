@@ -32,12 +32,7 @@ macro_rules! impl_kind {
             type P = B::$prim;
             #[inline]
             fn reshape(t: Self::P, shape: Shape) -> Self::P {
-                crate::rules::helpers::reshape_with(
-                    t,
-                    shape,
-                    |t, s| B::$reshape(t, s),
-                    |t, a| B::$permute(t, a),
-                )
+                crate::compat::reshape(t, shape, |t, s| B::$reshape(t, s), |t, a| B::$permute(t, a))
             }
             #[inline]
             fn permute(t: Self::P, axes: &[usize]) -> Self::P {

@@ -160,8 +160,8 @@ impl BatchDims {
 /// a second reshape replaces the first, and a reshape back to the data's own shape cancels it.
 /// Rules that fold every leading dim into rows (`linear` and its backward ops) read the data
 /// as it is. This removes the copies of Burn's `linear` on a single example (it inserts and
-/// removes a leading size-1 dim), which some backends (burn-ndarray 0.21) make on every
-/// reshape.
+/// removes a leading size-1 dim), which some backends make on every reshape (see
+/// `crate::compat`).
 ///
 /// # Lazy outer products
 ///

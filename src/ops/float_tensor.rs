@@ -309,7 +309,7 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         indices_dtype: IntDType,
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
         let (inner, bdims) = tensor.into_parts();
-        let inner = crate::rules::helpers::kernel_layout::<B, Float>(inner);
+        let inner = crate::compat::kernel_layout::<B, Float>(inner);
         let (values, indices) =
             B::float_sort_with_indices(inner, dim + bdims.len(), descending, indices_dtype);
         (

@@ -244,7 +244,7 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
         descending: bool,
     ) -> (IntTensor<Self>, IntTensor<Self>) {
         let (inner, bdims) = tensor.into_parts();
-        let inner = crate::rules::helpers::kernel_layout::<B, Int>(inner);
+        let inner = crate::compat::kernel_layout::<B, Int>(inner);
         let (values, indices) = B::int_sort_with_indices(inner, dim + bdims.len(), descending);
         (
             VmapTensor::new(values, bdims.clone()),

@@ -1,6 +1,6 @@
 //! New tensors and reading them back: a logical rank-0 tensor is created and read as `[1]`
-//! (see [`VmapTensor`]'s physical layout), since Burn 0.21's cubecl backends cannot allocate
-//! a rank-0 tensor and NdArray cannot reshape to one.
+//! (see [`VmapTensor`]'s physical layout), since some backends cannot allocate a rank-0 tensor
+//! or reshape to one (see [`crate::compat`]).
 
 use core::future::Future;
 

@@ -9,6 +9,7 @@ use burn_backend::tensor::{Bool, Int};
 use burn_backend::{Shape, Slice, TensorMetadata};
 
 use super::helpers::{batch_slices, materialize};
+use crate::compat;
 use crate::physical::Kind;
 use crate::tensor::{BatchDims, VmapTensor};
 
@@ -148,14 +149,14 @@ pub(crate) fn mask_where<B: Backend, K: Kind<B>>(
     let scalar = tensor.is_scalar();
     if tensor.bdims.is_empty() && mask.bdims.is_empty() && value.bdims.is_empty() {
         let (t, m, v) = (tensor.inner(), mask.inner(), value.inner());
-        let t = to_broadcast::<B, K>(t, &[m.shape(), v.shape()]);
+        let t = compat::mask_target::<B, K>(t, &[m.shape(), v.shape()]);
         return VmapTensor::unbatched(f(t, m, v)).with_scalar(scalar);
     }
     let bdims = BatchDims::union([&tensor.bdims, &mask.bdims, &value.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let m = materialize::<B, Bool>(mask, &bdims);
     let v = materialize::<B, K>(value, &bdims);
-    let t = to_broadcast::<B, K>(t, &[m.shape(), v.shape()]);
+    let t = compat::mask_target::<B, K>(t, &[m.shape(), v.shape()]);
     VmapTensor::new(f(t, m, v), bdims).with_scalar(scalar)
 }
 
@@ -168,29 +169,14 @@ pub(crate) fn mask_fill<B: Backend, K: Kind<B>>(
     let scalar = tensor.is_scalar();
     if tensor.bdims.is_empty() && mask.bdims.is_empty() {
         let (t, m) = (tensor.inner(), mask.inner());
-        let t = to_broadcast::<B, K>(t, &[m.shape()]);
+        let t = compat::mask_target::<B, K>(t, &[m.shape()]);
         return VmapTensor::unbatched(f(t, m)).with_scalar(scalar);
     }
     let bdims = BatchDims::union([&tensor.bdims, &mask.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let m = materialize::<B, Bool>(mask, &bdims);
-    let t = to_broadcast::<B, K>(t, &[m.shape()]);
+    let t = compat::mask_target::<B, K>(t, &[m.shape()]);
     VmapTensor::new(f(t, m), bdims).with_scalar(scalar)
-}
-
-/// The masked tensor expanded to the broadcast shape of the mask ops' operands (same rank):
-/// Burn 0.21's cubecl `mask_where` / `mask_fill` run one unit per element of the tensor, so
-/// output elements beyond a smaller tensor (`max_pair` of a `[1]` and a `[2]` tensor masks the
-/// `[1]` one) were never written. A view; nothing when the shapes already agree.
-fn to_broadcast<B: Backend, K: Kind<B>>(t: K::P, others: &[Shape]) -> K::P {
-    let shape = t.shape();
-    // Incompatible shapes are left to the backend's own error.
-    let out =
-        Shape::broadcast_many(core::iter::once(&shape).chain(others)).unwrap_or(shape.clone());
-    if out == shape {
-        return t;
-    }
-    K::expand(t, out)
 }
 
 /// `[E, M.., K]` indices (batch dims flattened to `E`) with the example number prepended to
@@ -250,8 +236,7 @@ pub(crate) fn gather_nd<B: Backend, K: Kind<B>>(
 /// union of the batch dims and flattened to `E` examples; index tuples gain their example
 /// number, so one `scatter_nd` on `[E, D..]` updates each example independently.
 ///
-/// The inner op always gets one flat dim of index tuples ([`flat_tuples`]): Burn 0.21's cubecl
-/// `scatter_nd` pairs tuples with the wrong value rows when the tuples span several dims.
+/// The inner op always gets one flat dim of index tuples ([`compat::flat_tuples`]).
 pub(crate) fn scatter_nd<B: Backend, K: Kind<B>>(
     data: VmapTensor<K::P>,
     indices: VmapTensor<IntP<B>>,
@@ -260,30 +245,13 @@ pub(crate) fn scatter_nd<B: Backend, K: Kind<B>>(
 ) -> VmapTensor<K::P> {
     let bdims = BatchDims::union([&data.bdims, &indices.bdims, &values.bdims]);
     if bdims.is_empty() {
-        let (i, v) = flat_tuples::<B, K>(indices.inner(), values.inner());
+        let (i, v) = compat::flat_tuples::<B, K>(indices.inner(), values.inner());
         return VmapTensor::unbatched(f(data.inner(), i, v));
     }
     let d = flatten_batch::<B, K>(materialize::<B, K>(data, &bdims), &bdims);
     let i = flatten_batch::<B, Int>(materialize::<B, Int>(indices, &bdims), &bdims);
     let v = flatten_batch::<B, K>(materialize::<B, K>(values, &bdims), &bdims);
-    let (i, v) = flat_tuples::<B, K>(prepend_example_index::<B>(i), v);
+    let (i, v) = compat::flat_tuples::<B, K>(prepend_example_index::<B>(i), v);
     let out = f(d, i, v);
     VmapTensor::new(unflatten_batch::<B, K>(out, &bdims), bdims)
-}
-
-/// `scatter_nd`'s operands with their tuple dims `M..` flattened into one: indices
-/// `[M.., K] -> [m, K]`, values `[M.., D..] -> [m, D..]` (the same updates).
-fn flat_tuples<B: Backend, K: Kind<B>>(indices: IntP<B>, values: K::P) -> (IntP<B>, K::P) {
-    let ishape = indices.shape();
-    let tuple_dims = ishape.num_dims() - 1;
-    if tuple_dims == 1 {
-        return (indices, values);
-    }
-    let m: usize = ishape[..tuple_dims].iter().product();
-    let vshape = values.shape();
-    let indices = <Int as Kind<B>>::reshape(indices, Shape::from(vec![m, ishape[tuple_dims]]));
-    let flat_values: Shape = core::iter::once(m)
-        .chain(vshape[tuple_dims..].iter().copied())
-        .collect();
-    (indices, K::reshape(values, flat_values))
 }

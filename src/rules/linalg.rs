@@ -6,6 +6,7 @@ use burn_backend::tensor::Float;
 use burn_backend::{Shape, TensorMetadata};
 
 use super::helpers::align;
+use crate::compat;
 use crate::physical::Kind;
 use crate::tensor::{BatchDims, VmapTensor};
 
@@ -40,10 +41,12 @@ pub(crate) fn matmul<B: Backend, K: Kind<B>>(
         let lshape = lhs.physical_shape();
         let lrank = lshape.num_dims() - lhs.bdims.len();
         let rows: usize = lshape[..lshape.num_dims() - 1].iter().product();
-        // `rows > 0`: a batch of size 0 (or an empty leading dim) takes the broadcasting path
-        // below; the folded `[0, k] x [k, n]` product divides by zero in burn-ndarray's matmul
-        // (found by the loop oracle, tests/oracle/misc.rs `batch_size_zero`).
-        if rrank >= 2 && lrank >= 2 && rows > 0 && rshape[..rrank - 2].iter().all(|&d| d == 1) {
+        // A batch of size 0 (or an empty leading dim) takes the broadcasting path below.
+        if rrank >= 2
+            && lrank >= 2
+            && compat::can_fold_rows(rows)
+            && rshape[..rrank - 2].iter().all(|&d| d == 1)
+        {
             let (k, n) = (rshape[rrank - 2], rshape[rrank - 1]);
             let (l, _, bdims) = lhs.into_stored();
             let l2 = rows_of::<B, K>(l, rows, k);

@@ -28,7 +28,8 @@ use burn_backend::backend::Backend;
 use burn_backend::tensor::Float;
 use burn_backend::{Scalar, Shape, TensorMetadata};
 
-use super::helpers::{align, kernel_layout};
+use super::helpers::align;
+use crate::compat::{self, kernel_layout};
 use crate::level::Level;
 use crate::physical::{move_dim, with_batch_sizes, Kind};
 use crate::tensor::{BatchDims, VmapTensor};
@@ -44,9 +45,8 @@ type IT<B> = VmapTensor<<B as burn_backend::backend::BackendTypes>::IntTensorPri
 type Factored<B> = Result<VT<B>, Declined<B>>;
 type Declined<B> = (VT<B>, VT<B>);
 
-/// A lazy outer product of aligned factors; an empty one is formed at once (nothing to save,
-/// and Burn 0.21's cubecl backends refuse to broadcast a size-1 dim against a size-0 one, so
-/// both factors are expanded first).
+/// A lazy outer product of aligned factors; an empty one is formed at once (nothing to save;
+/// see [`compat::empty_outer_product`]).
 fn outer<B: Backend>(a: FP<B>, g: FP<B>, bdims: BatchDims) -> VT<B> {
     let t = VmapTensor::outer(a, g, bdims, B::float_mul);
     let shape = t.physical_shape();
@@ -54,10 +54,7 @@ fn outer<B: Backend>(a: FP<B>, g: FP<B>, bdims: BatchDims) -> VT<B> {
         return t;
     }
     let (a, g, bdims) = factors::<B>(t);
-    VmapTensor::new(
-        B::float_mul(B::float_expand(a, shape.clone()), B::float_expand(g, shape)),
-        bdims,
-    )
+    VmapTensor::new(compat::empty_outer_product::<B>(a, g, shape), bdims)
 }
 
 /// `linear_weight_backward(x, g) = x^T g` when every example has one row (`x: [.., d_in]`,

@@ -4,7 +4,8 @@ use burn_backend::backend::Backend;
 use burn_backend::tensor::{Float, Int};
 use burn_backend::{Scalar, Shape, TensorMetadata};
 
-use super::helpers::{kernel_layout, physical_dim};
+use super::helpers::physical_dim;
+use crate::compat::kernel_layout;
 use crate::physical::Kind;
 use crate::tensor::VmapTensor;
 
@@ -36,8 +37,8 @@ pub(crate) fn reduce_dim<B: Backend, K: Kind<B>, Q>(
 }
 
 /// A reduction with a value over no element (a sum's 0, a product's 1, a float mean's NaN)
-/// along one logical dim: an empty dim gives that value, as NdArray does (Burn 0.21's cubecl
-/// backends refuse to reduce a zero-length axis), otherwise as [`reduce_dim`].
+/// along one logical dim: an empty dim gives that value on every backend (some refuse to
+/// reduce a zero-length axis: see [`crate::compat`]), otherwise as [`reduce_dim`].
 pub(crate) fn reduce_dim_or<B: Backend, K: Fill<B>>(
     t: VmapTensor<K::P>,
     dim: usize,
@@ -112,7 +113,7 @@ pub(crate) fn all<B: Backend, K: Fill<B>>(
         along(inner, nb)
     } else {
         // One logical dim at a time from the last, then reshape the small result: no copy of
-        // the full tensor (burn-ndarray 0.21 copies on every reshape). Valid for every
+        // the full tensor (some backends copy on every reshape: see `compat`). Valid for every
         // reduction `all` serves (sum, mean, prod, max, min, any, all).
         let mut inner = inner;
         for d in (nb..rank).rev() {

@@ -21,7 +21,7 @@ pub(crate) fn reshape<B: Backend, K: Kind<B>>(
     if t.bdims.is_empty() {
         let current = t.physical_shape();
         let (inner, bdims) = t.into_parts();
-        // Already that shape: some backends (burn-ndarray 0.21) copy on every reshape.
+        // Already that shape: some backends copy on every reshape (see `compat`).
         let inner = if current == phys {
             inner
         } else {

@@ -294,7 +294,7 @@ fn broadcast(batch: &[Option<Vec<usize>>], paths: &[String]) -> Result<Vec<usize
 /// Which batch dims of a leaf are mapped. A dim is mapped when its size is the broadcast size;
 /// a size-1 dim that broadcasts is dropped (the leaf is shared along that level). Dropping every
 /// batch dim of a rank-0 leaf would leave an unbatched rank-0 tensor, which some backends
-/// (NdArray) cannot make by a reshape: then its innermost batch dim is expanded (a view) and
+/// cannot make by a reshape (see `compat`): then its innermost batch dim is expanded (a view) and
 /// mapped instead.
 fn plan_leaf(b: &[usize], rank: usize, target: &[usize]) -> LeafPlan {
     let first_pos = target.len() - b.len();

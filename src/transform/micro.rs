@@ -494,8 +494,7 @@ fn concat_parts<B: Backend>(
 /// Concatenates leaves of one kind along axis 0.
 fn leaf_cat<B: Backend>(mut parts: Vec<Leaf<B>>) -> Leaf<B> {
     if parts.len() == 1 {
-        // One part is the result (some backends copy even a one-tensor `cat`, twice on
-        // burn-ndarray 0.21).
+        // One part is the result (some backends copy even a one-tensor `cat`: see `compat`).
         return parts.pop().expect("one part");
     }
     match parts.first() {

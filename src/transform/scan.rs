@@ -19,7 +19,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{Bool, Int, Tensor, TensorPrimitive};
+use burn::tensor::{Tensor, TensorPrimitive};
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_autodiff::grads::Gradients;
@@ -29,6 +29,7 @@ use burn_backend::backend::Backend;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, Shape, Slice, TensorMetadata};
 
+use crate::compat;
 use crate::tree::{Leaf, Tree, TreeDef};
 use crate::VmapError;
 
@@ -64,11 +65,11 @@ pub(crate) fn slice_leaf<B: Backend>(leaf: &Leaf<B>, axis: usize, range: Range<u
     }
 }
 
-/// Reshapes a leaf. Burn's NdArray backend cannot reshape to rank 0; there a `[1]` tensor
-/// becomes a rank-0 one through its data (a host copy, NdArray lives on the host anyway).
+/// Reshapes a leaf (to rank 0 through its data where the backend cannot reshape to it: see
+/// [`compat::rank0_through_data`]).
 fn reshape_leaf<B: Backend>(leaf: Leaf<B>, shape: Vec<usize>) -> Leaf<B> {
-    if shape.is_empty() && is_plain_ndarray::<B>(&leaf) {
-        return rank0_through_data(leaf);
+    if shape.is_empty() && !compat::reshapes_to_rank0::<B>(&leaf.device()) {
+        return compat::rank0_through_data(leaf);
     }
     let shape = Shape::from(shape);
     match leaf {
@@ -84,36 +85,6 @@ fn leaf_device<B: Backend>(leaf: &Leaf<B>) -> B::Device {
         Leaf::Float(TensorPrimitive::QFloat(t)) => B::q_device(t),
         Leaf::Int(t) => B::int_device(t),
         Leaf::Bool(t) => B::bool_device(t),
-    }
-}
-
-fn is_plain_ndarray<B: Backend>(leaf: &Leaf<B>) -> bool {
-    B::name(&leaf_device(leaf)) == "ndarray"
-}
-
-/// A one-element `[1]` leaf as a rank-0 leaf, through its data.
-fn rank0_through_data<B: Backend>(leaf: Leaf<B>) -> Leaf<B> {
-    let device = leaf_device(&leaf);
-    let one = |mut data: burn::tensor::TensorData| {
-        data.shape = Shape::from(Vec::<usize>::new());
-        data
-    };
-    match leaf {
-        Leaf::Float(t) => {
-            let data = Tensor::<B, 1>::from_primitive(t).into_data();
-            Leaf::Float(TensorPrimitive::Float(B::float_from_data(
-                one(data),
-                &device,
-            )))
-        }
-        Leaf::Int(t) => {
-            let data = Tensor::<B, 1, Int>::from_primitive(t).into_data();
-            Leaf::Int(B::int_from_data(one(data), &device))
-        }
-        Leaf::Bool(t) => {
-            let data = Tensor::<B, 1, Bool>::from_primitive(t).into_data();
-            Leaf::Bool(B::bool_from_data(one(data), &device))
-        }
     }
 }
 
@@ -1568,7 +1539,7 @@ where
         let root = Tensor::<Ad<B, CS>, 1>::from_primitive(TensorPrimitive::Float(root));
         // burn-autodiff holds the outer graph's lock during this backward step, and a backward
         // pass ends by visiting every graph: run this one on a thread that may finish later.
-        // Burn's cubecl backends queue work per thread ("stream"): the helper queues on this
+        // Burn's GPU backends queue work per thread ("stream"): the helper queues on this
         // thread's stream, so its kernels are ordered with the ones before and after this step
         // (on its own stream, tensors crossed between queues with no ordering: wrong gradients).
         let stream = burn_std::id::StreamId::current();

@@ -63,6 +63,16 @@ impl<B: Backend> Leaf<B> {
         }
     }
 
+    /// The device the tensor is on.
+    pub fn device(&self) -> B::Device {
+        match self {
+            Leaf::Float(TensorPrimitive::Float(t)) => B::float_device(t),
+            Leaf::Float(TensorPrimitive::QFloat(t)) => B::q_device(t),
+            Leaf::Int(t) => B::int_device(t),
+            Leaf::Bool(t) => B::bool_device(t),
+        }
+    }
+
     /// Maps the primitive, keeping the kind.
     pub fn map(
         self,

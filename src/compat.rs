@@ -1,0 +1,330 @@
+//! Every Burn 0.21 backend workaround, and the backend detection they use.
+//!
+//! Batched tensors are views that Burn's own code rarely builds (batch axes moved to the front,
+//! unit dims for missing levels), and they exposed bugs in Burn 0.21.0's backends. Each
+//! workaround below is a function that the rules call instead of the plain backend op, with a
+//! comment naming the bug and the version. Moving to a later Burn touches this file: re-check
+//! each entry, and where the bug is fixed, make the function the plain op. No other file of
+//! `src/` names a backend.
+//!
+//! | Burn 0.21.0 bug or limit | backends | workaround |
+//! |---|---|---|
+//! | reshapes that raise the rank of a non-contiguous tensor ending in size-1 dims get wrong strides (`burn_std::split_strides`) | cubecl (wgpu, CUDA) | [`reshape`] |
+//! | reductions, scans, sorts and `scatter_nd` misread some permuted or expanded layouts | cubecl | [`kernel_layout`] |
+//! | `scatter_nd` pairs index tuples spanning several dims with the wrong value rows | cubecl | [`flat_tuples`] |
+//! | `mask_where` / `mask_fill` leave part of a broadcast output unwritten when the masked tensor is the smaller operand | cubecl | [`mask_target`] |
+//! | broadcasting a size-1 dim against a size-0 one panics ("Broadcast dims must be size 1") | cubecl | [`expand_empty_batch`], [`empty_outer_product`] |
+//! | a folded `[0, k] x [k, n]` matmul divides by zero | ndarray | [`can_fold_rows`] |
+//! | reshaping to rank 0 panics | ndarray | [`reshapes_to_rank0`], [`rank0_through_data`] |
+//!
+//! Limits that shaped the design itself, and stay right on any backend (nothing to change on
+//! an upgrade):
+//!
+//! - rank-0 tensors cannot be allocated on cubecl, nor reached by a reshape on ndarray: a
+//!   logical rank-0 tensor is held as `[batch sizes.., 1]` (`VmapTensor`'s physical layout,
+//!   `rules::create`);
+//! - reductions over a zero-length dim panic on cubecl: sums, products and means over an empty
+//!   dim give 0, 1 and NaN on every backend (`rules::reduce::reduce_dim_or`, `reduce::all`);
+//! - burn-ndarray copies on every reshape, even to the same shape, and on a one-tensor `cat`:
+//!   reshapes of batched tensors are held pending (`VmapTensor`'s "Pending reshapes"), a
+//!   reshape to the same shape is skipped (`rules::view::reshape`), whole-tensor reductions
+//!   reduce one dim at a time (`rules::reduce::all`), and a cat of one leaf is that leaf
+//!   (`Leaf::cat`);
+//! - burn-cubecl's `is_nonoverlapping` overflows on zero-size tensors in debug builds: the
+//!   `ci-wgpu` profile of `Cargo.toml` turns overflow checks off for dependencies.
+//!
+//! Not fixable from a decorator: cubecl's `scatter_nd` with `Add` and a repeated index tuple
+//! loses updates at random (batched or not), and rank-0 tensors on a plain cubecl backend
+//! (outside `Vmap`) still panic inside Burn.
+
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use burn::tensor::{Bool, Int, Tensor};
+use burn_backend::backend::{Backend, BackendTypes};
+use burn_backend::tensor::Int as IntKind;
+use burn_backend::{Shape, TensorMetadata, TensorPrimitive};
+
+use crate::physical::{with_batch_sizes, Kind};
+use crate::tensor::BatchDims;
+use crate::tree::Leaf;
+
+// =================================================================================================
+// Backend detection
+// =================================================================================================
+
+/// What the workarounds need to know about a backend type, read from its name once.
+#[derive(Clone, Copy)]
+struct Flavor {
+    cubecl: bool,
+    ndarray: bool,
+}
+
+fn flavor<B: Backend>(device: &B::Device) -> Flavor {
+    static BY_BACKEND: OnceLock<Mutex<HashMap<TypeId, Flavor>>> = OnceLock::new();
+    *BY_BACKEND
+        .get_or_init(Default::default)
+        .lock()
+        .expect("backend cache")
+        .entry(TypeId::of::<B>())
+        .or_insert_with(|| {
+            let name = B::name(device);
+            Flavor {
+                cubecl: name.contains("cubecl"),
+                ndarray: name == "ndarray",
+            }
+        })
+}
+
+/// Whether `B` is one of Burn 0.21's cubecl backends (wgpu, CUDA), read from its name once per
+/// backend type.
+pub(crate) fn is_cubecl<B: Backend>(device: &B::Device) -> bool {
+    flavor::<B>(device).cubecl
+}
+
+/// Whether `B` is Burn 0.21's plain NdArray backend (not a decorator over it), read from its
+/// name once per backend type.
+pub(crate) fn is_ndarray<B: Backend>(device: &B::Device) -> bool {
+    flavor::<B>(device).ndarray
+}
+
+// =================================================================================================
+// cubecl: strides of rank-raising reshapes
+// =================================================================================================
+
+/// The backend's reshape, routed around a stride bug of Burn 0.21's cubecl backends (wgpu,
+/// CUDA). [`Kind::reshape`] goes through here, so every reshape of an inner tensor does.
+///
+/// `burn_std::split_strides` never consumes the old shape's trailing size-1 dims, so a reshape
+/// that raises the rank of a non-contiguous tensor whose last dim is 1 (other than prepending
+/// unit dims) gets the strides of the wrong dims: `[1, 1, 2, 3]` permuted to `[3, 2, 1, 1]`
+/// and reshaped to `[3, 2, 1, 1, 1]` reads `[1, 0, 0, 0, 0, 0]` instead of
+/// `[1, 4, 2, 5, 3, 6]`. Batching rules make such tensors all the time (a batch dim moved to
+/// the front, then size-1 dims inserted for missing levels), so:
+///
+/// - inserting size-1 dims (the aligning moves of the rules) prepends them, which cubecl does
+///   correctly without a copy, then permutes them into place (a view on every backend);
+/// - other rank-raising reshapes of a tensor ending in size-1 dims first permute those dims to
+///   the front (a view), so the source no longer ends in 1;
+/// - every other reshape is passed through.
+pub(crate) fn reshape<P: TensorMetadata>(
+    t: P,
+    shape: Shape,
+    reshape: impl Fn(P, Shape) -> P,
+    permute: impl Fn(P, &[usize]) -> P,
+) -> P {
+    let old = t.shape();
+    let (n_old, n_new) = (old.num_dims(), shape.num_dims());
+    let ends_in_unit = old.iter().last() == Some(&1) && old.iter().any(|&d| d != 1);
+    if n_new <= n_old || !ends_in_unit {
+        return reshape(t, shape);
+    }
+    let added = n_new - n_old;
+    if shape[added..] == old[..] && shape[..added].iter().all(|&d| d == 1) {
+        return reshape(t, shape);
+    }
+    match unit_insertion(&old, &shape) {
+        Some(axes) => {
+            let prepended: Shape = core::iter::repeat_n(1, added)
+                .chain(old.iter().copied())
+                .collect();
+            permute(reshape(t, prepended), &axes)
+        }
+        None => {
+            let trailing = old.iter().rev().take_while(|&&d| d == 1).count();
+            let axes: Vec<usize> = (n_old - trailing..n_old)
+                .chain(0..n_old - trailing)
+                .collect();
+            reshape(permute(t, &axes), shape)
+        }
+    }
+}
+
+/// When `new` is `old` with size-1 dims inserted: the permutation that takes
+/// `[1; added] ++ old` to `new`.
+fn unit_insertion(old: &[usize], new: &[usize]) -> Option<Vec<usize>> {
+    let added = new.len() - old.len();
+    let (mut next_old, mut next_unit) = (0, 0);
+    let mut axes = Vec::with_capacity(new.len());
+    for &d in new {
+        if next_old < old.len() && old[next_old] == d {
+            axes.push(added + next_old);
+            next_old += 1;
+        } else if d == 1 && next_unit < added {
+            axes.push(next_unit);
+            next_unit += 1;
+        } else {
+            return None;
+        }
+    }
+    (next_old == old.len()).then_some(axes)
+}
+
+// =================================================================================================
+// cubecl: kernels that misread strided layouts
+// =================================================================================================
+
+/// A physical tensor laid out so that every backend's kernels read it right: contiguous on
+/// Burn 0.21's cubecl backends (wgpu, CUDA), unchanged elsewhere.
+///
+/// cubecl's reductions (`sum_dim`, `max_dim`, ...) return wrong values for some permuted
+/// layouts: `[6, 2, 3]` with dims 1 and 2 swapped and a unit dim in front, summed over that
+/// unit dim, does not give the tensor back; its `scatter_nd` reads an expanded or permuted
+/// `values` operand as if it were contiguous. A loop over examples never builds such layouts,
+/// but batched tensors are permuted views all the time (batch axes moved to the front, unit
+/// dims permuted in by `rules::helpers::align`), so reductions, scans and sorts of batched
+/// tensors, and materialized operands, read them through this. The flattening reshape copies
+/// only a tensor that is not contiguous already; the reshape back is a view.
+pub(crate) fn kernel_layout<B: Backend, K: Kind<B>>(t: K::P) -> K::P {
+    let shape = t.shape();
+    let n = shape.num_elements();
+    if shape.num_dims() < 2 || n == 0 || !is_cubecl::<B>(&K::device(&t)) {
+        return t;
+    }
+    let flat = K::reshape(t, Shape::from(vec![n]));
+    K::reshape(flat, shape)
+}
+
+// =================================================================================================
+// cubecl: scatter_nd with several dims of index tuples
+// =================================================================================================
+
+type IntP<B> = <B as BackendTypes>::IntTensorPrimitive;
+
+/// `scatter_nd`'s operands with their tuple dims `M..` flattened into one: indices
+/// `[M.., K] -> [m, K]`, values `[M.., D..] -> [m, D..]` (the same updates). Burn 0.21's cubecl
+/// `scatter_nd` pairs tuples with the wrong value rows when the tuples span several dims, so
+/// the inner op always gets one flat dim of tuples (`rules::indexing::scatter_nd`).
+pub(crate) fn flat_tuples<B: Backend, K: Kind<B>>(
+    indices: IntP<B>,
+    values: K::P,
+) -> (IntP<B>, K::P) {
+    let ishape = indices.shape();
+    let tuple_dims = ishape.num_dims() - 1;
+    if tuple_dims == 1 {
+        return (indices, values);
+    }
+    let m: usize = ishape[..tuple_dims].iter().product();
+    let vshape = values.shape();
+    let indices = <IntKind as Kind<B>>::reshape(indices, Shape::from(vec![m, ishape[tuple_dims]]));
+    let flat_values: Shape = core::iter::once(m)
+        .chain(vshape[tuple_dims..].iter().copied())
+        .collect();
+    (indices, K::reshape(values, flat_values))
+}
+
+// =================================================================================================
+// cubecl: mask ops on a smaller masked tensor
+// =================================================================================================
+
+/// The masked tensor expanded to the broadcast shape of the mask ops' operands (same rank):
+/// Burn 0.21's cubecl `mask_where` / `mask_fill` run one unit per element of the tensor, so
+/// output elements beyond a smaller tensor (`max_pair` of a `[1]` and a `[2]` tensor masks the
+/// `[1]` one) were never written. A view; nothing when the shapes already agree.
+pub(crate) fn mask_target<B: Backend, K: Kind<B>>(t: K::P, others: &[Shape]) -> K::P {
+    let shape = t.shape();
+    // Incompatible shapes are left to the backend's own error.
+    let out =
+        Shape::broadcast_many(core::iter::once(&shape).chain(others)).unwrap_or(shape.clone());
+    if out == shape {
+        return t;
+    }
+    K::expand(t, out)
+}
+
+// =================================================================================================
+// cubecl: broadcasting against an empty batch
+// =================================================================================================
+
+/// An operand aligned to `target` (size-1 dims at the levels it lacks, then its `logical`
+/// dims), expanded to the full batch when `target` has an empty batch dim (to nothing, a view):
+/// Burn 0.21's cubecl backends refuse to broadcast a size-1 dim against a size-0 one
+/// ("Broadcast dims must be size 1").
+pub(crate) fn expand_empty_batch<B: Backend, K: Kind<B>>(
+    aligned: K::P,
+    target: &BatchDims,
+    logical: &[usize],
+) -> K::P {
+    if target.sizes().any(|size| size == 0) {
+        return K::expand(aligned, with_batch_sizes(target, logical));
+    }
+    aligned
+}
+
+/// The broadcast product of outer-product factors `a: [.., m, 1]` and `g: [.., 1, n]` whose
+/// product `shape` has no element, formed at once (`rules::outer`): both factors are expanded
+/// first, as Burn 0.21's cubecl backends refuse to broadcast a size-1 dim against a size-0 one.
+pub(crate) fn empty_outer_product<B: Backend>(
+    a: B::FloatTensorPrimitive,
+    g: B::FloatTensorPrimitive,
+    shape: Shape,
+) -> B::FloatTensorPrimitive {
+    B::float_mul(B::float_expand(a, shape.clone()), B::float_expand(g, shape))
+}
+
+// =================================================================================================
+// ndarray: an empty folded matmul
+// =================================================================================================
+
+/// Whether a batched matmul may fold its batch into `rows` rows of one `[rows, k] x [k, n]`
+/// product (`rules::linalg::matmul`): not with no row, as the folded `[0, k] x [k, n]` product
+/// divides by zero in burn-ndarray 0.21's matmul (found by the loop oracle,
+/// tests/oracle/misc.rs `batch_size_zero`). An empty batch takes the broadcasting path instead.
+pub(crate) fn can_fold_rows(rows: usize) -> bool {
+    rows > 0
+}
+
+// =================================================================================================
+// ndarray: reshapes to rank 0
+// =================================================================================================
+
+/// Whether a tensor of backend `B` can be reshaped to rank 0: not on Burn 0.21's plain NdArray
+/// backend (see [`rank0_through_data`]).
+pub(crate) fn reshapes_to_rank0<B: Backend>(device: &B::Device) -> bool {
+    !is_ndarray::<B>(device)
+}
+
+/// A one-element `[1]` leaf as a rank-0 leaf, through its data: Burn 0.21's NdArray backend
+/// cannot reshape to rank 0 (a host copy; NdArray lives on the host anyway).
+pub(crate) fn rank0_through_data<B: Backend>(leaf: Leaf<B>) -> Leaf<B> {
+    let device = leaf.device();
+    let one = |mut data: burn::tensor::TensorData| {
+        data.shape = Shape::from(Vec::<usize>::new());
+        data
+    };
+    match leaf {
+        Leaf::Float(t) => {
+            let data = Tensor::<B, 1>::from_primitive(t).into_data();
+            Leaf::Float(TensorPrimitive::Float(B::float_from_data(
+                one(data),
+                &device,
+            )))
+        }
+        Leaf::Int(t) => {
+            let data = Tensor::<B, 1, Int>::from_primitive(t).into_data();
+            Leaf::Int(B::int_from_data(one(data), &device))
+        }
+        Leaf::Bool(t) => {
+            let data = Tensor::<B, 1, Bool>::from_primitive(t).into_data();
+            Leaf::Bool(B::bool_from_data(one(data), &device))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unit_insertion;
+
+    #[test]
+    fn should_find_the_permutation_of_inserted_unit_dims() {
+        // [1, 1] ++ [3, 2, 1] -> [3, 1, 2, 1, 1]
+        assert_eq!(
+            unit_insertion(&[3, 2, 1], &[3, 1, 2, 1, 1]),
+            Some(vec![2, 0, 3, 4, 1])
+        );
+        assert_eq!(unit_insertion(&[3, 1], &[1, 3, 1]), Some(vec![0, 1, 2]));
+        assert_eq!(unit_insertion(&[6, 1], &[2, 3, 1]), None);
+        assert_eq!(unit_insertion(&[3, 2, 1], &[3, 1, 1, 1]), None);
+    }
+}
