@@ -1,5 +1,8 @@
-//! Moving a tensor in and out of a vmap level: the primitive moves that `vmap` is built on,
-//! for [`Vmap<B>`] and for `Autodiff` stacked on it (where they are differentiable).
+//! Moving a tensor in and out of a vmap level: the primitive moves that `vmap` is built on.
+//!
+//! [`BatchOps`] is the op trait of those moves. `Vmap<B>` implements it in `ops/batch.rs`
+//! (with the rules of `rules/batch.rs`); `Autodiff` stacked on such a backend implements it
+//! here, as differentiable ops.
 
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -7,15 +10,13 @@ use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{unary, Backward, Ops, OpsKind};
 use burn_autodiff::Autodiff;
 use burn_backend::backend::Backend;
-use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
+use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 use burn_backend::{Shape, TensorMetadata};
 
 use crate::level::Level;
-use crate::physical::{move_dim, with_batch_sizes, Kind};
-use crate::tensor::{BatchDim, BatchDims, VmapTensor};
-use crate::Vmap;
+use crate::tensor::BatchDims;
 
-/// A backend whose tensors can be batched at a vmap level: [`Vmap<B>`] and `Autodiff<B>` over
+/// A backend whose tensors can be batched at a vmap level: [`Vmap<B>`](crate::Vmap) and `Autodiff<B>` over
 /// such a backend. The transforms of this crate work on any `BatchOps` backend.
 ///
 /// All axes are logical. `*_batch(t, axis, level)` turns logical axis `axis` of `t` into a batch
@@ -70,111 +71,6 @@ pub trait BatchOps: Backend {
     fn float_shared(tensor: FloatTensor<Self>, level: Level) -> FloatTensor<Self> {
         let _ = level;
         tensor
-    }
-}
-
-fn batch<B: Backend, K: Kind<B>>(
-    t: VmapTensor<K::P>,
-    axis: usize,
-    level: Level,
-) -> VmapTensor<K::P> {
-    let logical_rank = t.shape().num_dims();
-    let (inner, mut bdims) = t.into_parts();
-    let from = bdims.len() + axis;
-    let size = inner.shape()[from];
-    let pos = bdims.insert(BatchDim { level, size });
-    let inner = move_dim::<B, K>(inner, from, pos);
-    if logical_rank == 1 {
-        // The last logical dim became a batch dim: rank 0 is held as `[batch sizes.., 1]`.
-        let unit = with_batch_sizes(&bdims, &[]);
-        return VmapTensor::new(K::reshape(inner, unit), bdims).with_scalar(true);
-    }
-    VmapTensor::new(inner, bdims)
-}
-
-fn unbatch<B: Backend, K: Kind<B>>(
-    t: VmapTensor<K::P>,
-    level: Level,
-    size: usize,
-    axis: usize,
-) -> VmapTensor<K::P> {
-    let scalar = t.is_scalar();
-    let (inner, mut bdims) = t.into_parts();
-    match bdims.remove(level) {
-        Some((pos, _)) => {
-            let to = bdims.len() + axis;
-            let moved = move_dim::<B, K>(inner, pos, to);
-            if scalar {
-                // `[.., size, 1]`: the unit dim that held rank 0 goes.
-                let mut dims = moved.shape().to_vec();
-                dims.pop();
-                return VmapTensor::new(K::reshape(moved, Shape::from(dims)), bdims);
-            }
-            VmapTensor::new(moved, bdims)
-        }
-        None => {
-            // Not batched at this level: every example has the same value; broadcast it.
-            let at = bdims.len() + axis;
-            let mut dims = inner.shape().to_vec();
-            if scalar {
-                // Rank 0 (`[.., 1]`): its unit dim becomes the new axis.
-                dims[at] = size;
-                return VmapTensor::new(K::expand(inner, Shape::from(dims)), bdims);
-            }
-            dims.insert(at, 1);
-            let inner = K::reshape(inner, Shape::from(dims.clone()));
-            dims[at] = size;
-            VmapTensor::new(K::expand(inner, Shape::from(dims)), bdims)
-        }
-    }
-}
-
-impl<B: Backend> BatchOps for Vmap<B> {
-    fn float_batch(tensor: FloatTensor<Self>, axis: usize, level: Level) -> FloatTensor<Self> {
-        batch::<B, Float>(tensor, axis, level)
-    }
-    fn float_unbatch(
-        tensor: FloatTensor<Self>,
-        level: Level,
-        size: usize,
-        axis: usize,
-    ) -> FloatTensor<Self> {
-        crate::rules::outer::unbatch::<B>(tensor, level, size, axis)
-            .unwrap_or_else(|t| unbatch::<B, Float>(t, level, size, axis))
-    }
-    fn float_batch_dims(tensor: &FloatTensor<Self>) -> BatchDims {
-        tensor.bdims.clone()
-    }
-    fn float_materialize(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        tensor.map(|t| t)
-    }
-    fn int_batch(tensor: IntTensor<Self>, axis: usize, level: Level) -> IntTensor<Self> {
-        batch::<B, Int>(tensor, axis, level)
-    }
-    fn int_unbatch(
-        tensor: IntTensor<Self>,
-        level: Level,
-        size: usize,
-        axis: usize,
-    ) -> IntTensor<Self> {
-        unbatch::<B, Int>(tensor, level, size, axis)
-    }
-    fn int_batch_dims(tensor: &IntTensor<Self>) -> BatchDims {
-        tensor.bdims.clone()
-    }
-    fn bool_batch(tensor: BoolTensor<Self>, axis: usize, level: Level) -> BoolTensor<Self> {
-        batch::<B, Bool>(tensor, axis, level)
-    }
-    fn bool_unbatch(
-        tensor: BoolTensor<Self>,
-        level: Level,
-        size: usize,
-        axis: usize,
-    ) -> BoolTensor<Self> {
-        unbatch::<B, Bool>(tensor, level, size, axis)
-    }
-    fn bool_batch_dims(tensor: &BoolTensor<Self>) -> BatchDims {
-        tensor.bdims.clone()
     }
 }
 

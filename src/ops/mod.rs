@@ -5,6 +5,7 @@
 //! speed (each says why); Burn's other default methods decompose into these.
 
 mod activation;
+mod batch;
 mod bool_tensor;
 mod float_tensor;
 mod int_tensor;

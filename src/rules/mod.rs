@@ -5,6 +5,7 @@
 //! rule calls the inner op directly (the fast path). Rules are named after the Burn methods they
 //! batch; the op-trait impls in [`crate::ops`] only unwrap, call a rule, and rewrap.
 
+pub(crate) mod batch;
 pub(crate) mod create;
 pub(crate) mod elementwise;
 pub(crate) mod fallback;
