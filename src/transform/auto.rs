@@ -2,13 +2,10 @@
 //! dims (jax_autovmap).
 
 use burn_backend::backend::Backend;
-use burn_backend::tensor::{Bool, Float, Int};
-use burn_backend::{Shape, TensorPrimitive};
+use burn_backend::Shape;
 
 use crate::batching::BatchOps;
 use crate::level::Level;
-use crate::physical::Kind;
-use crate::transform::leaf::{batch_leaf, unbatch_leaf};
 use crate::tree::{Leaf, Spec, Tree};
 use crate::VmapError;
 
@@ -209,12 +206,7 @@ impl<F> AutoVmapped<F> {
                     .iter()
                     .enumerate()
                     .filter(|(i, _)| !mapped.contains(i))
-                    .fold(leaf, |leaf, (_, &level)| match leaf {
-                        Leaf::Float(t) => {
-                            Leaf::Float(TensorPrimitive::Float(BI::float_shared(t.tensor(), level)))
-                        }
-                        other => other,
-                    })
+                    .fold(leaf, |leaf, (_, &level)| leaf.shared(level))
             })
             .collect();
         let args = A::unflatten_named(&def, leaves, "args")?;
@@ -229,9 +221,7 @@ impl<F> AutoVmapped<F> {
                     .iter()
                     .zip(&target)
                     .rev()
-                    .fold(leaf, |leaf, (&level, &size)| {
-                        unbatch_leaf(leaf, level, size, 0)
-                    })
+                    .fold(leaf, |leaf, (&level, &size)| leaf.unbatch(level, size, 0))
             })
             .collect();
         O::unflatten_named(&out_def, out_leaves, "out")
@@ -336,42 +326,20 @@ fn enter<B: BatchOps>(
             .map(|(&s, _)| s)
             .chain(core.iter().copied())
             .collect();
-        leaf = view_leaf(leaf, &kept, false);
+        leaf = leaf.reshape(Shape::from(kept));
     }
     if let Some(j) = plan.expanded {
         // The leaf keeps only this batch dim (size 1): expand it to the broadcast size.
         let mut dims = vec![target[plan.first_pos + j]];
         dims.extend_from_slice(core);
-        leaf = view_leaf(leaf, &dims, true);
+        leaf = leaf.expand(Shape::from(dims));
     }
     for (j, &m) in plan.mapped.iter().enumerate() {
         if m {
-            leaf = batch_leaf(leaf, 0, levels[plan.first_pos + j]);
+            leaf = leaf.batch(0, levels[plan.first_pos + j]);
         }
     }
     leaf
-}
-
-/// A reshape (`expand == false`) or an expand of a leaf of any kind, both views.
-fn view_leaf<B: Backend>(leaf: Leaf<B>, dims: &[usize], expand: bool) -> Leaf<B> {
-    fn go<B: Backend, K: Kind<B>>(t: K::P, shape: Shape, expand: bool) -> K::P {
-        if expand {
-            K::expand(t, shape)
-        } else {
-            K::reshape(t, shape)
-        }
-    }
-    let shape = Shape::from(dims.to_vec());
-    match leaf {
-        // A quantized input is dequantized, as `vmap` does.
-        Leaf::Float(t) => Leaf::Float(TensorPrimitive::Float(go::<B, Float>(
-            t.tensor(),
-            shape,
-            expand,
-        ))),
-        Leaf::Int(t) => Leaf::Int(go::<B, Int>(t, shape, expand)),
-        Leaf::Bool(t) => Leaf::Bool(go::<B, Bool>(t, shape, expand)),
-    }
 }
 
 #[cfg(test)]

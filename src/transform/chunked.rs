@@ -1,9 +1,8 @@
 //! [`chunked_vmap`]: [`vmap`] over at most `chunk_size` examples at a time.
 
 use crate::batching::BatchOps;
-use crate::transform::scan::{cat_leaves, slice_leaf};
 use crate::transform::vmap::{vmap, Axes};
-use crate::tree::{Leaf, Spec, Tree, TreeDef};
+use crate::tree::{rows, Leaf, Spec, Tree, TreeDef};
 use crate::VmapError;
 
 /// Vectorizes `f` like [`vmap`], but over at most `chunk_size` examples at once: powerpax's
@@ -155,7 +154,7 @@ impl<F> ChunkedVmapped<F> {
                 .iter()
                 .zip(&mapped)
                 .map(|(leaf, axis)| match axis {
-                    Some(a) => slice_leaf(leaf, *a, lo..hi),
+                    Some(a) => leaf.clone().slice_axis(*a, rows(lo..hi)),
                     None => leaf.clone(),
                 })
                 .collect();
@@ -182,7 +181,7 @@ impl<F> ChunkedVmapped<F> {
                 Some(a) => {
                     let shape = col[0].shape();
                     let a = normalize(a, shape.num_dims(), &path, &shape)?;
-                    result.push(cat_leaves(col, a));
+                    result.push(Leaf::cat(col, a));
                 }
             }
         }

@@ -2,15 +2,11 @@
 //! loop as that rule.
 
 use burn_backend::backend::Backend;
-use burn_backend::tensor::{Bool, Float, Int};
-use burn_backend::{Slice, TensorPrimitive};
 
 use crate::batching::BatchOps;
 use crate::level::{is_private, Level, PrivateLevel};
-use crate::physical::Kind;
 use crate::tensor::BatchDim;
-use crate::transform::leaf::{batch_leaf, leaf_batch_dims, unbatch_leaf};
-use crate::tree::{DynTree, Leaf, Spec, Tree, TreeDef};
+use crate::tree::{rows, DynTree, Leaf, Spec, Tree, TreeDef};
 use crate::VmapError;
 
 // =================================================================================================
@@ -167,31 +163,21 @@ where
     let (leaves, def) = inputs.flatten();
     let top = leaves
         .iter()
-        .flat_map(|l| leaf_batch_dims(l).as_slice().to_vec())
+        .flat_map(|l| l.batch_dims().as_slice().to_vec())
         .filter(|d| !is_private(d.level))
         .max_by_key(|d| d.level);
     let Some(BatchDim { level, size }) = top else {
         return Ok(f(A::unflatten_named(&def, leaves, "args")?));
     };
-    let ad = leaves
-        .first()
-        .is_some_and(|l| B::ad_enabled(&leaf_device(l)));
+    let ad = leaves.first().is_some_and(|l| B::ad_enabled(&l.device()));
     let in_batched: Vec<bool> = leaves
         .iter()
-        .map(|l| {
-            leaf_batch_dims(l).position(level).is_some() || (ad && matches!(l, Leaf::Float(_)))
-        })
+        .map(|l| l.batch_dims().position(level).is_some() || (ad && matches!(l, Leaf::Float(_))))
         .collect();
     let leaves = leaves
         .into_iter()
         .zip(&in_batched)
-        .map(|(l, &b)| {
-            if b {
-                unbatch_leaf(l, level, size, 0)
-            } else {
-                l
-            }
-        })
+        .map(|(l, &b)| if b { l.unbatch(level, size, 0) } else { l })
         .collect();
     let (out, out_def, out_batched) = rule(size, &in_batched, DynTree { leaves, def }, level)?;
 
@@ -210,7 +196,7 @@ where
     let mut result = Vec::with_capacity(out.len());
     for ((leaf, batched), path) in out.into_iter().zip(flags).zip(paths) {
         let shape = leaf.shape().to_vec();
-        if leaf_batch_dims(&leaf).position(level).is_some() {
+        if leaf.batch_dims().position(level).is_some() {
             return Err(VmapError::InvalidRuleOutput {
                 output: path,
                 why: format!(
@@ -229,7 +215,7 @@ where
                     ),
                 });
             }
-            result.push(batch_leaf(leaf, 0, level));
+            result.push(leaf.batch(0, level));
         } else {
             result.push(leaf);
         }
@@ -255,15 +241,6 @@ where
             why: format!("the rule's output does not fit the function's output type: {other}"),
         },
     })
-}
-
-fn leaf_device<B: Backend>(leaf: &Leaf<B>) -> B::Device {
-    match leaf {
-        Leaf::Float(TensorPrimitive::Float(t)) => B::float_device(t),
-        Leaf::Float(TensorPrimitive::QFloat(t)) => B::q_device(t),
-        Leaf::Int(t) => B::int_device(t),
-        Leaf::Bool(t) => B::bool_device(t),
-    }
 }
 
 // =================================================================================================
@@ -332,7 +309,8 @@ impl<F> SequentialVmap<F> {
                     .zip(in_batched)
                     .map(|(l, &b)| {
                         if b {
-                            batch_leaf(slice_example(l.clone(), i), 0, private.0)
+                            // Example `i`, keeping its axis (size 1).
+                            l.clone().slice_axis(0, rows(i..i + 1)).batch(0, private.0)
                         } else {
                             l.clone()
                         }
@@ -344,7 +322,7 @@ impl<F> SequentialVmap<F> {
                     stacks = out.iter().map(|_| Vec::with_capacity(size)).collect();
                 }
                 for (stack, leaf) in stacks.iter_mut().zip(out) {
-                    stack.push(unbatch_leaf(leaf, private.0, 1, 0));
+                    stack.push(leaf.unbatch(private.0, 1, 0));
                 }
                 out_def.get_or_insert(d);
             }
@@ -375,29 +353,11 @@ impl<F> SequentialVmap<F> {
         let leaves = leaves
             .into_iter()
             .zip(in_batched)
-            .map(|(l, &b)| if b { batch_leaf(l, 0, level) } else { l })
+            .map(|(l, &b)| if b { l.batch(0, level) } else { l })
             .collect();
         let (out, out_def) = (self.f)(A::unflatten_named(&def, leaves, "args")?).flatten();
-        let out = out
-            .into_iter()
-            .map(|l| unbatch_leaf(l, level, 0, 0))
-            .collect();
+        let out = out.into_iter().map(|l| l.unbatch(level, 0, 0)).collect();
         Ok((out, out_def, Spec::Leaf(true)))
-    }
-}
-
-/// Example `i` of a leaf whose logical axis 0 is the batch, keeping that axis with size 1.
-fn slice_example<B: Backend>(leaf: Leaf<B>, i: usize) -> Leaf<B> {
-    fn go<B: Backend, K: Kind<B>>(t: K::P, rank: usize, i: usize) -> K::P {
-        let mut slices = vec![Slice::full(); rank];
-        slices[0] = Slice::new(i as isize, Some(i as isize + 1), 1);
-        K::slice(t, &slices)
-    }
-    let rank = leaf.shape().num_dims();
-    match leaf {
-        Leaf::Float(t) => Leaf::Float(TensorPrimitive::Float(go::<B, Float>(t.tensor(), rank, i))),
-        Leaf::Int(t) => Leaf::Int(go::<B, Int>(t, rank, i)),
-        Leaf::Bool(t) => Leaf::Bool(go::<B, Bool>(t, rank, i)),
     }
 }
 
@@ -420,21 +380,5 @@ fn cat_leaves<B: Backend>(leaves: Vec<Leaf<B>>, path: &str) -> Result<Leaf<B>, V
             });
         }
     }
-    let mut floats = Vec::new();
-    let mut ints = Vec::new();
-    let mut bools = Vec::new();
-    for l in leaves {
-        match l {
-            Leaf::Float(t) => floats.push(t.tensor()),
-            Leaf::Int(t) => ints.push(t),
-            Leaf::Bool(t) => bools.push(t),
-        }
-    }
-    Ok(if !floats.is_empty() {
-        Leaf::Float(TensorPrimitive::Float(B::float_cat(floats, 0)))
-    } else if !ints.is_empty() {
-        Leaf::Int(B::int_cat(ints, 0))
-    } else {
-        Leaf::Bool(B::bool_cat(bools, 0))
-    })
+    Ok(Leaf::cat(leaves, 0))
 }

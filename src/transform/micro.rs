@@ -8,17 +8,15 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_backend::backend::ops::FloatTensorOps;
 use burn_backend::backend::Backend;
-use burn_backend::tensor::{Bool, Float, Int};
 use burn_backend::{Shape, Slice, TensorMetadata};
 
 use burn::module::AutodiffModule;
 
 use crate::batching::BatchOps;
-use crate::physical::Kind;
 use crate::transform::grad::ParamGrads;
 use crate::transform::vmap::{vmap, Axes};
 use crate::tree::accumulate::{accumulator_spec, from_flat, to_flat, AccContext, Flat, RowOp};
-use crate::tree::{Acc, Concat, DynTree, Key, Leaf, NodeKind, Spec, Sum, Tree, TreeDef};
+use crate::tree::{rows, Acc, Concat, DynTree, Key, Leaf, NodeKind, Spec, Sum, Tree, TreeDef};
 use crate::VmapError;
 
 // -------------------------------------------------------------------------------------------------
@@ -179,41 +177,19 @@ fn normalize(axis: isize, shape: &Shape, path: &str) -> Result<usize, VmapError>
     Ok(a as usize)
 }
 
-fn leaf_reshape<B: Backend>(leaf: Leaf<B>, dims: Vec<usize>) -> Leaf<B> {
-    let shape = Shape::from(dims);
-    leaf.map(
-        |t| TensorPrimitive::Float(<Float as Kind<B>>::reshape(t.tensor(), shape.clone())),
-        |t| <Int as Kind<B>>::reshape(t, shape.clone()),
-        |t| <Bool as Kind<B>>::reshape(t, shape.clone()),
-    )
-}
-
-fn leaf_slice<B: Backend>(leaf: Leaf<B>, slices: &[Slice]) -> Leaf<B> {
-    leaf.map(
-        |t| TensorPrimitive::Float(<Float as Kind<B>>::slice(t.tensor(), slices)),
-        |t| <Int as Kind<B>>::slice(t, slices),
-        |t| <Bool as Kind<B>>::slice(t, slices),
-    )
-}
-
 /// Rows `k, k+n, ..., k+(m-1)n` of axis `axis` (optax's strided microbatches).
 fn microbatch<B: Backend>(leaf: Leaf<B>, axis: usize, k: usize, n: usize, m: usize) -> Leaf<B> {
     if n == 1 {
         return leaf;
     }
     // Rows k, k + n, ..., k + (m - 1) n: one strided slice, no copy of the whole batch.
-    let rank = leaf.shape().num_dims();
-    let mut slices: Vec<Slice> = (0..rank).map(|_| Slice::new(0, None, 1)).collect();
-    slices[axis] = Slice::new(k as isize, Some((k + (m - 1) * n + 1) as isize), n as isize);
-    leaf_slice(leaf, &slices)
+    let rows = Slice::new(k as isize, Some((k + (m - 1) * n + 1) as isize), n as isize);
+    leaf.slice_axis(axis, rows)
 }
 
 /// No rows of axis `axis` (to learn the output structure when no microbatch runs).
 fn no_rows<B: Backend>(leaf: Leaf<B>, axis: usize) -> Leaf<B> {
-    let rank = leaf.shape().num_dims();
-    let mut slices: Vec<Slice> = (0..rank).map(|_| Slice::new(0, None, 1)).collect();
-    slices[axis] = Slice::new(0, Some(0), 1);
-    leaf_slice(leaf, &slices)
+    leaf.slice_axis(axis, rows(0..0))
 }
 
 /// Validated inputs of a microbatched call.
@@ -451,85 +427,20 @@ fn concat_parts<B: Backend>(
         // An empty batch: the zero-row output.
         return no_rows(template, 0);
     }
-    let zeros = |rows: usize| -> Leaf<B> {
-        let mut dims = template.shape().to_vec();
-        dims[0] = rows;
-        let shape = Shape::from(dims);
-        match &template {
-            Leaf::Float(t) => {
-                let t = t.clone().tensor();
-                Leaf::Float(TensorPrimitive::Float(B::float_zeros(
-                    shape,
-                    &B::float_device(&t),
-                    t.dtype().into(),
-                )))
-            }
-            Leaf::Int(t) => Leaf::Int(B::int_zeros(shape, &B::int_device(t), t.dtype().into())),
-            Leaf::Bool(t) => Leaf::Bool(B::bool_zeros(shape, &B::bool_device(t), t.dtype().into())),
-        }
-    };
     if parts.len() < n {
-        parts.push(zeros((n - parts.len()) * m));
+        let mut dims = template.shape().to_vec();
+        dims[0] = (n - parts.len()) * m;
+        parts.push(template.zeros_like(Shape::from(dims)));
     }
-    let stacked = leaf_cat(parts);
+    let stacked = Leaf::cat(parts, 0);
     if n == 1 || m == 1 {
         return stacked;
     }
     // stacked row k·m + j holds example j of microbatch k, which belongs at row j·n + k.
     let perm: Vec<i32> = (0..n * m).map(|r| ((r % n) * m + r / n) as i32).collect();
-    let device = match &stacked {
-        Leaf::Float(t) => B::float_device(&t.clone().tensor()),
-        Leaf::Int(t) => B::int_device(t),
-        Leaf::Bool(t) => B::bool_device(t),
-    };
-    let idx =
-        Tensor::<B, 1, burn::tensor::Int>::from_ints(perm.as_slice(), &device).into_primitive();
-    stacked.map(
-        |t| TensorPrimitive::Float(<Float as Kind<B>>::select(t.tensor(), 0, idx.clone())),
-        |t| <Int as Kind<B>>::select(t, 0, idx.clone()),
-        |t| <Bool as Kind<B>>::select(t, 0, idx.clone()),
-    )
-}
-
-/// Concatenates leaves of one kind along axis 0.
-fn leaf_cat<B: Backend>(mut parts: Vec<Leaf<B>>) -> Leaf<B> {
-    if parts.len() == 1 {
-        // One part is the result (some backends copy even a one-tensor `cat`: see `compat`).
-        return parts.pop().expect("one part");
-    }
-    match parts.first() {
-        Some(Leaf::Float(_)) => Leaf::Float(TensorPrimitive::Float(<Float as Kind<B>>::cat(
-            parts
-                .into_iter()
-                .map(|l| match l {
-                    Leaf::Float(t) => t.tensor(),
-                    _ => unreachable!("one kind per leaf"),
-                })
-                .collect(),
-            0,
-        ))),
-        Some(Leaf::Int(_)) => Leaf::Int(<Int as Kind<B>>::cat(
-            parts
-                .into_iter()
-                .map(|l| match l {
-                    Leaf::Int(t) => t,
-                    _ => unreachable!("one kind per leaf"),
-                })
-                .collect(),
-            0,
-        )),
-        Some(Leaf::Bool(_)) => Leaf::Bool(<Bool as Kind<B>>::cat(
-            parts
-                .into_iter()
-                .map(|l| match l {
-                    Leaf::Bool(t) => t,
-                    _ => unreachable!("one kind per leaf"),
-                })
-                .collect(),
-            0,
-        )),
-        None => unreachable!("at least one part"),
-    }
+    let idx = Tensor::<B, 1, burn::tensor::Int>::from_ints(perm.as_slice(), &stacked.device())
+        .into_primitive();
+    stacked.select(0, idx)
 }
 
 // -------------------------------------------------------------------------------------------------
@@ -1316,7 +1227,7 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
                         }
                         let mut dims = leaf.shape().to_vec();
                         dims.insert(0, 1);
-                        leaf_reshape(leaf, dims)
+                        leaf.reshape(Shape::from(dims))
                     })
                     .collect(),
                 def: args.def,

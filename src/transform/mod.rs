@@ -4,7 +4,6 @@ pub mod auto;
 pub mod chunked;
 pub mod custom;
 pub mod grad;
-pub(crate) mod leaf;
 pub mod micro;
 pub mod scan;
 pub mod vmap;

@@ -14,7 +14,6 @@
 //! and outputs are any [`Tree`] (tensors of any kind and rank, tuples, `Vec`, maps,
 //! [`Static`](crate::Static) values that pass through untouched).
 
-use std::ops::Range;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
@@ -27,132 +26,14 @@ use burn_autodiff::ops::{Backward, Ops, OpsKind};
 use burn_autodiff::Autodiff;
 use burn_backend::backend::Backend;
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{DType, Shape, Slice, TensorMetadata};
+use burn_backend::{DType, Shape, TensorMetadata};
 
-use crate::compat;
-use crate::tree::{Leaf, Tree, TreeDef};
+use crate::tree::{rows, Leaf, Tree, TreeDef};
 use crate::VmapError;
 
 // =================================================================================================
 // Type-erased leaf moves
 // =================================================================================================
-
-/// `Slice`s selecting `range` of `axis` (and everything of the other dims) of a rank-`rank`
-/// tensor.
-fn axis_slices(rank: usize, axis: usize, range: Range<usize>) -> Vec<Slice> {
-    (0..rank)
-        .map(|d| {
-            if d == axis {
-                Slice::new(range.start as isize, Some(range.end as isize), 1)
-            } else {
-                Slice::new(0, None, 1)
-            }
-        })
-        .collect()
-}
-
-/// Rows `range` of `axis`, keeping the rank.
-pub(crate) fn slice_leaf<B: Backend>(leaf: &Leaf<B>, axis: usize, range: Range<usize>) -> Leaf<B> {
-    let rank = leaf.shape().num_dims();
-    let s = axis_slices(rank, axis, range);
-    match leaf {
-        Leaf::Float(t) => Leaf::Float(TensorPrimitive::Float(B::float_slice(
-            t.clone().tensor(),
-            &s,
-        ))),
-        Leaf::Int(t) => Leaf::Int(B::int_slice(t.clone(), &s)),
-        Leaf::Bool(t) => Leaf::Bool(B::bool_slice(t.clone(), &s)),
-    }
-}
-
-/// Reshapes a leaf (to rank 0 through its data where the backend cannot reshape to it: see
-/// [`compat::rank0_through_data`]).
-fn reshape_leaf<B: Backend>(leaf: Leaf<B>, shape: Vec<usize>) -> Leaf<B> {
-    if shape.is_empty() && !compat::reshapes_to_rank0::<B>(&leaf.device()) {
-        return compat::rank0_through_data(leaf);
-    }
-    let shape = Shape::from(shape);
-    match leaf {
-        Leaf::Float(t) => Leaf::Float(TensorPrimitive::Float(B::float_reshape(t.tensor(), shape))),
-        Leaf::Int(t) => Leaf::Int(B::int_reshape(t, shape)),
-        Leaf::Bool(t) => Leaf::Bool(B::bool_reshape(t, shape)),
-    }
-}
-
-fn leaf_device<B: Backend>(leaf: &Leaf<B>) -> B::Device {
-    match leaf {
-        Leaf::Float(TensorPrimitive::Float(t)) => B::float_device(t),
-        Leaf::Float(TensorPrimitive::QFloat(t)) => B::q_device(t),
-        Leaf::Int(t) => B::int_device(t),
-        Leaf::Bool(t) => B::bool_device(t),
-    }
-}
-
-/// Row `t` of the leading axis, without that axis (rank one less).
-pub(crate) fn index_leaf<B: Backend>(leaf: &Leaf<B>, t: usize) -> Leaf<B> {
-    let shape = leaf.shape().to_vec();
-    reshape_leaf(slice_leaf(leaf, 0, t..t + 1), shape[1..].to_vec())
-}
-
-/// Concatenates leaves of one kind along `axis`.
-pub(crate) fn cat_leaves<B: Backend>(leaves: Vec<Leaf<B>>, axis: usize) -> Leaf<B> {
-    match leaves.first() {
-        Some(Leaf::Float(_)) => Leaf::Float(TensorPrimitive::Float(B::float_cat(
-            leaves
-                .into_iter()
-                .map(|l| match l {
-                    Leaf::Float(t) => t.tensor(),
-                    other => kind_panic("float", &other),
-                })
-                .collect(),
-            axis,
-        ))),
-        Some(Leaf::Int(_)) => Leaf::Int(B::int_cat(
-            leaves
-                .into_iter()
-                .map(|l| match l {
-                    Leaf::Int(t) => t,
-                    other => kind_panic("int", &other),
-                })
-                .collect(),
-            axis,
-        )),
-        Some(Leaf::Bool(_)) => Leaf::Bool(B::bool_cat(
-            leaves
-                .into_iter()
-                .map(|l| match l {
-                    Leaf::Bool(t) => t,
-                    other => kind_panic("bool", &other),
-                })
-                .collect(),
-            axis,
-        )),
-        None => unreachable!("cat_leaves of no leaf"),
-    }
-}
-
-fn kind_panic<B: Backend>(want: &str, got: &Leaf<B>) -> ! {
-    panic!(
-        "vmap: internal error: expected a {want} leaf, got a {} leaf",
-        got.kind_name()
-    )
-}
-
-/// Stacks leaves of equal shape along a new leading axis (at least one leaf).
-fn stack_leaves<B: Backend>(leaves: Vec<Leaf<B>>) -> Leaf<B> {
-    let leaves: Vec<Leaf<B>> = leaves
-        .into_iter()
-        .map(|l| {
-            let mut shape = l.shape().to_vec();
-            shape.insert(0, 1);
-            reshape_leaf(l, shape)
-        })
-        .collect();
-    if leaves.len() == 1 {
-        return leaves.into_iter().next().expect("one leaf");
-    }
-    cat_leaves(leaves, 0)
-}
 
 /// Kind, shape, dtype and device of a leaf: enough to make an empty stack or a zero-filled one.
 #[derive(Debug, Clone)]
@@ -165,31 +46,17 @@ pub(crate) struct LeafSpec<B: Backend> {
 
 impl<B: Backend> LeafSpec<B> {
     pub(crate) fn of(leaf: &Leaf<B>) -> Self {
-        let dtype = match leaf {
-            Leaf::Float(t) => t.dtype(),
-            Leaf::Int(t) => t.dtype(),
-            Leaf::Bool(t) => t.dtype(),
-        };
         Self {
             kind: leaf.kind_name(),
             shape: leaf.shape().to_vec(),
-            dtype,
-            device: leaf_device(leaf),
+            dtype: leaf.dtype(),
+            device: leaf.device(),
         }
     }
 
     /// A zero-filled (false) leaf of shape `shape`.
     fn zeros(&self, shape: Vec<usize>) -> Leaf<B> {
-        let s = Shape::from(shape);
-        match self.kind {
-            "float" => Leaf::Float(TensorPrimitive::Float(B::float_zeros(
-                s,
-                &self.device,
-                self.dtype.into(),
-            ))),
-            "int" => Leaf::Int(B::int_zeros(s, &self.device, self.dtype.into())),
-            _ => Leaf::Bool(B::bool_zeros(s, &self.device, self.dtype.into())),
-        }
+        Leaf::zeros(self.kind, Shape::from(shape), self.dtype, &self.device)
     }
 
     /// The leaf stacked zero times: shape `[0, ..shape]`.
@@ -405,7 +272,7 @@ fn stack_ys<B: Backend, YS: Tree<B>>(
             if col.is_empty() {
                 spec.empty_stack()
             } else {
-                stack_leaves(col)
+                Leaf::stack(col)
             }
         })
         .collect();
@@ -626,7 +493,7 @@ where
         init,
         order(n, opts.reverse),
         &xs.def,
-        |t| xs.leaves.iter().map(|l| index_leaf(l, t)).collect(),
+        |t| xs.leaves.iter().map(|l| l.index(t)).collect(),
         |t| slot[t].is_some(),
     )?;
     let (y_def, specs) = looped.y.expect("at least one step ran");
@@ -960,7 +827,7 @@ impl<F> ChunkBody<F> {
 
     /// Row `t` of every leaf of the chunk's slab of `xs` (inner backend).
     fn x_inner<B: Backend>(&self, slab: &[Leaf<B>], t: usize) -> Vec<Leaf<B>> {
-        slab.iter().map(|l| index_leaf(l, t - self.lo)).collect()
+        slab.iter().map(|l| l.index(t - self.lo)).collect()
     }
 }
 
@@ -1220,8 +1087,11 @@ impl<F, C, XS> CheckpointChunkedScan<F, C, XS> {
                 steps: chunk_steps.to_vec(),
                 lo,
             });
-            let slab: Vec<Leaf<Ad<B, CS>>> =
-                xs.leaves.iter().map(|l| slice_leaf(l, 0, lo..hi)).collect();
+            let slab: Vec<Leaf<Ad<B, CS>>> = xs
+                .leaves
+                .iter()
+                .map(|l| l.clone().slice_axis(0, rows(lo..hi)))
+                .collect();
             let slab_inner: Vec<Leaf<B>> = slab.iter().cloned().map(to_inner).collect();
             let carry_inner: Vec<Leaf<B>> = carry.iter().cloned().map(to_inner).collect();
 
@@ -1321,7 +1191,7 @@ impl<F, C, XS> CheckpointChunkedScan<F, C, XS> {
                         col.push(leaf);
                     }
                 }
-                columns.into_iter().map(stack_leaves).collect()
+                columns.into_iter().map(Leaf::stack).collect()
             };
             if y_info.is_none() {
                 y_info = Some((out.y_def.clone(), out.y_specs.clone()));
@@ -1421,7 +1291,7 @@ impl<F, C, XS> CheckpointChunkedScan<F, C, XS> {
                     col.push(leaf);
                 }
             }
-            columns.into_iter().map(|c| cat_leaves(c, 0)).collect()
+            columns.into_iter().map(|c| Leaf::cat(c, 0)).collect()
         };
         let carry = C::unflatten_named(&carry_def, carry, "carry")?;
         Ok((carry, YS::unflatten_named(&y_def, ys_leaves, "ys")?))
@@ -1515,7 +1385,7 @@ where
                 let cot = Leaf::<B>::Float(TensorPrimitive::Float(cot));
                 for (&t, y) in body.steps.iter().zip(&out.ys) {
                     if let (Some(y), Some(c)) =
-                        (float_of(&y[*i]), float_of(&index_leaf(&cot, t - body.lo)))
+                        (float_of(&y[*i]), float_of(&cot.index(t - body.lo)))
                     {
                         sinks.push((y, c));
                     }
@@ -1575,9 +1445,9 @@ where
                             .into_iter()
                             .map(|(_, g)| Leaf::Float(TensorPrimitive::Float(g)))
                             .collect();
-                        match stack_leaves::<B>(leaves) {
+                        match Leaf::<B>::stack(leaves) {
                             Leaf::Float(t) => t.tensor(),
-                            other => kind_panic("float", &other),
+                            _ => unreachable!("gradients are float leaves"),
                         }
                     }
                 }

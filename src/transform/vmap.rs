@@ -1,11 +1,8 @@
 //! [`vmap`]: map a function over a batch axis.
 
-use burn_backend::TensorPrimitive;
-
 use crate::batching::BatchOps;
 use crate::level::{is_finished, Level, Randomness, VmapScope};
-use crate::transform::leaf::{batch_leaf, leaf_batch_dims, unbatch_leaf};
-use crate::tree::{Leaf, Spec, Tree};
+use crate::tree::{Spec, Tree};
 use crate::VmapError;
 
 /// Batch axes: per argument (or output) a tree prefix whose leaves are `Some(axis)` (negative
@@ -143,12 +140,9 @@ pub(crate) fn batch_inputs<B: BatchOps, I: Tree<B>>(
         .into_iter()
         .zip(normalized)
         .map(|(leaf, axis)| match (axis, leaf) {
-            (Some(a), leaf) => batch_leaf(leaf, a, level),
+            (Some(a), leaf) => leaf.batch(a, level),
             // Shared by every example: a gradient from outside the vmap sums over the batch.
-            (None, Leaf::Float(t)) => {
-                Leaf::Float(TensorPrimitive::Float(B::float_shared(t.tensor(), level)))
-            }
-            (None, leaf) => leaf,
+            (None, leaf) => leaf.shared(level),
         })
         .collect();
     Ok(Batched {
@@ -171,7 +165,8 @@ pub(crate) fn unbatch_outputs<B: BatchOps, R: Tree<B>, O: Tree<B>>(
     let paths = def.leaf_paths("out");
     let mut result = Vec::with_capacity(leaves.len());
     for ((leaf, axis), path) in leaves.into_iter().zip(axes).zip(paths) {
-        if let Some(dead) = leaf_batch_dims(&leaf)
+        if let Some(dead) = leaf
+            .batch_dims()
             .as_slice()
             .iter()
             .find(|d| d.level != level && is_finished(d.level))
@@ -185,10 +180,10 @@ pub(crate) fn unbatch_outputs<B: BatchOps, R: Tree<B>, O: Tree<B>>(
             Some(a) => {
                 let shape = leaf.shape();
                 let a = normalize_axis(a, shape.num_dims() + 1, &path, &shape)?;
-                result.push(unbatch_leaf(leaf, level, size, a));
+                result.push(leaf.unbatch(level, size, a));
             }
             None => {
-                if leaf_batch_dims(&leaf).position(level).is_some() {
+                if leaf.batch_dims().position(level).is_some() {
                     return Err(VmapError::TreeMismatch {
                         what: "out_axes".into(),
                         path,

@@ -14,6 +14,7 @@
 pub mod accumulate;
 mod dynamic;
 mod impls;
+mod leaf;
 mod spec;
 mod visit;
 
@@ -22,7 +23,6 @@ use std::any::Any;
 use std::sync::Arc;
 
 use burn_backend::backend::Backend;
-use burn_backend::{Shape, TensorMetadata, TensorPrimitive};
 
 use crate::VmapError;
 
@@ -30,63 +30,10 @@ pub use accumulate::{
     Acc, AccContext, AccKind, Accumulator, Concat, Custom, Mean, RowOp, RunningMean, Sum,
 };
 pub use dynamic::DynTree;
+pub(crate) use leaf::rows;
+pub use leaf::Leaf;
 pub use spec::Spec;
 pub use visit::{TensorMapper, TensorVisitor, TensorZipper, MAX_RANK};
-
-/// One leaf of a flattened tree: a tensor primitive of any rank.
-#[derive(Debug, Clone)]
-pub enum Leaf<B: Backend> {
-    /// A float tensor (possibly quantized).
-    Float(TensorPrimitive<B>),
-    /// An int tensor.
-    Int(B::IntTensorPrimitive),
-    /// A bool tensor.
-    Bool(B::BoolTensorPrimitive),
-}
-
-impl<B: Backend> Leaf<B> {
-    /// `"float"`, `"int"` or `"bool"`.
-    pub fn kind_name(&self) -> &'static str {
-        match self {
-            Leaf::Float(_) => "float",
-            Leaf::Int(_) => "int",
-            Leaf::Bool(_) => "bool",
-        }
-    }
-
-    /// The (logical) shape.
-    pub fn shape(&self) -> Shape {
-        match self {
-            Leaf::Float(t) => t.shape(),
-            Leaf::Int(t) => t.shape(),
-            Leaf::Bool(t) => t.shape(),
-        }
-    }
-
-    /// The device the tensor is on.
-    pub fn device(&self) -> B::Device {
-        match self {
-            Leaf::Float(TensorPrimitive::Float(t)) => B::float_device(t),
-            Leaf::Float(TensorPrimitive::QFloat(t)) => B::q_device(t),
-            Leaf::Int(t) => B::int_device(t),
-            Leaf::Bool(t) => B::bool_device(t),
-        }
-    }
-
-    /// Maps the primitive, keeping the kind.
-    pub fn map(
-        self,
-        float: impl FnOnce(TensorPrimitive<B>) -> TensorPrimitive<B>,
-        int: impl FnOnce(B::IntTensorPrimitive) -> B::IntTensorPrimitive,
-        bool_: impl FnOnce(B::BoolTensorPrimitive) -> B::BoolTensorPrimitive,
-    ) -> Self {
-        match self {
-            Leaf::Float(t) => Leaf::Float(float(t)),
-            Leaf::Int(t) => Leaf::Int(int(t)),
-            Leaf::Bool(t) => Leaf::Bool(bool_(t)),
-        }
-    }
-}
 
 /// A key in a tree path.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
