@@ -57,7 +57,8 @@ pub use transform::micro::{
 pub use transform::scan::{
     checkpoint_chunked_scan, scan, sliced_scan, CheckpointChunkedScan, Scan, SlicedScan,
 };
-pub use transform::vmap::{vmap, Axes, Vmapped};
+pub use transform::vmap::{vmap, Vmapped};
+pub use transform::Axes;
 pub use tree::{
     Acc, AccContext, AccKind, Accumulator, Concat, Custom, DynTree, Leaf, Mean, RowOp, RunningMean,
     Spec, Static, Sum, Tree, TreeDef,

@@ -1,7 +1,8 @@
 //! [`chunked_vmap`]: [`vmap`] over at most `chunk_size` examples at a time.
 
 use crate::batching::BatchOps;
-use crate::transform::vmap::{vmap, Axes};
+use crate::transform::axes::{map_inputs, normalize_axis, Axes, Mapped};
+use crate::transform::vmap::vmap;
 use crate::tree::{rows, Leaf, Spec, Tree, TreeDef};
 use crate::VmapError;
 
@@ -68,19 +69,6 @@ pub struct ChunkedVmapped<F> {
     out_axes: Axes,
 }
 
-fn normalize(axis: isize, rank: usize, path: &str, shape: &[usize]) -> Result<usize, VmapError> {
-    let a = if axis < 0 { axis + rank as isize } else { axis };
-    if a < 0 || a as usize >= rank {
-        return Err(VmapError::AxisOutOfRange {
-            argument: path.into(),
-            axis,
-            rank,
-            shape: shape.to_vec(),
-        });
-    }
-    Ok(a as usize)
-}
-
 impl<F> ChunkedVmapped<F> {
     /// Sets the batch axis of every argument, as [`Vmapped::in_axes`](crate::Vmapped::in_axes).
     pub fn in_axes(mut self, axes: impl Into<Axes>) -> Self {
@@ -116,28 +104,12 @@ impl<F> ChunkedVmapped<F> {
         R: Tree<BO>,
         O: Tree<BO>,
     {
-        let (leaves, def) = inputs.flatten();
-        let axes = self.in_axes.broadcast_to(&def, "in_axes", "args")?;
-        let paths = def.leaf_paths("args");
-        let mut sizes: Vec<(String, usize)> = Vec::new();
-        let mut mapped: Vec<Option<usize>> = Vec::with_capacity(leaves.len());
-        for ((leaf, axis), path) in leaves.iter().zip(&axes).zip(&paths) {
-            match axis {
-                Some(a) => {
-                    let shape = leaf.shape();
-                    let a = normalize(*a, shape.num_dims(), path, &shape)?;
-                    sizes.push((path.clone(), shape[a]));
-                    mapped.push(Some(a));
-                }
-                None => mapped.push(None),
-            }
-        }
-        let Some(&(_, size)) = sizes.first() else {
-            return Err(VmapError::NothingMapped);
-        };
-        if sizes.iter().any(|(_, s)| *s != size) {
-            return Err(VmapError::InconsistentBatchSizes { arguments: sizes });
-        }
+        let Mapped {
+            leaves,
+            def,
+            axes: mapped,
+            size,
+        } = map_inputs(inputs, &self.in_axes)?;
         let vmapped = vmap(&self.f)
             .in_axes(self.in_axes.clone())
             .out_axes(self.out_axes.clone());
@@ -180,7 +152,7 @@ impl<F> ChunkedVmapped<F> {
                 None => result.push(col.into_iter().next().expect("one output per chunk")),
                 Some(a) => {
                     let shape = col[0].shape();
-                    let a = normalize(a, shape.num_dims(), &path, &shape)?;
+                    let a = normalize_axis(a, shape.num_dims(), &path, &shape)?;
                     result.push(Leaf::cat(col, a));
                 }
             }

@@ -13,8 +13,9 @@ use burn_backend::{Shape, Slice, TensorMetadata};
 use burn::module::AutodiffModule;
 
 use crate::batching::BatchOps;
+use crate::transform::axes::{map_inputs, Axes, Mapped};
 use crate::transform::grad::ParamGrads;
-use crate::transform::vmap::{vmap, Axes};
+use crate::transform::vmap::vmap;
 use crate::tree::accumulate::{accumulator_spec, from_flat, to_flat, AccContext, Flat, RowOp};
 use crate::tree::{rows, Acc, Concat, DynTree, Key, Leaf, NodeKind, Spec, Sum, Tree, TreeDef};
 use crate::VmapError;
@@ -163,20 +164,6 @@ impl VmapFn for ChunkedVmapFn {
 // Microbatch bookkeeping
 // -------------------------------------------------------------------------------------------------
 
-fn normalize(axis: isize, shape: &Shape, path: &str) -> Result<usize, VmapError> {
-    let rank = shape.num_dims();
-    let a = if axis < 0 { axis + rank as isize } else { axis };
-    if a < 0 || a as usize >= rank {
-        return Err(VmapError::AxisOutOfRange {
-            argument: path.into(),
-            axis,
-            rank,
-            shape: shape.to_vec(),
-        });
-    }
-    Ok(a as usize)
-}
-
 /// Rows `k, k+n, ..., k+(m-1)n` of axis `axis` (optax's strided microbatches).
 fn microbatch<B: Backend>(leaf: Leaf<B>, axis: usize, k: usize, n: usize, m: usize) -> Leaf<B> {
     if n == 1 {
@@ -192,45 +179,6 @@ fn no_rows<B: Backend>(leaf: Leaf<B>, axis: usize) -> Leaf<B> {
     leaf.slice_axis(axis, rows(0..0))
 }
 
-/// Validated inputs of a microbatched call.
-struct Prepared<B: Backend> {
-    leaves: Vec<Leaf<B>>,
-    def: TreeDef,
-    axes: Vec<Option<usize>>,
-    batch_size: usize,
-}
-
-fn prepare<B: Backend, I: Tree<B>>(inputs: I, in_axes: &Axes) -> Result<Prepared<B>, VmapError> {
-    let (leaves, def) = inputs.flatten();
-    let given = in_axes.broadcast_to(&def, "in_axes", "args")?;
-    let paths = def.leaf_paths("args");
-    let mut sizes = Vec::new();
-    let mut axes = Vec::with_capacity(leaves.len());
-    for ((leaf, axis), path) in leaves.iter().zip(given).zip(&paths) {
-        match axis {
-            Some(a) => {
-                let shape = leaf.shape();
-                let a = normalize(a, &shape, path)?;
-                sizes.push((path.clone(), shape[a]));
-                axes.push(Some(a));
-            }
-            None => axes.push(None),
-        }
-    }
-    let Some(&(_, batch_size)) = sizes.first() else {
-        return Err(VmapError::NothingMapped);
-    };
-    if sizes.iter().any(|(_, s)| *s != batch_size) {
-        return Err(VmapError::InconsistentBatchSizes { arguments: sizes });
-    }
-    Ok(Prepared {
-        leaves,
-        def,
-        axes,
-        batch_size,
-    })
-}
-
 /// The microbatched loop shared by [`micro_vmap`] and [`micro_grad`]: runs `f` with `vmap_fn`
 /// on each microbatch and folds the outputs with the accumulator spec `acc`.
 #[allow(clippy::too_many_arguments)]
@@ -238,7 +186,7 @@ fn run_microbatched<BI, BO, A, R, F, V>(
     f: &F,
     vmap_fn: &V,
     in_axes: &Axes,
-    prepared: Prepared<BI>,
+    prepared: Mapped<BI>,
     microbatch_size: Option<usize>,
     num_real: Option<usize>,
     acc: &Spec<Acc<BO>>,
@@ -251,7 +199,7 @@ where
     R: Tree<BO>,
     V: VmapFn,
 {
-    let b = prepared.batch_size;
+    let b = prepared.size;
     let Some(m) = microbatch_size else {
         // One vmap over the whole batch, then each accumulator's within-batch reduction.
         let out: DynTree<BO> = vmap_fn.apply(
@@ -616,7 +564,7 @@ impl<F, S, V> MicroVmap<F, S, V> {
         V: VmapFn,
     {
         let acc = accumulator_spec::<BO>(&self.accumulator.clone().flatten().1)?;
-        let prepared = prepare(inputs, &self.in_axes)?;
+        let prepared = map_inputs(inputs, &self.in_axes)?;
         let out = run_microbatched(
             &self.f,
             &self.vmap_fn,
@@ -1240,7 +1188,7 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
                 }
             }
         };
-        let prepared = prepare(DynTree { leaves, def }, &in_axes)?;
+        let prepared = map_inputs(DynTree { leaves, def }, &in_axes)?;
         let result = run_microbatched(
             &step,
             &self.vmap_fn,

@@ -2,24 +2,9 @@
 
 use crate::batching::BatchOps;
 use crate::level::{is_finished, Level, Randomness, VmapScope};
+use crate::transform::axes::{map_inputs, normalize_axis, Axes, Mapped};
 use crate::tree::{Spec, Tree};
 use crate::VmapError;
-
-/// Batch axes: per argument (or output) a tree prefix whose leaves are `Some(axis)` (negative
-/// counts from the end) or `None` (not mapped).
-pub type Axes = Spec<Option<isize>>;
-
-impl From<isize> for Axes {
-    fn from(axis: isize) -> Self {
-        Spec::Leaf(Some(axis))
-    }
-}
-
-impl From<i32> for Axes {
-    fn from(axis: i32) -> Self {
-        Spec::Leaf(Some(axis as isize))
-    }
-}
 
 /// Vectorizes `f` over a batch axis: JAX's `jax.vmap`.
 ///
@@ -89,56 +74,22 @@ pub(crate) struct Batched<B: BatchOps> {
     pub(crate) size: usize,
 }
 
-fn normalize_axis(
-    axis: isize,
-    rank: usize,
-    argument: &str,
-    shape: &[usize],
-) -> Result<usize, VmapError> {
-    let a = if axis < 0 { axis + rank as isize } else { axis };
-    if a < 0 || a as usize >= rank {
-        return Err(VmapError::AxisOutOfRange {
-            argument: argument.into(),
-            axis,
-            rank,
-            shape: shape.to_vec(),
-        });
-    }
-    Ok(a as usize)
-}
-
 /// Flattens `inputs`, checks `in_axes` and the batch sizes, and batches every mapped leaf at a
 /// fresh level.
 pub(crate) fn batch_inputs<B: BatchOps, I: Tree<B>>(
     inputs: I,
     in_axes: &Axes,
 ) -> Result<Batched<B>, VmapError> {
-    let (leaves, def) = inputs.flatten();
-    let axes = in_axes.broadcast_to(&def, "in_axes", "args")?;
-    let paths = def.leaf_paths("args");
-    let mut sizes: Vec<(String, usize)> = Vec::new();
-    let mut normalized = Vec::with_capacity(axes.len());
-    for ((leaf, axis), path) in leaves.iter().zip(&axes).zip(&paths) {
-        match axis {
-            Some(a) => {
-                let shape = leaf.shape();
-                let a = normalize_axis(*a, shape.num_dims(), path, &shape)?;
-                sizes.push((path.clone(), shape[a]));
-                normalized.push(Some(a));
-            }
-            None => normalized.push(None),
-        }
-    }
-    let Some(&(_, size)) = sizes.first() else {
-        return Err(VmapError::NothingMapped);
-    };
-    if sizes.iter().any(|(_, s)| *s != size) {
-        return Err(VmapError::InconsistentBatchSizes { arguments: sizes });
-    }
+    let Mapped {
+        leaves,
+        def,
+        axes,
+        size,
+    } = map_inputs(inputs, in_axes)?;
     let level = Level::fresh();
     let leaves = leaves
         .into_iter()
-        .zip(normalized)
+        .zip(axes)
         .map(|(leaf, axis)| match (axis, leaf) {
             (Some(a), leaf) => leaf.batch(a, level),
             // Shared by every example: a gradient from outside the vmap sums over the batch.

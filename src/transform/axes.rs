@@ -1,0 +1,95 @@
+//! Batch axes: the [`Axes`] type of `in_axes` / `out_axes`, and the checks every vectorizing
+//! transform makes on them (axis normalization, one batch size, at least one mapped argument).
+
+use burn_backend::backend::Backend;
+
+use crate::tree::{Leaf, Spec, Tree, TreeDef};
+use crate::VmapError;
+
+/// Batch axes: per argument (or output) a tree prefix whose leaves are `Some(axis)` (negative
+/// counts from the end) or `None` (not mapped).
+pub type Axes = Spec<Option<isize>>;
+
+impl From<isize> for Axes {
+    fn from(axis: isize) -> Self {
+        Spec::Leaf(Some(axis))
+    }
+}
+
+impl From<i32> for Axes {
+    fn from(axis: i32) -> Self {
+        Spec::Leaf(Some(axis as isize))
+    }
+}
+
+/// `axis` (negative counts from the end) as a position in a tensor of rank `rank`.
+///
+/// # Errors
+/// [`VmapError::AxisOutOfRange`] naming `argument` (its path) and its `shape`.
+pub(crate) fn normalize_axis(
+    axis: isize,
+    rank: usize,
+    argument: &str,
+    shape: &[usize],
+) -> Result<usize, VmapError> {
+    let a = if axis < 0 { axis + rank as isize } else { axis };
+    if a < 0 || a as usize >= rank {
+        return Err(VmapError::AxisOutOfRange {
+            argument: argument.into(),
+            axis,
+            rank,
+            shape: shape.to_vec(),
+        });
+    }
+    Ok(a as usize)
+}
+
+/// An argument tree, flattened, with the mapped axis of every leaf checked.
+pub(crate) struct Mapped<B: Backend> {
+    pub(crate) leaves: Vec<Leaf<B>>,
+    pub(crate) def: TreeDef,
+    /// The mapped axis of every leaf, normalized (`None`: passed whole).
+    pub(crate) axes: Vec<Option<usize>>,
+    /// The size of the mapped axes: the batch size.
+    pub(crate) size: usize,
+}
+
+/// Flattens `inputs` and checks `in_axes` against them: every mapped axis within its leaf's
+/// rank, at least one leaf mapped, all mapped axes of one size.
+///
+/// # Errors
+/// [`VmapError::TreeMismatch`], [`VmapError::AxisOutOfRange`], [`VmapError::NothingMapped`],
+/// [`VmapError::InconsistentBatchSizes`].
+pub(crate) fn map_inputs<B: Backend, I: Tree<B>>(
+    inputs: I,
+    in_axes: &Axes,
+) -> Result<Mapped<B>, VmapError> {
+    let (leaves, def) = inputs.flatten();
+    let given = in_axes.broadcast_to(&def, "in_axes", "args")?;
+    let paths = def.leaf_paths("args");
+    let mut sizes: Vec<(String, usize)> = Vec::new();
+    let mut axes = Vec::with_capacity(leaves.len());
+    for ((leaf, axis), path) in leaves.iter().zip(given).zip(&paths) {
+        match axis {
+            Some(a) => {
+                let shape = leaf.shape();
+                let a = normalize_axis(a, shape.num_dims(), path, &shape)?;
+                sizes.push((path.clone(), shape[a]));
+                axes.push(Some(a));
+            }
+            None => axes.push(None),
+        }
+    }
+    let Some(&(_, size)) = sizes.first() else {
+        return Err(VmapError::NothingMapped);
+    };
+    if sizes.iter().any(|(_, s)| *s != size) {
+        return Err(VmapError::InconsistentBatchSizes { arguments: sizes });
+    }
+    Ok(Mapped {
+        leaves,
+        def,
+        axes,
+        size,
+    })
+}
