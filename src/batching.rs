@@ -59,7 +59,7 @@ pub trait BatchOps: Backend {
     fn bool_batch_dims(tensor: &BoolTensor<Self>) -> BatchDims;
 
     /// The float tensor with its physical value computed: a lazy per-example outer product
-    /// (see [`VmapTensor`]'s "Lazy outer products") is multiplied out. For APIs that promise
+    /// (see [`VmapTensor`](crate::VmapTensor)'s "Lazy outer products") is multiplied out. For APIs that promise
     /// materialized tensors; every op reads the physical value anyway when it needs it.
     fn float_materialize(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         tensor

@@ -1,0 +1,31 @@
+//! [`micro_vmap`] and [`micro_grad`]: vmap and per-example gradients in microbatches, with
+//! accumulators (optax's `optax.microbatching`).
+//!
+//! - `micro_vmap.rs`: [`micro_vmap`] and its builder [`MicroVmap`];
+//! - `micro_grad.rs`: [`micro_grad`], [`micro_grad_module`] and their builder [`MicroGrad`];
+//! - `grad_fn.rs`: what `micro_grad` plugs in ([`LossOutput`], [`GradFn`], [`GradSource`]) and
+//!   returns ([`MicroAux`]);
+//! - `vmap_fn.rs`: the vectorizer run on each microbatch ([`VmapFn`]);
+//! - `run.rs`: the microbatched loop both transforms share;
+//! - `norms.rs`: tree norms and optax's per-example clipping ([`clip_by_global_norm`]).
+//!
+//! The accumulators themselves live in [`crate::tree::accumulate`].
+
+mod grad_fn;
+mod micro_grad;
+mod micro_vmap;
+mod norms;
+mod run;
+mod vmap_fn;
+
+pub use grad_fn::{
+    ArgGrads, GradFn, GradSource, Identity, LossOutput, MicroAux, ModuleGrads, NoMetrics, TreeFn,
+};
+pub use micro_grad::{micro_grad, micro_grad_module, ArgNums, MicroGrad};
+pub use micro_vmap::{micro_vmap, MicroVmap};
+pub use norms::{clip_by_global_norm, global_norm, scale_tree};
+pub use vmap_fn::{ChunkedVmapFn, PlainVmap, VmapFn};
+
+use crate::transform::axes::Axes;
+
+type Inner<AB> = <AB as burn::tensor::backend::AutodiffBackend>::InnerBackend;
