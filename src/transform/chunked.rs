@@ -2,6 +2,7 @@
 
 use crate::batching::BatchOps;
 use crate::transform::axes::{map_inputs, normalize_axis, Axes, Mapped};
+use crate::transform::columns;
 use crate::transform::vmap::vmap;
 use crate::tree::{rows, Leaf, Spec, Tree, TreeDef};
 use crate::VmapError;
@@ -138,12 +139,7 @@ impl<F> ChunkedVmapped<F> {
         }
         let out_def = out_def.expect("at least one chunk");
         let out_axes = self.out_axes.broadcast_to(&out_def, "out_axes", "out")?;
-        let mut columns: Vec<Vec<Leaf<BO>>> = out_axes.iter().map(|_| Vec::new()).collect();
-        for row in outs {
-            for (col, leaf) in columns.iter_mut().zip(row) {
-                col.push(leaf);
-            }
-        }
+        let columns = columns(outs, out_axes.len());
         let paths = out_def.leaf_paths("out");
         let mut result = Vec::with_capacity(columns.len());
         for ((col, axis), path) in columns.into_iter().zip(out_axes).zip(paths) {

@@ -1,0 +1,198 @@
+//! One chunk of a checkpointed scan: what runs it forward and reruns it backward.
+
+use std::sync::Arc;
+
+use burn_backend::backend::Backend;
+
+use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn_backend::TensorMetadata;
+
+use super::tape::{release_dropped_records, RELEASE_EVERY};
+use super::{float_of, from_inner, to_inner, Ad, NAME};
+use crate::transform::scan::run::{run_loop, LeafSpec};
+use crate::tree::{Leaf, Tree, TreeDef};
+use crate::VmapError;
+
+/// One chunk of the loop: what is needed to run it (forward) and to rerun it (backward).
+pub(super) struct ChunkBody<F> {
+    pub(super) f: Arc<F>,
+    pub(super) carry_def: TreeDef,
+    pub(super) x_def: TreeDef,
+    /// Step indices in execution order.
+    pub(super) steps: Vec<usize>,
+    /// Smallest step index (row 0 of the chunk's slab of `xs`).
+    pub(super) lo: usize,
+}
+
+/// Outputs of one run of a chunk: carry leaves, per-step outputs (aligned with the steps) and
+/// the structure of one output.
+pub(super) struct ChunkOut<B: Backend> {
+    pub(super) carry: Vec<Leaf<B>>,
+    pub(super) ys: Vec<Vec<Leaf<B>>>,
+    pub(super) y_def: TreeDef,
+    pub(super) y_specs: Vec<LeafSpec<B>>,
+}
+
+impl<F> ChunkBody<F> {
+    pub(super) fn run<B, C, X, Y>(
+        &self,
+        carry: Vec<Leaf<B>>,
+        xs_steps: Vec<Vec<Leaf<B>>>,
+    ) -> Result<ChunkOut<B>, VmapError>
+    where
+        B: Backend,
+        C: Tree<B>,
+        X: Tree<B>,
+        Y: Tree<B>,
+        F: Fn(C, X) -> (C, Y),
+    {
+        let init = C::unflatten_named(&self.carry_def, carry, "carry")?;
+        let mut xs_steps: Vec<Option<Vec<Leaf<B>>>> = xs_steps.into_iter().map(Some).collect();
+        let position = |t: usize| {
+            self.steps
+                .iter()
+                .position(|&s| s == t)
+                .expect("a chunk step")
+        };
+        let looped = run_loop::<B, C, X, Y, F>(
+            "checkpoint_chunked_scan",
+            &*self.f,
+            init,
+            self.steps.iter().copied(),
+            &self.x_def,
+            |t| {
+                xs_steps[position(t)]
+                    .take()
+                    .expect("each step reads its row once")
+            },
+            |_| true,
+        )?;
+        let (y_def, y_specs) = looped.y.expect("a chunk has at least one step");
+        let mut ys: Vec<Option<Vec<Leaf<B>>>> = self.steps.iter().map(|_| None).collect();
+        for (t, y) in looped.kept {
+            ys[position(t)] = Some(y);
+        }
+        Ok(ChunkOut {
+            carry: looped.carry.flatten().0,
+            ys: ys
+                .into_iter()
+                .map(|y| y.expect("every step kept"))
+                .collect(),
+            y_def,
+            y_specs,
+        })
+    }
+
+    /// Runs the chunk forward from `carry_inner` over its rows `slab_inner` of `xs` (inner
+    /// tensors), recording no graph: the inputs are fresh untracked tensors.
+    ///
+    /// # Errors
+    /// As the loop, and [`VmapError::CapturedTrackedTensor`] when an output is tracked (the
+    /// body captured a tensor that requires gradients).
+    pub(super) fn forward<B, CS, C, X, Y>(
+        &self,
+        carry_inner: &[Leaf<B>],
+        slab_inner: &[Leaf<B>],
+    ) -> Result<ChunkOut<Ad<B, CS>>, VmapError>
+    where
+        B: Backend,
+        CS: CheckpointStrategy,
+        C: Tree<Ad<B, CS>>,
+        X: Tree<Ad<B, CS>>,
+        Y: Tree<Ad<B, CS>>,
+        F: Fn(C, X) -> (C, Y),
+    {
+        // Forward, recording no graph: the inputs are fresh untracked tensors. In blocks of
+        // at most RELEASE_EVERY steps, releasing the records of the untracked ops between.
+        let mut out: Option<ChunkOut<Ad<B, CS>>> = None;
+        for block in self.steps.chunks(RELEASE_EVERY) {
+            let sub = ChunkBody {
+                f: self.f.clone(),
+                carry_def: self.carry_def.clone(),
+                x_def: self.x_def.clone(),
+                steps: block.to_vec(),
+                lo: self.lo,
+            };
+            let carry_in: Vec<Leaf<Ad<B, CS>>> = match &out {
+                None => carry_inner.iter().cloned().map(from_inner).collect(),
+                Some(o) => o
+                    .carry
+                    .iter()
+                    .cloned()
+                    .map(to_inner)
+                    .map(from_inner)
+                    .collect(),
+            };
+            let part = sub.run::<Ad<B, CS>, C, X, Y>(
+                carry_in,
+                block
+                    .iter()
+                    .map(|&t| {
+                        sub.x_inner(slab_inner, t)
+                            .into_iter()
+                            .map(from_inner)
+                            .collect()
+                    })
+                    .collect(),
+            )?;
+            if part
+                .carry
+                .iter()
+                .chain(part.ys.iter().flatten())
+                .filter_map(float_of)
+                .any(|t| t.is_tracked())
+            {
+                return Err(VmapError::CapturedTrackedTensor { transform: NAME });
+            }
+            let part = ChunkOut {
+                carry: part
+                    .carry
+                    .into_iter()
+                    .map(to_inner)
+                    .map(from_inner)
+                    .collect(),
+                ys: part
+                    .ys
+                    .into_iter()
+                    .map(|y| y.into_iter().map(to_inner).map(from_inner).collect())
+                    .collect(),
+                y_def: part.y_def,
+                y_specs: part.y_specs,
+            };
+            if let Some(first) = part
+                .carry
+                .iter()
+                .chain(part.ys.iter().flatten())
+                .find_map(float_of)
+            {
+                release_dropped_records::<B, CS>(
+                    &B::float_device(&first.primitive),
+                    first.primitive.dtype(),
+                );
+            }
+            out = Some(match out {
+                None => part,
+                Some(mut o) => {
+                    o.carry = part.carry;
+                    o.ys.extend(part.ys);
+                    o
+                }
+            });
+        }
+        Ok(out.expect("a chunk has at least one step"))
+    }
+
+    /// Row `t` of every leaf of the chunk's slab of `xs` (inner backend).
+    pub(super) fn x_inner<B: Backend>(&self, slab: &[Leaf<B>], t: usize) -> Vec<Leaf<B>> {
+        slab.iter().map(|l| l.index(t - self.lo)).collect()
+    }
+}
+
+/// Which input of a chunk a tracked tensor is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Input {
+    /// Leaf `i` of the carry.
+    Carry(usize),
+    /// Leaf `j` of the chunk's slab of `xs`.
+    Xs(usize),
+}

@@ -1,0 +1,220 @@
+//! The custom autodiff nodes of a checkpointed chunk: the gate chain that recomputes the chunk
+//! in the backward pass, its outputs, and the taps and sinks of the recomputed graph.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Tensor, TensorPrimitive};
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind};
+use burn_autodiff::NodeId;
+use burn_backend::backend::Backend;
+use burn_backend::tensor::FloatTensor;
+use burn_backend::{DType, Shape};
+
+use super::Ad;
+
+/// Recomputes a chunk and back-propagates its output cotangents (one per float output, `None`
+/// when no gradient reached it) into the gradients of its tracked inputs.
+pub(super) type Recompute<B> =
+    Box<dyn FnOnce(Vec<Option<FloatTensor<B>>>) -> Vec<FloatTensor<B>> + Send + 'static>;
+
+/// The backward state shared by the nodes of one chunk.
+pub(super) struct ChunkTape<B: Backend> {
+    pub(super) state: Mutex<TapeState<B>>,
+}
+
+pub(super) struct TapeState<B: Backend> {
+    pub(super) cotangents: Vec<Option<FloatTensor<B>>>,
+    pub(super) recompute: Option<Recompute<B>>,
+    pub(super) grads: Vec<Option<FloatTensor<B>>>,
+}
+
+impl<B: Backend> core::fmt::Debug for ChunkTape<B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("ChunkTape")
+    }
+}
+
+impl<B: Backend> ChunkTape<B> {
+    fn set_cotangent(&self, output: usize, grad: FloatTensor<B>) {
+        let mut state = self.state.lock().expect("chunk tape lock");
+        let slot = &mut state.cotangents[output];
+        *slot = Some(match slot.take() {
+            Some(old) => B::float_add(old, grad),
+            None => grad,
+        });
+    }
+
+    /// The gradient of tracked input `k`, recomputing the chunk on the first call.
+    fn input_grad(&self, k: usize) -> Option<FloatTensor<B>> {
+        let pending = {
+            let mut state = self.state.lock().expect("chunk tape lock");
+            state.recompute.take().map(|r| {
+                let cots = core::mem::take(&mut state.cotangents);
+                (r, cots)
+            })
+        };
+        if let Some((recompute, cots)) = pending {
+            let was = IN_BACKWARD.with(|f| f.replace(true));
+            let grads = recompute(cots);
+            IN_BACKWARD.with(|f| f.set(was));
+            let mut state = self.state.lock().expect("chunk tape lock");
+            state.grads = grads.into_iter().map(Some).collect();
+        }
+        let mut state = self.state.lock().expect("chunk tape lock");
+        state.grads.get_mut(k).and_then(Option::take)
+    }
+}
+
+/// Steps of a chunk's forward pass between two releases of untracked-op records.
+pub(super) const RELEASE_EVERY: usize = 32;
+
+thread_local! {
+    /// Set while this thread recomputes a chunk inside a backward pass (it may hold a graph's
+    /// lock then: no backward pass may start on it).
+    static IN_BACKWARD: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// burn-autodiff registers every op, tracked or not, and frees the records of dropped tensors
+/// only when a backward pass ends. The forward pass of a chunk runs untracked ops whose
+/// records would pile up until the user's backward pass (more than the intermediates a plain
+/// scan keeps): a backward pass of a one-element leaf releases them after each chunk.
+pub(super) fn release_dropped_records<B: Backend, CS: CheckpointStrategy>(
+    device: &B::Device,
+    dtype: DType,
+) {
+    if IN_BACKWARD.with(|f| f.get()) {
+        return;
+    }
+    let leaf = <Ad<B, CS> as AutodiffBackend>::from_inner(zeros1::<B>(device, dtype));
+    let leaf = Tensor::<Ad<B, CS>, 1>::from_primitive(TensorPrimitive::Float(leaf)).require_grad();
+    let _ = leaf.backward();
+}
+
+pub(super) fn zeros1<B: Backend>(device: &B::Device, dtype: DType) -> FloatTensor<B> {
+    B::float_zeros(Shape::from(vec![1]), device, dtype.into())
+}
+
+/// Gives `parent` (the chain below a link) a dummy gradient, which keeps it in the backward
+/// pass.
+fn keep_alive<B: Backend>(
+    grads: &mut Gradients,
+    parent: Option<NodeId>,
+    device: &B::Device,
+    dtype: DType,
+) {
+    if let Some(id) = parent {
+        grads.register::<B>(id, zeros1::<B>(device, dtype));
+    }
+}
+
+/// Link `k` of a chunk's gate chain (parents: the previous link, tracked input `k`). The last
+/// link is the first to run backward: it recomputes the chunk; each link hands its input its
+/// gradient and keeps the chain below it alive with a dummy gradient.
+#[derive(Debug)]
+pub(super) struct GateLink;
+
+impl<B: Backend> Backward<B, 2> for GateLink {
+    type State = (Arc<ChunkTape<B>>, usize, DType);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _c: &mut Checkpointer) {
+        let (tape, k, dtype) = ops.state;
+        let own = grads.consume::<B>(&ops.node);
+        let device = B::float_device(&own);
+        let [prev, input] = ops.parents;
+        if let Some(node) = input {
+            if let Some(g) = tape.input_grad(k) {
+                grads.register::<B>(node.id, g);
+            }
+        }
+        keep_alive::<B>(grads, prev.map(|n| n.id), &device, dtype);
+    }
+}
+
+/// Float output `i` of a chunk (parent: the gate). Stores its cotangent for the recomputation.
+#[derive(Debug)]
+pub(super) struct ChunkOutput;
+
+impl<B: Backend> Backward<B, 1> for ChunkOutput {
+    type State = (Arc<ChunkTape<B>>, usize, DType);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _c: &mut Checkpointer) {
+        let (tape, i, dtype) = ops.state;
+        let g = grads.consume::<B>(&ops.node);
+        let device = B::float_device(&g);
+        tape.set_cotangent(i, g);
+        let [gate] = ops.parents;
+        keep_alive::<B>(grads, gate.map(|n| n.id), &device, dtype);
+    }
+}
+
+/// In a recomputed chunk's graph: reports the gradient of input leaf `id` through a channel
+/// (the graph's backward pass runs on a helper thread and its result is never returned), or
+/// drops it for an input whose gradient is not needed. Every float input is tracked and tapped
+/// so that the recomputation records no untracked ops (burn-autodiff keeps the records of
+/// untracked ops until a backward pass ends, which the helper thread cannot do before the
+/// outer backward pass has finished).
+#[derive(Debug)]
+pub(super) struct Tap;
+
+impl<B: Backend> Backward<B, 1> for Tap {
+    type State = Option<(usize, mpsc::Sender<(usize, FloatTensor<B>)>)>;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _c: &mut Checkpointer) {
+        let g = grads.consume::<B>(&ops.node);
+        if let Some((id, sender)) = ops.state {
+            // The receiver only goes away if the outer backward step panicked.
+            let _ = sender.send((id, g));
+        }
+    }
+}
+
+/// In a recomputed chunk's graph: a link of the root chain (parents: the previous link, a
+/// target); gives the target its cotangent.
+#[derive(Debug)]
+pub(super) struct Sink;
+
+impl<B: Backend> Backward<B, 2> for Sink {
+    type State = (FloatTensor<B>, DType);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _c: &mut Checkpointer) {
+        let (cotangent, dtype) = ops.state;
+        let own = grads.consume::<B>(&ops.node);
+        let device = B::float_device(&own);
+        let [prev, target] = ops.parents;
+        if let Some(node) = target {
+            grads.register::<B>(node.id, cotangent);
+        }
+        keep_alive::<B>(grads, prev.map(|n| n.id), &device, dtype);
+    }
+}
+
+/// A tracked `[1]` node with parents `[prev, other]` (the links of the chains above).
+pub(super) fn link<B, CS, BO>(
+    op: BO,
+    state: BO::State,
+    prev: &FloatTensor<Ad<B, CS>>,
+    other: &FloatTensor<Ad<B, CS>>,
+    value: FloatTensor<B>,
+) -> FloatTensor<Ad<B, CS>>
+where
+    B: Backend,
+    CS: CheckpointStrategy,
+    BO: Backward<B, 2>,
+{
+    match op
+        .prepare::<CS>([prev.node.clone(), other.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(state, value),
+        OpsKind::UnTracked(prep) => prep.finish(value),
+    }
+}
+
+/// `(target, cotangent)` links of a recomputed chunk's root chain.
+pub(super) type Sinks<B, CS> = Vec<(FloatTensor<Ad<B, CS>>, FloatTensor<B>)>;
