@@ -27,6 +27,7 @@
 // `#[derive(Tree)]` expands to `::burn_vmap::...` paths; this makes them resolve here too.
 extern crate self as burn_vmap;
 
+pub mod accumulate;
 mod backend;
 mod batching;
 mod compat;
@@ -39,6 +40,9 @@ mod tensor;
 pub mod transform;
 pub mod tree;
 
+pub use accumulate::{
+    Acc, AccContext, AccKind, Accumulator, Concat, Custom, Mean, RowOp, RunningMean, Sum,
+};
 pub use backend::Vmap;
 pub use batching::BatchOps;
 pub use error::VmapError;
@@ -59,10 +63,7 @@ pub use transform::scan::{
 };
 pub use transform::vmap::{vmap, Vmapped};
 pub use transform::Axes;
-pub use tree::{
-    Acc, AccContext, AccKind, Accumulator, Concat, Custom, DynTree, Leaf, Mean, RowOp, RunningMean,
-    Spec, Static, Sum, Tree, TreeDef,
-};
+pub use tree::{DynTree, Leaf, Spec, Static, Tree, TreeDef};
 
 /// The inner backend selected by the crate's cargo feature, for tests, examples and benches:
 /// `ndarray` (default), `wgpu` or `cuda`.

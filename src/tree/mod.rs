@@ -11,7 +11,6 @@
 //! ([`TensorVisitor`], [`TensorMapper`], [`TensorZipper`]), or leaf by leaf with
 //! [`Tree::map_leaves`].
 
-pub mod accumulate;
 mod dynamic;
 mod impls;
 mod leaf;
@@ -26,9 +25,6 @@ use burn_backend::backend::Backend;
 
 use crate::VmapError;
 
-pub use accumulate::{
-    Acc, AccContext, AccKind, Accumulator, Concat, Custom, Mean, RowOp, RunningMean, Sum,
-};
 pub use dynamic::DynTree;
 pub(crate) use leaf::rows;
 pub use leaf::Leaf;

@@ -1,6 +1,8 @@
 //! Tree prefixes: one value for a whole subtree (JAX's `in_axes`, optax's accumulator trees).
 
-use super::{Key, TreeDef};
+use burn_backend::backend::Backend;
+
+use super::{Key, Leaf, Leaves, NodeKind, Tree, TreeDef};
 use crate::VmapError;
 
 /// A tree prefix whose leaves are values of type `T`.
@@ -124,5 +126,56 @@ impl<T, const N: usize> From<[T; N]> for Spec<T> {
 impl<T> From<Vec<Spec<T>>> for Spec<T> {
     fn from(v: Vec<Spec<T>>) -> Self {
         Spec::Seq(v)
+    }
+}
+
+/// A [`Spec`] of trees is a tree: `Leaf` is its value, `Seq` a tuple, `Fields` a struct. This
+/// lets a `Spec<Acc<B>>` serve as an accumulator tree.
+impl<B: Backend, T: Tree<B>> Tree<B> for Spec<T> {
+    fn flatten_into(self, leaves: &mut Vec<Leaf<B>>) -> TreeDef {
+        match self {
+            Spec::Leaf(t) => t.flatten_into(leaves),
+            Spec::Seq(items) => TreeDef::Node {
+                kind: NodeKind::Tuple,
+                keys: (0..items.len()).map(Key::Index).collect(),
+                children: items.into_iter().map(|s| s.flatten_into(leaves)).collect(),
+            },
+            Spec::Fields(fields) => {
+                let (keys, children) = fields
+                    .into_iter()
+                    .map(|(k, s)| (Key::Field(k), s.flatten_into(leaves)))
+                    .unzip();
+                TreeDef::Node {
+                    kind: NodeKind::Map,
+                    keys,
+                    children,
+                }
+            }
+        }
+    }
+
+    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
+        match def {
+            TreeDef::Node { keys, children, .. }
+                if keys.iter().all(|k| matches!(k, Key::Field(_))) && !keys.is_empty() =>
+            {
+                let mut out = Vec::with_capacity(keys.len());
+                for (k, c) in keys.iter().zip(children) {
+                    let Key::Field(name) = k else { unreachable!() };
+                    out.push((
+                        name.clone(),
+                        leaves.with_key(k.clone(), |l| Spec::unflatten_from(c, l))?,
+                    ));
+                }
+                Ok(Spec::Fields(out))
+            }
+            TreeDef::Node { keys, children, .. } => Ok(Spec::Seq(
+                keys.iter()
+                    .zip(children)
+                    .map(|(k, c)| leaves.with_key(k.clone(), |l| Spec::unflatten_from(c, l)))
+                    .collect::<Result<_, _>>()?,
+            )),
+            _ => T::unflatten_from(def, leaves).map(Spec::Leaf),
+        }
     }
 }

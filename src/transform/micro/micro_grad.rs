@@ -14,10 +14,10 @@ use super::grad_fn::{
 };
 use super::run::{microbatching_setters, run_microbatched, Microbatching};
 use super::{Axes, Inner, PlainVmap, VmapFn};
+use crate::accumulate::{accumulator_spec, Acc, Concat, Sum};
 use crate::batching::BatchOps;
 use crate::transform::axes::map_inputs;
-use crate::tree::accumulate::accumulator_spec;
-use crate::tree::{Acc, Concat, DynTree, Key, Leaf, NodeKind, Spec, Sum, Tree, TreeDef};
+use crate::tree::{DynTree, Key, Leaf, NodeKind, Spec, Tree, TreeDef};
 use crate::VmapError;
 
 /// Per-example value-and-grad with microbatching: optax's `optax.microbatching.micro_grad`.

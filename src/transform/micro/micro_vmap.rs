@@ -2,10 +2,10 @@
 
 use super::run::{microbatching_setters, run_microbatched, Microbatching};
 use super::{Axes, PlainVmap, VmapFn};
+use crate::accumulate::{accumulator_spec, Concat};
 use crate::batching::BatchOps;
 use crate::transform::axes::map_inputs;
-use crate::tree::accumulate::accumulator_spec;
-use crate::tree::{Concat, Spec, Tree};
+use crate::tree::{Spec, Tree};
 use crate::VmapError;
 
 /// A [`vmap`](crate::vmap) that runs in microbatches and accumulates: optax's
@@ -22,7 +22,7 @@ use crate::VmapError;
 /// ```
 ///
 /// The accumulator (default [`Concat`]: the same result as [`vmap`](crate::vmap)) is a tree prefix of the
-/// output: see [`accumulate`](crate::tree::accumulate). [`Concat`] restores the original order
+/// output: see [`accumulate`](crate::accumulate). [`Concat`] restores the original order
 /// and leaves zeros in rows not run; [`Mean`](crate::Mean) divides by the TOTAL number of
 /// microbatches even when fewer run; [`RunningMean`](crate::RunningMean) averages the ones run.
 /// Peak memory is that of one microbatch (plus the accumulators' carries).

@@ -9,7 +9,7 @@
 //! - `run.rs`: the microbatched loop both transforms share;
 //! - `norms.rs`: tree norms and optax's per-example clipping ([`clip_by_global_norm`]).
 //!
-//! The accumulators themselves live in [`crate::tree::accumulate`].
+//! The accumulators themselves live in [`crate::accumulate`].
 
 mod grad_fn;
 mod micro_grad;

@@ -6,10 +6,10 @@ use burn_backend::backend::Backend;
 use burn_backend::{Shape, Slice};
 
 use super::VmapFn;
+use crate::accumulate::{from_flat, to_flat, Acc, AccContext, Flat, RowOp};
 use crate::batching::BatchOps;
 use crate::transform::axes::{Axes, Mapped};
-use crate::tree::accumulate::{from_flat, to_flat, AccContext, Flat, RowOp};
-use crate::tree::{rows, Acc, DynTree, Leaf, Spec, Tree, TreeDef};
+use crate::tree::{rows, DynTree, Leaf, Spec, Tree, TreeDef};
 use crate::VmapError;
 
 /// Rows `k, k+n, ..., k+(m-1)n` of axis `axis` (optax's strided microbatches).
