@@ -6,7 +6,7 @@ use burn::tensor::{Bool, Float, Int, Tensor};
 use burn_backend::backend::Backend;
 use burn_backend::TensorMetadata;
 
-use super::{Key, Leaf, Leaves, NodeKind, Static, Tree, TreeDef};
+use super::{Key, Leaf, Leaves, NodeKind, Tree, TreeDef};
 use crate::VmapError;
 
 fn mismatch(path: String, want: &str, def: &TreeDef) -> VmapError {
@@ -246,5 +246,25 @@ impl<B: Backend, T: Clone + PartialEq + Send + Sync + 'static> Tree<B> for Stati
             }),
             _ => Err(mismatch(leaves.path(), "a Static value", def)),
         }
+    }
+}
+
+/// A leaf-less value that trees carry through untouched (powerpax's `Static`): configuration,
+/// flags, sizes. Compared and hashed by value.
+///
+/// ```
+/// use burn_vmap::{Static, Tree, TestBackend};
+/// let (leaves, def) = Tree::<TestBackend>::flatten(Static("relu"));
+/// assert!(leaves.is_empty());
+/// let back: Static<&str> = Tree::<TestBackend>::unflatten(&def, leaves).unwrap();
+/// assert_eq!(back, Static("relu"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Static<T>(pub T);
+
+impl<T> Static<T> {
+    /// The wrapped value.
+    pub fn into_inner(self) -> T {
+        self.0
     }
 }

@@ -12,6 +12,9 @@ use crate::compat;
 use crate::level::Level;
 use crate::physical::Kind;
 use crate::tensor::BatchDims;
+use crate::VmapError;
+
+use super::Key;
 
 /// One leaf of a flattened tree: a tensor primitive of any rank.
 #[derive(Debug, Clone)]
@@ -272,5 +275,58 @@ impl<B: BatchOps> Leaf<B> {
             }
             other => other,
         }
+    }
+}
+
+// -------------------------------------------------------------------------------------------------
+// A cursor over leaves
+// -------------------------------------------------------------------------------------------------
+
+/// A cursor over leaves, with the path of the current position for error messages.
+pub struct Leaves<B: Backend> {
+    iter: std::vec::IntoIter<Leaf<B>>,
+    path: Vec<Key>,
+    root: String,
+}
+
+impl<B: Backend> Leaves<B> {
+    /// Starts a cursor named `root` (the first segment of every path in errors).
+    pub fn new(leaves: Vec<Leaf<B>>, root: impl Into<String>) -> Self {
+        Self {
+            iter: leaves.into_iter(),
+            path: Vec::new(),
+            root: root.into(),
+        }
+    }
+
+    /// The next leaf, or an error naming the current path.
+    pub fn next_leaf(&mut self) -> Result<Leaf<B>, VmapError> {
+        self.iter.next().ok_or_else(|| VmapError::LeafCount {
+            path: self.path(),
+            expected: 1,
+            got: 0,
+        })
+    }
+
+    /// Runs `f` one key deeper.
+    pub fn with_key<T>(&mut self, key: Key, f: impl FnOnce(&mut Self) -> T) -> T {
+        self.path.push(key);
+        let out = f(self);
+        self.path.pop();
+        out
+    }
+
+    /// The current path, e.g. `args[1].weight`.
+    pub fn path(&self) -> String {
+        let mut s = self.root.clone();
+        for k in &self.path {
+            s.push_str(&k.to_string());
+        }
+        s
+    }
+
+    /// Leaves not consumed yet.
+    pub fn remaining(&self) -> usize {
+        self.iter.len()
     }
 }
