@@ -173,46 +173,18 @@ pub trait TensorZipper<B: Backend> {
     }
 }
 
-/// Calls `$body` with `$d` bound to the leaf's rank as a constant, for ranks `0..=MAX_RANK`.
+/// Calls `$body` with `$d` bound to the leaf's rank as a constant, for ranks `0..=MAX_RANK`
+/// (one match arm per rank; `$other` for the rest).
 macro_rules! with_rank {
     ($rank:expr, $d:ident => $body:expr, $other:expr) => {
+        with_rank!(@arms $rank, $d, $body, $other; 0, 1, 2, 3, 4, 5, 6, 7, 8)
+    };
+    (@arms $rank:expr, $d:ident, $body:expr, $other:expr; $($n:literal),*) => {
         match $rank {
-            0 => {
-                const $d: usize = 0;
+            $($n => {
+                const $d: usize = $n;
                 $body
-            }
-            1 => {
-                const $d: usize = 1;
-                $body
-            }
-            2 => {
-                const $d: usize = 2;
-                $body
-            }
-            3 => {
-                const $d: usize = 3;
-                $body
-            }
-            4 => {
-                const $d: usize = 4;
-                $body
-            }
-            5 => {
-                const $d: usize = 5;
-                $body
-            }
-            6 => {
-                const $d: usize = 6;
-                $body
-            }
-            7 => {
-                const $d: usize = 7;
-                $body
-            }
-            8 => {
-                const $d: usize = 8;
-                $body
-            }
+            })*
             _ => $other,
         }
     };
