@@ -20,6 +20,7 @@ macro_rules! activation_backward_ops {
     ($($name:ident),* $(,)?) => {
         $(
             fn $name(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+                unbatched!(x, grad => B::$name(x, grad));
                 elementwise::binary_materialized::<B, Float, Float, _>(x, grad, |x, g, _| B::$name(x, g))
             }
         )*

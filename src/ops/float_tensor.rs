@@ -2,46 +2,30 @@
 
 use burn_backend::backend::{Backend, ExecutionError};
 use burn_backend::ops::FloatTensorOps;
-use burn_backend::tensor::{BoolTensor, Device, Float, FloatTensor, IndexingUpdateOp, IntTensor};
-use burn_backend::{Distribution, FloatDType, IntDType, Scalar, Shape, Slice, TensorData};
+use burn_backend::tensor::{BoolTensor, Device, Float, FloatTensor, IntTensor};
+use burn_backend::{FloatDType, IntDType, Scalar, Shape, Slice, TensorData};
 
-use super::assert_unbatched;
 use super::macros::*;
 use crate::rules::{create, elementwise, indexing, linalg, outer, reduce, view};
 use crate::tensor::VmapTensor;
 use crate::Vmap;
 
 impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
-    // --- creation and transfer: new tensors are unbatched -----------------------------------
-    fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> {
-        create::from_data(data, |d| B::float_from_data(d, device))
-    }
+    // Overridden (speed): zeros and ones; the defaults build them through `float_from_data` on
+    // the host.
+    kind_ops!(FloatTensor, Float, FloatDType;
+        create => float_empty, create => float_zeros, create => float_ones, random => float_random,
+        cast => float_cast,
+        from_data => float_from_data, into_data => float_into_data,
+        device => float_device, to_device => float_to_device,
+        reshape => float_reshape, swap_dims => float_swap_dims, permute => float_permute,
+        flip => float_flip, expand => float_expand, slice => float_slice, unfold => float_unfold,
+        gather => float_gather, scatter => float_scatter_add,
+        select_add => float_select_add + float_scatter_add, slice_assign => float_slice_assign,
+        mask_where => float_mask_where, mask_fill => float_mask_fill,
+        scatter_nd => float_scatter_nd, gather_nd => float_gather_nd);
 
-    fn float_random(
-        shape: Shape,
-        distribution: Distribution,
-        device: &Device<Self>,
-        dtype: FloatDType,
-    ) -> FloatTensor<Self> {
-        // Inside vmap the draw gets a batch dim at every level in `Randomness::Different` mode.
-        crate::rules::random::random("float_random", shape, |s| {
-            B::float_random(s, distribution, device, dtype)
-        })
-    }
-
-    fn float_empty(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        create::create(shape, |s| B::float_empty(s, device, dtype))
-    }
-
-    // Overridden (speed): the default builds zeros through `float_from_data` on the host.
-    fn float_zeros(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        create::create(shape, |s| B::float_zeros(s, device, dtype))
-    }
-
-    // Overridden (speed): as `float_zeros`.
-    fn float_ones(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        create::create(shape, |s| B::float_ones(s, device, dtype))
-    }
+    // --- creation: new tensors are unbatched --------------------------------------------------
 
     // Overridden (speed): as `float_zeros`.
     fn float_full(
@@ -53,28 +37,9 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         create::create(shape, |s| B::float_full(s, fill_value, device, dtype))
     }
 
-    fn float_into_data(
-        tensor: FloatTensor<Self>,
-    ) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
-        assert_unbatched(&tensor, "float_into_data");
-        create::into_data(tensor, B::float_into_data)
-    }
-
-    fn float_device(tensor: &FloatTensor<Self>) -> Device<Self> {
-        B::float_device(tensor.stored())
-    }
-
-    fn float_to_device(tensor: FloatTensor<Self>, device: &Device<Self>) -> FloatTensor<Self> {
-        elementwise::unary(tensor, |t| B::float_to_device(t, device))
-    }
-
     // --- casts -----------------------------------------------------------------------------
     fn float_into_int(tensor: FloatTensor<Self>, out_dtype: IntDType) -> IntTensor<Self> {
         elementwise::unary(tensor, |t| B::float_into_int(t, out_dtype))
-    }
-
-    fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        elementwise::unary(tensor, |t| B::float_cast(t, dtype))
     }
 
     // --- elementwise -----------------------------------------------------------------------
@@ -83,13 +48,17 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
     // `float_mul` and `float_div` keep lazy outer products factored where they can (see
     // `rules::outer`); otherwise the broadcasting rule.
     fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        outer::mul::<B>(lhs, rhs)
-            .unwrap_or_else(|(l, r)| elementwise::binary::<B, Float, Float, _>(l, r, B::float_mul))
+        outer::mul::<B>(lhs, rhs).unwrap_or_else(|(lhs, rhs)| {
+            unbatched!(lhs, rhs => B::float_mul(lhs, rhs));
+            elementwise::binary::<B, Float, Float, _>(lhs, rhs, B::float_mul)
+        })
     }
 
     fn float_div(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        outer::div::<B>(lhs, rhs)
-            .unwrap_or_else(|(l, r)| elementwise::binary::<B, Float, Float, _>(l, r, B::float_div))
+        outer::div::<B>(lhs, rhs).unwrap_or_else(|(lhs, rhs)| {
+            unbatched!(lhs, rhs => B::float_div(lhs, rhs));
+            elementwise::binary::<B, Float, Float, _>(lhs, rhs, B::float_div)
+        })
     }
 
     fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
@@ -123,6 +92,7 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
 
     // --- linear algebra ----------------------------------------------------------------------
     fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        unbatched!(lhs, rhs => B::float_matmul(lhs, rhs));
         linalg::matmul::<B, Float>(lhs, rhs, B::float_matmul, B::float_mul)
     }
 
@@ -131,82 +101,16 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         rhs: FloatTensor<Self>,
         dim: usize,
     ) -> FloatTensor<Self> {
+        unbatched!(lhs, rhs => B::float_cross(lhs, rhs, dim));
         elementwise::binary_materialized::<B, Float, Float, _>(lhs, rhs, |l, r, nb| {
             B::float_cross(l, r, dim + nb)
         })
-    }
-
-    // --- views -------------------------------------------------------------------------------
-    fn float_swap_dims(tensor: FloatTensor<Self>, dim1: usize, dim2: usize) -> FloatTensor<Self> {
-        view::swap_dims::<B, Float>(tensor, dim1, dim2, B::float_swap_dims)
-    }
-
-    fn float_permute(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self> {
-        view::permute::<B, Float>(tensor, axes)
-    }
-
-    fn float_flip(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self> {
-        view::flip(tensor, axes, B::float_flip)
-    }
-
-    fn float_reshape(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
-        view::reshape::<B, Float>(tensor, shape)
-    }
-
-    fn float_expand(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
-        view::expand::<B, Float>(tensor, shape)
-    }
-
-    fn float_slice(tensor: FloatTensor<Self>, slices: &[Slice]) -> FloatTensor<Self> {
-        view::slice::<B, Float>(tensor, slices)
-    }
-
-    fn float_unfold(
-        tensor: FloatTensor<Self>,
-        dim: usize,
-        size: usize,
-        step: usize,
-    ) -> FloatTensor<Self> {
-        reduce::along_dim(tensor, dim, |t, d| B::float_unfold(t, d, size, step))
     }
 
     // Overridden (speed): the default assigns every input into an empty tensor.
     fn float_cat(tensors: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
         outer::cat::<B>(tensors, dim)
             .unwrap_or_else(|ts| view::cat::<B, Float>(ts, dim, B::float_cat))
-    }
-
-    // --- indexing ----------------------------------------------------------------------------
-    fn float_gather(
-        dim: usize,
-        tensor: FloatTensor<Self>,
-        indices: IntTensor<Self>,
-    ) -> FloatTensor<Self> {
-        indexing::gather::<B, Float>(dim, tensor, indices)
-    }
-
-    fn float_scatter_add(
-        dim: usize,
-        tensor: FloatTensor<Self>,
-        indices: IntTensor<Self>,
-        value: FloatTensor<Self>,
-    ) -> FloatTensor<Self> {
-        indexing::scatter::<B, Float>(dim, tensor, indices, value, B::float_scatter_add)
-    }
-
-    fn float_scatter_nd(
-        data: FloatTensor<Self>,
-        indices: IntTensor<Self>,
-        values: FloatTensor<Self>,
-        reduction: IndexingUpdateOp,
-    ) -> FloatTensor<Self> {
-        indexing::scatter_nd::<B, Float>(data, indices, values, |d, i, v| {
-            B::float_scatter_nd(d, i, v, reduction)
-        })
-    }
-
-    fn float_gather_nd(data: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
-        indexing::gather_nd::<B, Float>(data, indices, B::float_gather_nd)
     }
 
     fn float_select(
@@ -216,46 +120,6 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
     ) -> FloatTensor<Self> {
         outer::select::<B>(tensor, dim, indices)
             .unwrap_or_else(|(t, i)| indexing::select::<B, Float>(t, dim, i))
-    }
-
-    fn float_select_add(
-        tensor: FloatTensor<Self>,
-        dim: usize,
-        indices: IntTensor<Self>,
-        value: FloatTensor<Self>,
-    ) -> FloatTensor<Self> {
-        indexing::select_add::<B, Float>(
-            tensor,
-            dim,
-            indices,
-            value,
-            B::float_select_add,
-            B::float_scatter_add,
-        )
-    }
-
-    fn float_slice_assign(
-        tensor: FloatTensor<Self>,
-        slices: &[Slice],
-        value: FloatTensor<Self>,
-    ) -> FloatTensor<Self> {
-        indexing::slice_assign::<B, Float>(tensor, slices, value, B::float_slice_assign)
-    }
-
-    fn float_mask_where(
-        tensor: FloatTensor<Self>,
-        mask: BoolTensor<Self>,
-        value: FloatTensor<Self>,
-    ) -> FloatTensor<Self> {
-        indexing::mask_where::<B, Float>(tensor, mask, value, B::float_mask_where)
-    }
-
-    fn float_mask_fill(
-        tensor: FloatTensor<Self>,
-        mask: BoolTensor<Self>,
-        value: Scalar,
-    ) -> FloatTensor<Self> {
-        indexing::mask_fill::<B, Float>(tensor, mask, |t, m| B::float_mask_fill(t, m, value))
     }
 
     // --- reductions and scans ----------------------------------------------------------------
@@ -277,13 +141,7 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
 
     dim_ops!(FloatTensor, Float; float_cumsum, float_cumprod, float_cummin, float_cummax);
 
-    fn float_argmax(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
-        reduce::reduce_dim::<B, Float, _>(tensor, dim, |t, d| B::float_argmax(t, d, out_dtype))
-    }
-
-    fn float_argmin(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
-        reduce::reduce_dim::<B, Float, _>(tensor, dim, |t, d| B::float_argmin(t, d, out_dtype))
-    }
+    arg_ops!(FloatTensor, Float; float_argmax, float_argmin);
 
     fn float_argtopk(
         tensor: FloatTensor<Self>,

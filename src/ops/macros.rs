@@ -1,4 +1,22 @@
 //! Registration macros for op families (burn-fusion's `binary_float_ops!` style).
+//!
+//! Every generated method keeps the name of the Burn method it implements and calls the rule of
+//! its family in [`crate::rules`]. The families with several tensor operands start with the one
+//! no-batched-operand fast path, [`unbatched!`]: when no operand is batched, the inner op runs
+//! directly, so their rules only ever see a batched operand.
+
+/// The no-batched-operand fast path: when none of the operands is batched, returns (from the
+/// enclosing method) the inner op `$op` run on their physical tensors, unbatched, with the
+/// logical rank of the first operand (rank 0 stays rank 0).
+macro_rules! unbatched {
+    ($first:ident $(, $rest:ident)* => $op:expr) => {
+        if !$first.is_batched() $(&& !$rest.is_batched())* {
+            let scalar = $first.is_scalar();
+            let ($first $(, $rest)*) = ($first.inner() $(, $rest.inner())*);
+            return $crate::tensor::VmapTensor::unbatched($op).with_scalar(scalar);
+        }
+    };
+}
 
 /// Unary ops: `fn name(tensor) -> tensor` with the batch dims passed through.
 macro_rules! unary_ops {
@@ -27,6 +45,7 @@ macro_rules! broadcasting_ops {
     ($prim:ident, $kind:ty; $($name:ident),* $(,)?) => {
         $(
             fn $name(lhs: $prim<Self>, rhs: $prim<Self>) -> $prim<Self> {
+                unbatched!(lhs, rhs => B::$name(lhs, rhs));
                 $crate::rules::elementwise::binary::<B, $kind, $kind, _>(lhs, rhs, B::$name)
             }
         )*
@@ -38,6 +57,7 @@ macro_rules! materializing_ops {
     ($prim:ident, $kind:ty; $($name:ident),* $(,)?) => {
         $(
             fn $name(lhs: $prim<Self>, rhs: $prim<Self>) -> $prim<Self> {
+                unbatched!(lhs, rhs => B::$name(lhs, rhs));
                 $crate::rules::elementwise::binary_materialized::<B, $kind, $kind, _>(lhs, rhs, |l, r, _| B::$name(l, r))
             }
         )*
@@ -49,6 +69,7 @@ macro_rules! comparison_ops {
     ($prim:ident, $kind:ty; $($name:ident),* $(,)?) => {
         $(
             fn $name(lhs: $prim<Self>, rhs: $prim<Self>, out_dtype: burn_backend::BoolDType) -> BoolTensor<Self> {
+                unbatched!(lhs, rhs => B::$name(lhs, rhs, out_dtype));
                 $crate::rules::elementwise::binary::<B, $kind, $kind, _>(lhs, rhs, |l, r| B::$name(l, r, out_dtype))
             }
         )*
@@ -77,7 +98,202 @@ macro_rules! dim_ops {
     };
 }
 
+/// Arg-reductions along one logical dim with an output dtype: `fn name(tensor, dim, dtype)`.
+macro_rules! arg_ops {
+    ($prim:ident, $kind:ty; $($name:ident),* $(,)?) => {
+        $(
+            fn $name(tensor: $prim<Self>, dim: usize, out_dtype: burn_backend::IntDType) -> IntTensor<Self> {
+                $crate::rules::reduce::reduce_dim::<B, $kind, _>(tensor, dim, |t, d| B::$name(t, d, out_dtype))
+            }
+        )*
+    };
+}
+
+/// The ops that float, int and bool tensors share (creation and transfer, views, indexing),
+/// written once: `kind_ops!(FloatTensor, Float, FloatDType; reshape => float_reshape, ...)`.
+/// Each entry names the op's family rule (`reshape`, `gather`, ...) and the Burn method it
+/// implements; `select_add => float_select_add + float_scatter_add` also names the scatter
+/// that a batched index becomes.
+macro_rules! kind_ops {
+    ($prim:ident, $kind:ty, $dtype:ty; $($op:ident => $name:ident $(+ $aux:ident)?),* $(,)?) => {
+        $( kind_ops!(@ $op, $prim, $kind, $dtype, $name $(, $aux)?); )*
+    };
+
+    // --- creation and transfer: new tensors are unbatched ---------------------------------------
+    (@ create, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(shape: Shape, device: &Device<Self>, dtype: $dtype) -> $prim<Self> {
+            $crate::rules::create::create(shape, |s| B::$name(s, device, dtype))
+        }
+    };
+    // Inside vmap a draw gets a batch dim at every level in `Randomness::Different` mode.
+    (@ random, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(
+            shape: Shape,
+            distribution: burn_backend::Distribution,
+            device: &Device<Self>,
+            dtype: $dtype,
+        ) -> $prim<Self> {
+            $crate::rules::random::random(stringify!($name), shape, |s| {
+                B::$name(s, distribution, device, dtype)
+            })
+        }
+    };
+    (@ cast, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(tensor: $prim<Self>, dtype: $dtype) -> $prim<Self> {
+            $crate::rules::elementwise::unary(tensor, |t| B::$name(t, dtype))
+        }
+    };
+    (@ from_data, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(data: TensorData, device: &Device<Self>) -> $prim<Self> {
+            $crate::rules::create::from_data(data, |d| B::$name(d, device))
+        }
+    };
+    (@ into_data, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(
+            tensor: $prim<Self>,
+        ) -> impl core::future::Future<Output = Result<TensorData, ExecutionError>> + Send {
+            $crate::ops::assert_unbatched(&tensor, stringify!($name));
+            $crate::rules::create::into_data(tensor, B::$name)
+        }
+    };
+    (@ device, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(tensor: &$prim<Self>) -> Device<Self> {
+            B::$name(tensor.stored())
+        }
+    };
+    (@ to_device, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(tensor: $prim<Self>, device: &Device<Self>) -> $prim<Self> {
+            $crate::rules::elementwise::unary(tensor, |t| B::$name(t, device))
+        }
+    };
+
+    // --- views (rules::view) ---------------------------------------------------------------------
+    (@ reshape, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(tensor: $prim<Self>, shape: Shape) -> $prim<Self> {
+            $crate::rules::view::reshape::<B, $kind>(tensor, shape)
+        }
+    };
+    (@ swap_dims, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(tensor: $prim<Self>, dim1: usize, dim2: usize) -> $prim<Self> {
+            $crate::rules::view::swap_dims::<B, $kind>(tensor, dim1, dim2, B::$name)
+        }
+    };
+    (@ permute, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(tensor: $prim<Self>, axes: &[usize]) -> $prim<Self> {
+            $crate::rules::view::permute::<B, $kind>(tensor, axes)
+        }
+    };
+    (@ flip, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(tensor: $prim<Self>, axes: &[usize]) -> $prim<Self> {
+            $crate::rules::view::flip(tensor, axes, B::$name)
+        }
+    };
+    (@ expand, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(tensor: $prim<Self>, shape: Shape) -> $prim<Self> {
+            $crate::rules::view::expand::<B, $kind>(tensor, shape)
+        }
+    };
+    (@ slice, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(tensor: $prim<Self>, slices: &[Slice]) -> $prim<Self> {
+            $crate::rules::view::slice::<B, $kind>(tensor, slices)
+        }
+    };
+    (@ unfold, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(tensor: $prim<Self>, dim: usize, size: usize, step: usize) -> $prim<Self> {
+            $crate::rules::reduce::along_dim(tensor, dim, |t, d| B::$name(t, d, size, step))
+        }
+    };
+    // Overridden (speed): the default assigns every input into an empty tensor.
+    (@ cat, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(tensors: Vec<$prim<Self>>, dim: usize) -> $prim<Self> {
+            $crate::rules::view::cat::<B, $kind>(tensors, dim, B::$name)
+        }
+    };
+
+    // --- indexing (rules::indexing), after the fast path ------------------------------------------
+    (@ gather, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(dim: usize, tensor: $prim<Self>, indices: IntTensor<Self>) -> $prim<Self> {
+            unbatched!(tensor, indices => B::$name(dim, tensor, indices));
+            $crate::rules::indexing::gather::<B, $kind>(dim, tensor, indices)
+        }
+    };
+    (@ scatter, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(
+            dim: usize,
+            tensor: $prim<Self>,
+            indices: IntTensor<Self>,
+            value: $prim<Self>,
+        ) -> $prim<Self> {
+            unbatched!(tensor, indices, value => B::$name(dim, tensor, indices, value));
+            $crate::rules::indexing::scatter::<B, $kind>(dim, tensor, indices, value, B::$name)
+        }
+    };
+    (@ select, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(tensor: $prim<Self>, dim: usize, indices: IntTensor<Self>) -> $prim<Self> {
+            $crate::rules::indexing::select::<B, $kind>(tensor, dim, indices)
+        }
+    };
+    (@ select_add, $prim:ident, $kind:ty, $dtype:ty, $name:ident, $scatter:ident) => {
+        fn $name(
+            tensor: $prim<Self>,
+            dim: usize,
+            indices: IntTensor<Self>,
+            value: $prim<Self>,
+        ) -> $prim<Self> {
+            unbatched!(tensor, indices, value => B::$name(tensor, dim, indices, value));
+            $crate::rules::indexing::select_add::<B, $kind>(
+                tensor, dim, indices, value, B::$name, B::$scatter,
+            )
+        }
+    };
+    (@ slice_assign, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(tensor: $prim<Self>, slices: &[Slice], value: $prim<Self>) -> $prim<Self> {
+            unbatched!(tensor, value => B::$name(tensor, slices, value));
+            $crate::rules::indexing::slice_assign::<B, $kind>(tensor, slices, value, B::$name)
+        }
+    };
+    (@ mask_where, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(tensor: $prim<Self>, mask: BoolTensor<Self>, value: $prim<Self>) -> $prim<Self> {
+            unbatched!(tensor, mask, value => {
+                let t = $crate::compat::mask_target::<B, $kind>(tensor, &[burn_backend::TensorMetadata::shape(&mask), burn_backend::TensorMetadata::shape(&value)]);
+                B::$name(t, mask, value)
+            });
+            $crate::rules::indexing::mask_where::<B, $kind>(tensor, mask, value, B::$name)
+        }
+    };
+    (@ mask_fill, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(tensor: $prim<Self>, mask: BoolTensor<Self>, value: burn_backend::Scalar) -> $prim<Self> {
+            unbatched!(tensor, mask => {
+                let t = $crate::compat::mask_target::<B, $kind>(tensor, &[burn_backend::TensorMetadata::shape(&mask)]);
+                B::$name(t, mask, value)
+            });
+            $crate::rules::indexing::mask_fill::<B, $kind>(tensor, mask, |t, m| B::$name(t, m, value))
+        }
+    };
+    (@ scatter_nd, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(
+            data: $prim<Self>,
+            indices: IntTensor<Self>,
+            values: $prim<Self>,
+            reduction: burn_backend::tensor::IndexingUpdateOp,
+        ) -> $prim<Self> {
+            unbatched!(data, indices, values => {
+                let (i, v) = $crate::compat::flat_tuples::<B, $kind>(indices, values);
+                B::$name(data, i, v, reduction)
+            });
+            $crate::rules::indexing::scatter_nd::<B, $kind>(data, indices, values, |d, i, v| {
+                B::$name(d, i, v, reduction)
+            })
+        }
+    };
+    (@ gather_nd, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(data: $prim<Self>, indices: IntTensor<Self>) -> $prim<Self> {
+            $crate::rules::indexing::gather_nd::<B, $kind>(data, indices, B::$name)
+        }
+    };
+}
+
 pub(crate) use {
-    broadcasting_ops, comparison_ops, comparison_scalar_ops, dim_ops, materializing_ops,
-    scalar_ops, unary_ops,
+    arg_ops, broadcasting_ops, comparison_ops, comparison_scalar_ops, dim_ops, kind_ops,
+    materializing_ops, scalar_ops, unary_ops, unbatched,
 };

@@ -13,31 +13,57 @@ use burn_backend::ops::{
 };
 use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
 
+use super::macros::unbatched;
 use crate::rules::linalg;
 use crate::rules::module::{self as deform, fold_all, fold_to, unfold_out, DeformArgs};
 use crate::rules::reduce::reduce_dim;
 use crate::tensor::{BatchDims, VmapTensor};
 use crate::Vmap;
 
-type FP<B> = <B as burn_backend::backend::BackendTypes>::FloatTensorPrimitive;
-
-/// One batched input `x`: fold into `N`.
-fn with_x<B: Backend>(
-    x: FloatTensor<Vmap<B>>,
-    f: impl FnOnce(FP<B>) -> FP<B>,
-) -> FloatTensor<Vmap<B>> {
-    let (bdims, [x]) = fold_all::<B, Float, 1>([x]);
-    unfold_out::<B, Float>(f(x), &bdims)
+/// Ops of one input `x` whose first dim is the batch `N` (pools, interpolation): the vmap
+/// batch folds into `N`, one inner op.
+macro_rules! fold_x_ops {
+    ($($name:ident($($arg:ident: $ty:ty),* $(,)?)),* $(,)?) => {
+        $(
+            fn $name(x: FloatTensor<Self> $(, $arg: $ty)*) -> FloatTensor<Self> {
+                let (bdims, [x]) = fold_all::<B, Float, 1>([x]);
+                unfold_out::<B, Float>(B::$name(x $(, $arg)*), &bdims)
+            }
+        )*
+    };
 }
 
-/// Two inputs with a leading `N` (`x` and its gradient): fold both.
-fn with_x_grad<B: Backend>(
-    x: FloatTensor<Vmap<B>>,
-    grad: FloatTensor<Vmap<B>>,
-    f: impl FnOnce(FP<B>, FP<B>) -> FP<B>,
-) -> FloatTensor<Vmap<B>> {
-    let (bdims, [x, grad]) = fold_all::<B, Float, 2>([x, grad]);
-    unfold_out::<B, Float>(f(x, grad), &bdims)
+/// Backward ops of `x` and its gradient, both with a leading `N`: both fold.
+macro_rules! fold_x_grad_ops {
+    ($($name:ident($($arg:ident: $ty:ty),* $(,)?)),* $(,)?) => {
+        $(
+            fn $name(x: FloatTensor<Self>, grad: FloatTensor<Self> $(, $arg: $ty)*) -> FloatTensor<Self> {
+                let (bdims, [x, grad]) = fold_all::<B, Float, 2>([x, grad]);
+                unfold_out::<B, Float>(B::$name(x, grad $(, $arg)*), &bdims)
+            }
+        )*
+    };
+}
+
+/// Convolutions (plain or transposed) by the rule `rules::module::conv`: the vmap examples fold
+/// into `N`, or, with per-example kernels, become `groups` (the factor the rule passes).
+macro_rules! conv_ops {
+    ($($name:ident: $options:ty),* $(,)?) => {
+        $(
+            fn $name(
+                x: FloatTensor<Self>,
+                weight: FloatTensor<Self>,
+                bias: Option<FloatTensor<Self>>,
+                options: $options,
+            ) -> FloatTensor<Self> {
+                crate::rules::module::conv::<B>(x, weight, bias, |x, w, b, factor| {
+                    let mut options = options;
+                    options.groups *= factor;
+                    B::$name(x, w, b, options)
+                })
+            }
+        )*
+    };
 }
 
 impl<B: Backend> ModuleOps<Self> for Vmap<B> {
@@ -69,57 +95,12 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         linalg::linear_bias_backward::<B>(output_grad)
     }
 
-    fn conv2d(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: Option<FloatTensor<Self>>,
-        options: ConvOptions<2>,
-    ) -> FloatTensor<Self> {
-        crate::rules::module::conv::<B>(x, weight, bias, |x, w, b, factor| {
-            let mut options = options;
-            options.groups *= factor;
-            B::conv2d(x, w, b, options)
-        })
-    }
-
-    fn conv3d(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: Option<FloatTensor<Self>>,
-        options: ConvOptions<3>,
-    ) -> FloatTensor<Self> {
-        crate::rules::module::conv::<B>(x, weight, bias, |x, w, b, factor| {
-            let mut options = options;
-            options.groups *= factor;
-            B::conv3d(x, w, b, options)
-        })
-    }
-
-    fn conv_transpose2d(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: Option<FloatTensor<Self>>,
-        options: ConvTransposeOptions<2>,
-    ) -> FloatTensor<Self> {
-        crate::rules::module::conv::<B>(x, weight, bias, |x, w, b, factor| {
-            let mut options = options;
-            options.groups *= factor;
-            B::conv_transpose2d(x, w, b, options)
-        })
-    }
-
-    fn conv_transpose3d(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: Option<FloatTensor<Self>>,
-        options: ConvTransposeOptions<3>,
-    ) -> FloatTensor<Self> {
-        crate::rules::module::conv::<B>(x, weight, bias, |x, w, b, factor| {
-            let mut options = options;
-            options.groups *= factor;
-            B::conv_transpose3d(x, w, b, options)
-        })
-    }
+    conv_ops!(
+        conv2d: ConvOptions<2>,
+        conv3d: ConvOptions<3>,
+        conv_transpose2d: ConvTransposeOptions<2>,
+        conv_transpose3d: ConvTransposeOptions<3>,
+    );
 
     fn deform_conv2d(
         x: FloatTensor<Self>,
@@ -177,71 +158,36 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         DeformConv2dBackward::new(grads.x, grads.offset, grads.weight, grads.mask, grads.bias)
     }
 
-    fn avg_pool2d(
-        x: FloatTensor<Self>,
-        kernel_size: [usize; 2],
-        stride: [usize; 2],
-        padding: [usize; 2],
-        count_include_pad: bool,
-        ceil_mode: bool,
-    ) -> FloatTensor<Self> {
-        with_x::<B>(x, |x| {
-            B::avg_pool2d(
-                x,
-                kernel_size,
-                stride,
-                padding,
-                count_include_pad,
-                ceil_mode,
-            )
-        })
-    }
+    fold_x_ops!(
+        avg_pool2d(
+            kernel_size: [usize; 2],
+            stride: [usize; 2],
+            padding: [usize; 2],
+            count_include_pad: bool,
+            ceil_mode: bool
+        ),
+        adaptive_avg_pool2d(output_size: [usize; 2]),
+        max_pool2d(
+            kernel_size: [usize; 2],
+            stride: [usize; 2],
+            padding: [usize; 2],
+            dilation: [usize; 2],
+            ceil_mode: bool
+        ),
+        interpolate(output_size: [usize; 2], options: InterpolateOptions),
+    );
 
-    fn avg_pool2d_backward(
-        x: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        kernel_size: [usize; 2],
-        stride: [usize; 2],
-        padding: [usize; 2],
-        count_include_pad: bool,
-        ceil_mode: bool,
-    ) -> FloatTensor<Self> {
-        with_x_grad::<B>(x, grad, |x, g| {
-            B::avg_pool2d_backward(
-                x,
-                g,
-                kernel_size,
-                stride,
-                padding,
-                count_include_pad,
-                ceil_mode,
-            )
-        })
-    }
-
-    fn adaptive_avg_pool2d(x: FloatTensor<Self>, output_size: [usize; 2]) -> FloatTensor<Self> {
-        with_x::<B>(x, |x| B::adaptive_avg_pool2d(x, output_size))
-    }
-
-    fn adaptive_avg_pool2d_backward(
-        x: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-    ) -> FloatTensor<Self> {
-        with_x_grad::<B>(x, grad, B::adaptive_avg_pool2d_backward)
-    }
-
-    fn max_pool2d(
-        x: FloatTensor<Self>,
-        kernel_size: [usize; 2],
-        stride: [usize; 2],
-        padding: [usize; 2],
-        dilation: [usize; 2],
-        ceil_mode: bool,
-    ) -> FloatTensor<Self> {
-        with_x::<B>(x, |x| {
-            B::max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)
-        })
-    }
+    fold_x_grad_ops!(
+        avg_pool2d_backward(
+            kernel_size: [usize; 2],
+            stride: [usize; 2],
+            padding: [usize; 2],
+            count_include_pad: bool,
+            ceil_mode: bool
+        ),
+        adaptive_avg_pool2d_backward(),
+        interpolate_backward(output_size: [usize; 2], options: InterpolateOptions),
+    );
 
     fn max_pool2d_with_indices(
         x: FloatTensor<Self>,
@@ -283,25 +229,6 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
             fold_to::<B, Int>(indices, &bdims),
         );
         MaxPool2dBackward::new(unfold_out::<B, Float>(out.x_grad, &bdims))
-    }
-
-    fn interpolate(
-        x: FloatTensor<Self>,
-        output_size: [usize; 2],
-        options: InterpolateOptions,
-    ) -> FloatTensor<Self> {
-        with_x::<B>(x, |x| B::interpolate(x, output_size, options))
-    }
-
-    fn interpolate_backward(
-        x: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        output_size: [usize; 2],
-        options: InterpolateOptions,
-    ) -> FloatTensor<Self> {
-        with_x_grad::<B>(x, grad, |x, g| {
-            B::interpolate_backward(x, g, output_size, options)
-        })
     }
 
     fn attention(
@@ -365,6 +292,7 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         dim: usize,
         n: Option<usize>,
     ) -> FloatTensor<Self> {
+        unbatched!(spectrum_re, spectrum_im => B::irfft(spectrum_re, spectrum_im, dim, n));
         crate::rules::elementwise::binary_materialized::<B, Float, Float, _>(
             spectrum_re,
             spectrum_im,

@@ -1,4 +1,7 @@
 //! Unary and binary elementwise ops (JAX's `defvectorized` / `defbroadcasting`).
+//!
+//! The binary rules run after the ops' no-batched-operand fast path (`unbatched!` in
+//! `ops/macros.rs`): at least one operand is batched.
 
 use burn_backend::backend::Backend;
 
@@ -22,9 +25,6 @@ pub(crate) fn binary<B: Backend, K1: Kind<B>, K2: Kind<B>, Q>(
 ) -> VmapTensor<Q> {
     // Both operands have the logical rank of the result (rank 0 held as `[.., 1]`).
     let scalar = lhs.is_scalar();
-    if lhs.bdims.is_empty() && rhs.bdims.is_empty() {
-        return VmapTensor::new(f(lhs.inner(), rhs.inner()), BatchDims::none()).with_scalar(scalar);
-    }
     let bdims = BatchDims::union([&lhs.bdims, &rhs.bdims]);
     let l = align::<B, K1>(lhs, &bdims);
     let r = align::<B, K2>(rhs, &bdims);
@@ -39,10 +39,6 @@ pub(crate) fn binary_materialized<B: Backend, K1: Kind<B>, K2: Kind<B>, Q>(
     f: impl FnOnce(K1::P, K2::P, usize) -> Q,
 ) -> VmapTensor<Q> {
     let scalar = lhs.is_scalar();
-    if lhs.bdims.is_empty() && rhs.bdims.is_empty() {
-        return VmapTensor::new(f(lhs.inner(), rhs.inner(), 0), BatchDims::none())
-            .with_scalar(scalar);
-    }
     let bdims = BatchDims::union([&lhs.bdims, &rhs.bdims]);
     let l = materialize::<B, K1>(lhs, &bdims);
     let r = materialize::<B, K2>(rhs, &bdims);

@@ -2,7 +2,9 @@
 //!
 //! Batched or unbatched tensors, indices and values in any mix. Indexing happens independently
 //! per example, so every operand that the op reads per example is materialized over the union of
-//! the batch dims; a batched index for `select` becomes a `gather` along the same dim.
+//! the batch dims; a batched index for `select` becomes a `gather` along the same dim. The ops'
+//! no-batched-operand fast path (`unbatched!` in `ops/macros.rs`) runs first, so the rules that
+//! take several operands see at least one batched.
 
 use burn_backend::backend::Backend;
 use burn_backend::tensor::{Bool, Int};
@@ -21,9 +23,6 @@ pub(crate) fn gather<B: Backend, K: Kind<B>>(
     tensor: VmapTensor<K::P>,
     indices: VmapTensor<IntP<B>>,
 ) -> VmapTensor<K::P> {
-    if tensor.bdims.is_empty() && indices.bdims.is_empty() {
-        return VmapTensor::unbatched(K::gather(dim, tensor.inner(), indices.inner()));
-    }
     let bdims = BatchDims::union([&tensor.bdims, &indices.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let i = materialize::<B, Int>(indices, &bdims);
@@ -39,9 +38,6 @@ pub(crate) fn scatter<B: Backend, K: Kind<B>>(
     value: VmapTensor<K::P>,
     f: impl FnOnce(usize, K::P, IntP<B>, K::P) -> K::P,
 ) -> VmapTensor<K::P> {
-    if tensor.bdims.is_empty() && indices.bdims.is_empty() && value.bdims.is_empty() {
-        return VmapTensor::unbatched(f(dim, tensor.inner(), indices.inner(), value.inner()));
-    }
     let bdims = BatchDims::union([&tensor.bdims, &indices.bdims, &value.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let i = materialize::<B, Int>(indices, &bdims);
@@ -98,14 +94,6 @@ pub(crate) fn select_add<B: Backend, K: Kind<B>>(
     select_f: impl FnOnce(K::P, usize, IntP<B>, K::P) -> K::P,
     scatter_f: impl FnOnce(usize, K::P, IntP<B>, K::P) -> K::P,
 ) -> VmapTensor<K::P> {
-    if tensor.bdims.is_empty() && indices.bdims.is_empty() && value.bdims.is_empty() {
-        return VmapTensor::unbatched(select_f(
-            tensor.inner(),
-            dim,
-            indices.inner(),
-            value.inner(),
-        ));
-    }
     if indices.bdims.is_empty() {
         let bdims = BatchDims::union([&tensor.bdims, &value.bdims]);
         let t = materialize::<B, K>(tensor, &bdims);
@@ -129,9 +117,6 @@ pub(crate) fn slice_assign<B: Backend, K: Kind<B>>(
     value: VmapTensor<K::P>,
     f: impl FnOnce(K::P, &[Slice], K::P) -> K::P,
 ) -> VmapTensor<K::P> {
-    if tensor.bdims.is_empty() && value.bdims.is_empty() {
-        return VmapTensor::unbatched(f(tensor.inner(), slices, value.inner()));
-    }
     let bdims = BatchDims::union([&tensor.bdims, &value.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let v = materialize::<B, K>(value, &bdims);
@@ -147,11 +132,6 @@ pub(crate) fn mask_where<B: Backend, K: Kind<B>>(
     f: impl FnOnce(K::P, B::BoolTensorPrimitive, K::P) -> K::P,
 ) -> VmapTensor<K::P> {
     let scalar = tensor.is_scalar();
-    if tensor.bdims.is_empty() && mask.bdims.is_empty() && value.bdims.is_empty() {
-        let (t, m, v) = (tensor.inner(), mask.inner(), value.inner());
-        let t = compat::mask_target::<B, K>(t, &[m.shape(), v.shape()]);
-        return VmapTensor::unbatched(f(t, m, v)).with_scalar(scalar);
-    }
     let bdims = BatchDims::union([&tensor.bdims, &mask.bdims, &value.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let m = materialize::<B, Bool>(mask, &bdims);
@@ -167,11 +147,6 @@ pub(crate) fn mask_fill<B: Backend, K: Kind<B>>(
     f: impl FnOnce(K::P, B::BoolTensorPrimitive) -> K::P,
 ) -> VmapTensor<K::P> {
     let scalar = tensor.is_scalar();
-    if tensor.bdims.is_empty() && mask.bdims.is_empty() {
-        let (t, m) = (tensor.inner(), mask.inner());
-        let t = compat::mask_target::<B, K>(t, &[m.shape()]);
-        return VmapTensor::unbatched(f(t, m)).with_scalar(scalar);
-    }
     let bdims = BatchDims::union([&tensor.bdims, &mask.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
     let m = materialize::<B, Bool>(mask, &bdims);
@@ -244,10 +219,6 @@ pub(crate) fn scatter_nd<B: Backend, K: Kind<B>>(
     f: impl FnOnce(K::P, IntP<B>, K::P) -> K::P,
 ) -> VmapTensor<K::P> {
     let bdims = BatchDims::union([&data.bdims, &indices.bdims, &values.bdims]);
-    if bdims.is_empty() {
-        let (i, v) = compat::flat_tuples::<B, K>(indices.inner(), values.inner());
-        return VmapTensor::unbatched(f(data.inner(), i, v));
-    }
     let d = flatten_batch::<B, K>(materialize::<B, K>(data, &bdims), &bdims);
     let i = flatten_batch::<B, Int>(materialize::<B, Int>(indices, &bdims), &bdims);
     let v = flatten_batch::<B, K>(materialize::<B, K>(values, &bdims), &bdims);

@@ -17,16 +17,14 @@ use crate::tensor::{BatchDims, VmapTensor};
 /// product instead of many small ones. A contraction of size 1 (the outer products of
 /// per-example weight gradients, `x^T g` for one example) is a broadcasting multiply `mul`,
 /// which avoids one tiny GEMM call per example. Other mixes use the backend's broadcasting
-/// batched matmul, with size-1 dims for missing levels.
+/// batched matmul, with size-1 dims for missing levels. At least one operand is batched (the
+/// ops' fast path runs first).
 pub(crate) fn matmul<B: Backend, K: Kind<B>>(
     lhs: VmapTensor<K::P>,
     rhs: VmapTensor<K::P>,
     f: impl FnOnce(K::P, K::P) -> K::P,
     mul: impl FnOnce(K::P, K::P) -> K::P,
 ) -> VmapTensor<K::P> {
-    if lhs.bdims.is_empty() && rhs.bdims.is_empty() {
-        return VmapTensor::unbatched(f(lhs.inner(), rhs.inner()));
-    }
     let lshape = lhs.physical_shape();
     if lshape.num_dims() >= 2
         && lshape[lshape.num_dims() - 1] == 1
