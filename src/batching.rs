@@ -16,6 +16,47 @@ use burn_backend::{Shape, TensorMetadata};
 use crate::level::Level;
 use crate::tensor::BatchDims;
 
+/// The declarations of one kind's level moves in [`BatchOps`].
+macro_rules! level_methods {
+    ($prim:ident, $a_kind:literal; $batch:ident, $unbatch:ident, $dims:ident) => {
+        #[doc = concat!("Batches logical `axis` of ", $a_kind, " tensor at `level`.")]
+        fn $batch(tensor: $prim<Self>, axis: usize, level: Level) -> $prim<Self>;
+        #[doc = concat!("Unbatches `level` of ", $a_kind, " tensor into logical `axis`.")]
+        fn $unbatch(tensor: $prim<Self>, level: Level, size: usize, axis: usize) -> $prim<Self>;
+        #[doc = concat!("Batch dims of ", $a_kind, " tensor.")]
+        fn $dims(tensor: &$prim<Self>) -> BatchDims;
+    };
+}
+
+/// The level moves of one tensor kind, as a backend implements them: by the rules of
+/// `rules/batch.rs` (`Vmap<B>`), or forwarded to the inner backend (`Autodiff<B>`, for the
+/// kinds that carry no gradient).
+macro_rules! level_ops {
+    (rules $prim:ident, $kind:ty; $batch:ident, $unbatch:ident, $dims:ident) => {
+        fn $batch(tensor: $prim<Self>, axis: usize, level: Level) -> $prim<Self> {
+            $crate::rules::batch::batch::<B, $kind>(tensor, axis, level)
+        }
+        fn $unbatch(tensor: $prim<Self>, level: Level, size: usize, axis: usize) -> $prim<Self> {
+            $crate::rules::batch::unbatch::<B, $kind>(tensor, level, size, axis)
+        }
+        fn $dims(tensor: &$prim<Self>) -> BatchDims {
+            tensor.bdims.clone()
+        }
+    };
+    (forward $prim:ident; $batch:ident, $unbatch:ident, $dims:ident) => {
+        fn $batch(tensor: $prim<Self>, axis: usize, level: Level) -> $prim<Self> {
+            B::$batch(tensor, axis, level)
+        }
+        fn $unbatch(tensor: $prim<Self>, level: Level, size: usize, axis: usize) -> $prim<Self> {
+            B::$unbatch(tensor, level, size, axis)
+        }
+        fn $dims(tensor: &$prim<Self>) -> BatchDims {
+            B::$dims(tensor)
+        }
+    };
+}
+pub(crate) use level_ops;
+
 /// A backend whose tensors can be batched at a vmap level: [`Vmap<B>`](crate::Vmap) and `Autodiff<B>` over
 /// such a backend. The transforms of this crate work on any `BatchOps` backend.
 ///
@@ -24,39 +65,9 @@ use crate::tensor::BatchDims;
 /// turns the batch dim at `level` back into logical axis `axis`, broadcasting to `size` when `t`
 /// is not batched at `level`.
 pub trait BatchOps: Backend {
-    /// Batches logical `axis` of a float tensor at `level`.
-    fn float_batch(tensor: FloatTensor<Self>, axis: usize, level: Level) -> FloatTensor<Self>;
-    /// Unbatches `level` of a float tensor into logical `axis`.
-    fn float_unbatch(
-        tensor: FloatTensor<Self>,
-        level: Level,
-        size: usize,
-        axis: usize,
-    ) -> FloatTensor<Self>;
-    /// Batch dims of a float tensor.
-    fn float_batch_dims(tensor: &FloatTensor<Self>) -> BatchDims;
-    /// Batches logical `axis` of an int tensor at `level`.
-    fn int_batch(tensor: IntTensor<Self>, axis: usize, level: Level) -> IntTensor<Self>;
-    /// Unbatches `level` of an int tensor into logical `axis`.
-    fn int_unbatch(
-        tensor: IntTensor<Self>,
-        level: Level,
-        size: usize,
-        axis: usize,
-    ) -> IntTensor<Self>;
-    /// Batch dims of an int tensor.
-    fn int_batch_dims(tensor: &IntTensor<Self>) -> BatchDims;
-    /// Batches logical `axis` of a bool tensor at `level`.
-    fn bool_batch(tensor: BoolTensor<Self>, axis: usize, level: Level) -> BoolTensor<Self>;
-    /// Unbatches `level` of a bool tensor into logical `axis`.
-    fn bool_unbatch(
-        tensor: BoolTensor<Self>,
-        level: Level,
-        size: usize,
-        axis: usize,
-    ) -> BoolTensor<Self>;
-    /// Batch dims of a bool tensor.
-    fn bool_batch_dims(tensor: &BoolTensor<Self>) -> BatchDims;
+    level_methods!(FloatTensor, "a float"; float_batch, float_unbatch, float_batch_dims);
+    level_methods!(IntTensor, "an int"; int_batch, int_unbatch, int_batch_dims);
+    level_methods!(BoolTensor, "a bool"; bool_batch, bool_unbatch, bool_batch_dims);
 
     /// The float tensor with its physical value computed: a lazy per-example outer product
     /// (see [`VmapTensor`](crate::VmapTensor)'s "Lazy outer products") is multiplied out. For APIs that promise
@@ -140,29 +151,38 @@ impl<B: BatchOps> Backward<B, 1> for SharedBackward {
     }
 }
 
+/// `out` as the result of the differentiable unary op `op` on `tensor`, with backward state
+/// `state` (recorded only when `tensor` is tracked).
+fn record<B, C, Op>(
+    op: Op,
+    tensor: &FloatTensor<Autodiff<B, C>>,
+    state: Op::State,
+    out: FloatTensor<B>,
+) -> FloatTensor<Autodiff<B, C>>
+where
+    B: BatchOps,
+    C: CheckpointStrategy,
+    Op: Backward<B, 1>,
+{
+    match op
+        .prepare::<C>([tensor.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(state, out),
+        OpsKind::UnTracked(prep) => prep.finish(out),
+    }
+}
+
 impl<B: BatchOps, C: CheckpointStrategy> BatchOps for Autodiff<B, C> {
     fn float_shared(tensor: FloatTensor<Self>, level: Level) -> FloatTensor<Self> {
         let out = tensor.primitive.clone();
-        match SharedBackward
-            .prepare::<C>([tensor.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish(level, out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        record::<B, C, _>(SharedBackward, &tensor, level, out)
     }
     fn float_batch(tensor: FloatTensor<Self>, axis: usize, level: Level) -> FloatTensor<Self> {
         let size = tensor.primitive.shape()[axis];
         let out = B::float_batch(tensor.primitive.clone(), axis, level);
-        match BatchBackward
-            .prepare::<C>([tensor.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish((level, size, axis), out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        record::<B, C, _>(BatchBackward, &tensor, (level, size, axis), out)
     }
     fn float_unbatch(
         tensor: FloatTensor<Self>,
@@ -171,44 +191,11 @@ impl<B: BatchOps, C: CheckpointStrategy> BatchOps for Autodiff<B, C> {
         axis: usize,
     ) -> FloatTensor<Self> {
         let out = B::float_unbatch(tensor.primitive.clone(), level, size, axis);
-        match UnbatchBackward
-            .prepare::<C>([tensor.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish((level, axis), out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        record::<B, C, _>(UnbatchBackward, &tensor, (level, axis), out)
     }
     fn float_batch_dims(tensor: &FloatTensor<Self>) -> BatchDims {
         B::float_batch_dims(&tensor.primitive)
     }
-    fn int_batch(tensor: IntTensor<Self>, axis: usize, level: Level) -> IntTensor<Self> {
-        B::int_batch(tensor, axis, level)
-    }
-    fn int_unbatch(
-        tensor: IntTensor<Self>,
-        level: Level,
-        size: usize,
-        axis: usize,
-    ) -> IntTensor<Self> {
-        B::int_unbatch(tensor, level, size, axis)
-    }
-    fn int_batch_dims(tensor: &IntTensor<Self>) -> BatchDims {
-        B::int_batch_dims(tensor)
-    }
-    fn bool_batch(tensor: BoolTensor<Self>, axis: usize, level: Level) -> BoolTensor<Self> {
-        B::bool_batch(tensor, axis, level)
-    }
-    fn bool_unbatch(
-        tensor: BoolTensor<Self>,
-        level: Level,
-        size: usize,
-        axis: usize,
-    ) -> BoolTensor<Self> {
-        B::bool_unbatch(tensor, level, size, axis)
-    }
-    fn bool_batch_dims(tensor: &BoolTensor<Self>) -> BatchDims {
-        B::bool_batch_dims(tensor)
-    }
+    level_ops!(forward IntTensor; int_batch, int_unbatch, int_batch_dims);
+    level_ops!(forward BoolTensor; bool_batch, bool_unbatch, bool_batch_dims);
 }

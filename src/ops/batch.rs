@@ -4,7 +4,7 @@
 use burn_backend::backend::Backend;
 use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
 
-use crate::batching::BatchOps;
+use crate::batching::{level_ops, BatchOps};
 use crate::level::Level;
 use crate::rules;
 use crate::tensor::BatchDims;
@@ -29,32 +29,6 @@ impl<B: Backend> BatchOps for Vmap<B> {
     fn float_materialize(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         tensor.map(|t| t)
     }
-    fn int_batch(tensor: IntTensor<Self>, axis: usize, level: Level) -> IntTensor<Self> {
-        rules::batch::batch::<B, Int>(tensor, axis, level)
-    }
-    fn int_unbatch(
-        tensor: IntTensor<Self>,
-        level: Level,
-        size: usize,
-        axis: usize,
-    ) -> IntTensor<Self> {
-        rules::batch::unbatch::<B, Int>(tensor, level, size, axis)
-    }
-    fn int_batch_dims(tensor: &IntTensor<Self>) -> BatchDims {
-        tensor.bdims.clone()
-    }
-    fn bool_batch(tensor: BoolTensor<Self>, axis: usize, level: Level) -> BoolTensor<Self> {
-        rules::batch::batch::<B, Bool>(tensor, axis, level)
-    }
-    fn bool_unbatch(
-        tensor: BoolTensor<Self>,
-        level: Level,
-        size: usize,
-        axis: usize,
-    ) -> BoolTensor<Self> {
-        rules::batch::unbatch::<B, Bool>(tensor, level, size, axis)
-    }
-    fn bool_batch_dims(tensor: &BoolTensor<Self>) -> BatchDims {
-        tensor.bdims.clone()
-    }
+    level_ops!(rules IntTensor, Int; int_batch, int_unbatch, int_batch_dims);
+    level_ops!(rules BoolTensor, Bool; bool_batch, bool_unbatch, bool_batch_dims);
 }
