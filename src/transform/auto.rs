@@ -6,6 +6,7 @@ use burn_backend::Shape;
 
 use crate::batching::BatchOps;
 use crate::level::Level;
+use crate::transform::vectorized;
 use crate::tree::{Leaf, Spec, Tree};
 use crate::VmapError;
 
@@ -156,75 +157,68 @@ impl<F> AutoVmapped<F> {
         broadcast(&batch, &paths)
     }
 
-    /// Applies the broadcast function to `inputs`.
-    ///
-    /// `I` is the argument tree with batch dims, `A` what `f` takes (base ranks), `R` what `f`
-    /// returns and `O` the result (the broadcast batch dims in front of every leaf of `R`).
-    ///
-    /// # Errors
-    /// See [`auto_vmap`].
-    pub fn call<BI, BO, I, A, R, O>(&self, inputs: I) -> Result<O, VmapError>
-    where
-        BI: BatchOps,
-        BO: BatchOps,
-        F: Fn(A) -> R,
-        I: Tree<BI>,
-        A: Tree<BI>,
-        R: Tree<BO>,
-        O: Tree<BO>,
-    {
-        let (leaves, def) = inputs.flatten();
-        let ranks = self.ranks.broadcast_to(&def, "ranks", "args")?;
-        let paths = def.leaf_paths("args");
-        let shapes: Vec<Vec<usize>> = leaves.iter().map(|l| l.shape().to_vec()).collect();
-        let batch = batch_shapes(&shapes, &ranks, &paths)?;
-        let target = broadcast(&batch, &paths)?;
+    vectorized! {
+        /// Applies the broadcast function to `inputs`.
+        ///
+        /// `I` is the argument tree with batch dims, `A` what `f` takes (base ranks), `R` what `f`
+        /// returns and `O` the result (the broadcast batch dims in front of every leaf of `R`).
+        ///
+        /// # Errors
+        /// See [`auto_vmap`].
+        pub fn call(&self, inputs: I) -> Result<O, VmapError> {
+            let (leaves, def) = inputs.flatten();
+            let ranks = self.ranks.broadcast_to(&def, "ranks", "args")?;
+            let paths = def.leaf_paths("args");
+            let shapes: Vec<Vec<usize>> = leaves.iter().map(|l| l.shape().to_vec()).collect();
+            let batch = batch_shapes(&shapes, &ranks, &paths)?;
+            let target = broadcast(&batch, &paths)?;
 
-        // One level per broadcast batch dim, outermost first (levels increase inwards).
-        let levels: Vec<Level> = target.iter().map(|_| Level::fresh()).collect();
-        let leaves = leaves
-            .into_iter()
-            .zip(&batch)
-            .zip(&ranks)
-            .map(|((leaf, b), rank)| {
-                let (leaf, mapped) = match b {
-                    Some(b) if !b.is_empty() => {
-                        let plan = plan_leaf(b, rank.unwrap_or(0), &target);
-                        let mapped: Vec<usize> = plan
-                            .mapped
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, &m)| m)
-                            .map(|(j, _)| plan.first_pos + j)
-                            .collect();
-                        (enter(leaf, b, &plan, &target, &levels), mapped)
-                    }
-                    _ => (leaf, Vec::new()),
-                };
-                // Shared along the levels it is not mapped at: a gradient taken outside sums there.
-                levels
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| !mapped.contains(i))
-                    .fold(leaf, |leaf, (_, &level)| leaf.shared(level))
-            })
-            .collect();
-        let args = A::unflatten_named(&def, leaves, "args")?;
-        let out = (self.f)(args);
+            // One level per broadcast batch dim, outermost first (levels increase inwards).
+            let levels: Vec<Level> = target.iter().map(|_| Level::fresh()).collect();
+            let leaves = leaves
+                .into_iter()
+                .zip(&batch)
+                .zip(&ranks)
+                .map(|((leaf, b), rank)| {
+                    let (leaf, mapped) = match b {
+                        Some(b) if !b.is_empty() => {
+                            let plan = plan_leaf(b, rank.unwrap_or(0), &target);
+                            let mapped: Vec<usize> = plan
+                                .mapped
+                                .iter()
+                                .enumerate()
+                                .filter(|(_, &m)| m)
+                                .map(|(j, _)| plan.first_pos + j)
+                                .collect();
+                            (enter(leaf, b, &plan, &target, &levels), mapped)
+                        }
+                        _ => (leaf, Vec::new()),
+                    };
+                    // Shared along the levels it is not mapped at: a gradient taken outside sums there.
+                    levels
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| !mapped.contains(i))
+                        .fold(leaf, |leaf, (_, &level)| leaf.shared(level))
+                })
+                .collect();
+            let args = A::unflatten_named(&def, leaves, "args")?;
+            let out = (self.f)(args);
 
-        let (out_leaves, out_def) = out.flatten();
-        let out_leaves = out_leaves
-            .into_iter()
-            .map(|leaf| {
-                // Innermost level first: each one becomes logical axis 0, pushing the previous.
-                levels
-                    .iter()
-                    .zip(&target)
-                    .rev()
-                    .fold(leaf, |leaf, (&level, &size)| leaf.unbatch(level, size, 0))
-            })
-            .collect();
-        O::unflatten_named(&out_def, out_leaves, "out")
+            let (out_leaves, out_def) = out.flatten();
+            let out_leaves = out_leaves
+                .into_iter()
+                .map(|leaf| {
+                    // Innermost level first: each one becomes logical axis 0, pushing the previous.
+                    levels
+                        .iter()
+                        .zip(&target)
+                        .rev()
+                        .fold(leaf, |leaf, (&level, &size)| leaf.unbatch(level, size, 0))
+                })
+                .collect();
+            O::unflatten_named(&out_def, out_leaves, "out")
+        }
     }
 }
 

@@ -1,10 +1,10 @@
 //! [`chunked_vmap`]: [`vmap`] over at most `chunk_size` examples at a time.
 
-use crate::batching::BatchOps;
 use crate::transform::axes::{map_inputs, normalize_axis, Axes, Mapped};
 use crate::transform::columns;
+use crate::transform::vectorized;
 use crate::transform::vmap::vmap;
-use crate::tree::{rows, Leaf, Spec, Tree, TreeDef};
+use crate::tree::{rows, Leaf, Spec, TreeDef};
 use crate::VmapError;
 
 /// Vectorizes `f` like [`vmap`], but over at most `chunk_size` examples at once: powerpax's
@@ -90,69 +90,62 @@ impl<F> ChunkedVmapped<F> {
         self.chunk_size
     }
 
-    /// Applies the chunked vectorized function to `inputs`. Type parameters as in
-    /// [`Vmapped::call`](crate::Vmapped::call).
-    ///
-    /// # Errors
-    /// See [`chunked_vmap`].
-    pub fn call<BI, BO, I, A, R, O>(&self, inputs: I) -> Result<O, VmapError>
-    where
-        BI: BatchOps,
-        BO: BatchOps,
-        F: Fn(A) -> R,
-        I: Tree<BI>,
-        A: Tree<BI>,
-        R: Tree<BO>,
-        O: Tree<BO>,
-    {
-        let Mapped {
-            leaves,
-            def,
-            axes: mapped,
-            size,
-        } = map_inputs(inputs, &self.in_axes)?;
-        let vmapped = vmap(&self.f)
-            .in_axes(self.in_axes.clone())
-            .out_axes(self.out_axes.clone());
-        if size <= self.chunk_size {
-            return vmapped.call(I::unflatten_named(&def, leaves, "args")?);
-        }
+    vectorized! {
+        /// Applies the chunked vectorized function to `inputs`. Type parameters as in
+        /// [`Vmapped::call`](crate::Vmapped::call).
+        ///
+        /// # Errors
+        /// See [`chunked_vmap`].
+        pub fn call(&self, inputs: I) -> Result<O, VmapError> {
+            let Mapped {
+                leaves,
+                def,
+                axes: mapped,
+                size,
+            } = map_inputs(inputs, &self.in_axes)?;
+            let vmapped = vmap(&self.f)
+                .in_axes(self.in_axes.clone())
+                .out_axes(self.out_axes.clone());
+            if size <= self.chunk_size {
+                return vmapped.call(I::unflatten_named(&def, leaves, "args")?);
+            }
 
-        let mut outs: Vec<Vec<Leaf<BO>>> = Vec::new();
-        let mut out_def: Option<TreeDef> = None;
-        let mut lo = 0;
-        while lo < size {
-            let hi = (lo + self.chunk_size).min(size);
-            let chunk: Vec<Leaf<BI>> = leaves
-                .iter()
-                .zip(&mapped)
-                .map(|(leaf, axis)| match axis {
-                    Some(a) => leaf.clone().slice_axis(*a, rows(lo..hi)),
-                    None => leaf.clone(),
-                })
-                .collect();
-            let out: O = vmapped.call(I::unflatten_named(&def, chunk, "args")?)?;
-            let (out_leaves, d) = out.flatten();
-            out_def.get_or_insert(d);
-            outs.push(out_leaves);
-            lo = hi;
-        }
-        let out_def = out_def.expect("at least one chunk");
-        let out_axes = self.out_axes.broadcast_to(&out_def, "out_axes", "out")?;
-        let columns = columns(outs, out_axes.len());
-        let paths = out_def.leaf_paths("out");
-        let mut result = Vec::with_capacity(columns.len());
-        for ((col, axis), path) in columns.into_iter().zip(out_axes).zip(paths) {
-            match axis {
-                // Validated by every chunk's vmap: the output is the same for all chunks.
-                None => result.push(col.into_iter().next().expect("one output per chunk")),
-                Some(a) => {
-                    let shape = col[0].shape();
-                    let a = normalize_axis(a, shape.num_dims(), &path, &shape)?;
-                    result.push(Leaf::cat(col, a));
+            let mut outs: Vec<Vec<Leaf<BO>>> = Vec::new();
+            let mut out_def: Option<TreeDef> = None;
+            let mut lo = 0;
+            while lo < size {
+                let hi = (lo + self.chunk_size).min(size);
+                let chunk: Vec<Leaf<BI>> = leaves
+                    .iter()
+                    .zip(&mapped)
+                    .map(|(leaf, axis)| match axis {
+                        Some(a) => leaf.clone().slice_axis(*a, rows(lo..hi)),
+                        None => leaf.clone(),
+                    })
+                    .collect();
+                let out: O = vmapped.call(I::unflatten_named(&def, chunk, "args")?)?;
+                let (out_leaves, d) = out.flatten();
+                out_def.get_or_insert(d);
+                outs.push(out_leaves);
+                lo = hi;
+            }
+            let out_def = out_def.expect("at least one chunk");
+            let out_axes = self.out_axes.broadcast_to(&out_def, "out_axes", "out")?;
+            let columns = columns(outs, out_axes.len());
+            let paths = out_def.leaf_paths("out");
+            let mut result = Vec::with_capacity(columns.len());
+            for ((col, axis), path) in columns.into_iter().zip(out_axes).zip(paths) {
+                match axis {
+                    // Validated by every chunk's vmap: the output is the same for all chunks.
+                    None => result.push(col.into_iter().next().expect("one output per chunk")),
+                    Some(a) => {
+                        let shape = col[0].shape();
+                        let a = normalize_axis(a, shape.num_dims(), &path, &shape)?;
+                        result.push(Leaf::cat(col, a));
+                    }
                 }
             }
+            O::unflatten_named(&out_def, result, "out")
         }
-        O::unflatten_named(&out_def, result, "out")
     }
 }

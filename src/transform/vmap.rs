@@ -3,6 +3,7 @@
 use crate::batching::BatchOps;
 use crate::level::{is_finished, Level, Randomness, VmapScope};
 use crate::transform::axes::{map_inputs, normalize_axis, Axes, Mapped};
+use crate::transform::vectorized;
 use crate::tree::{Spec, Tree};
 use crate::VmapError;
 
@@ -187,34 +188,27 @@ impl<F> Vmapped<F> {
         self
     }
 
-    /// Applies the vectorized function to `inputs`.
-    ///
-    /// `I` is the batched argument tree, `A` what `f` takes (mapped axes removed), `R` what
-    /// `f` returns and `O` the batched result (batch axes inserted at `out_axes`).
-    ///
-    /// # Errors
-    /// See [`vmap`].
-    pub fn call<BI, BO, I, A, R, O>(&self, inputs: I) -> Result<O, VmapError>
-    where
-        BI: BatchOps,
-        BO: BatchOps,
-        F: Fn(A) -> R,
-        I: Tree<BI>,
-        A: Tree<BI>,
-        R: Tree<BO>,
-        O: Tree<BO>,
-    {
-        let batched = batch_inputs(inputs, &self.in_axes)?;
-        let args = A::unflatten_named(&batched.def, batched.leaves, "args")?;
-        let scope = VmapScope::enter(batched.level, batched.size, self.randomness);
-        let out = (self.f)(args);
-        if let Some(refused) = scope.take_refused() {
-            return Err(VmapError::Randomness {
-                op: refused.op.into(),
-                size: refused.size,
-            });
+    vectorized! {
+        /// Applies the vectorized function to `inputs`.
+        ///
+        /// `I` is the batched argument tree, `A` what `f` takes (mapped axes removed), `R` what
+        /// `f` returns and `O` the batched result (batch axes inserted at `out_axes`).
+        ///
+        /// # Errors
+        /// See [`vmap`].
+        pub fn call(&self, inputs: I) -> Result<O, VmapError> {
+            let batched = batch_inputs(inputs, &self.in_axes)?;
+            let args = A::unflatten_named(&batched.def, batched.leaves, "args")?;
+            let scope = VmapScope::enter(batched.level, batched.size, self.randomness);
+            let out = (self.f)(args);
+            if let Some(refused) = scope.take_refused() {
+                return Err(VmapError::Randomness {
+                    op: refused.op.into(),
+                    size: refused.size,
+                });
+            }
+            drop(scope);
+            unbatch_outputs(out, &self.out_axes, batched.level, batched.size)
         }
-        drop(scope);
-        unbatch_outputs(out, &self.out_axes, batched.level, batched.size)
     }
 }

@@ -3,8 +3,8 @@
 use super::run::{microbatching_setters, run_microbatched, Microbatching};
 use super::{Axes, PlainVmap, VmapFn};
 use crate::accumulate::{accumulator_spec, Concat};
-use crate::batching::BatchOps;
 use crate::transform::axes::map_inputs;
+use crate::transform::vectorized;
 use crate::tree::{Spec, Tree};
 use crate::VmapError;
 
@@ -122,53 +122,37 @@ impl<F, S, V> MicroVmap<F, S, V> {
         }
     }
 
-    /// Applies the transform. Types as [`Vmapped::call`](crate::Vmapped::call); an output
-    /// leaf accumulated by [`Concat`] gains the batch axis, a reduced one keeps `f`'s shape.
-    ///
-    /// # Errors
-    /// See [`micro_vmap`].
-    pub fn call<BI, BO, I, A, R, O>(&self, inputs: I) -> Result<O, VmapError>
-    where
-        BI: BatchOps,
-        BO: BatchOps,
-        F: Fn(A) -> R,
-        I: Tree<BI>,
-        A: Tree<BI>,
-        R: Tree<BO>,
-        O: Tree<BO>,
-        S: Tree<BO> + Clone,
-        V: VmapFn,
-    {
-        self.call_with(inputs, self.micro.num_real_microbatches)
+    vectorized! {
+        /// Applies the transform. Types as [`Vmapped::call`](crate::Vmapped::call); an output
+        /// leaf accumulated by [`Concat`] gains the batch axis, a reduced one keeps `f`'s shape.
+        ///
+        /// # Errors
+        /// See [`micro_vmap`].
+        [S: Tree<BO> + Clone, V: VmapFn]
+        pub fn call(&self, inputs: I) -> Result<O, VmapError> {
+            self.call_with(inputs, self.micro.num_real_microbatches)
+        }
     }
 
-    /// As [`call`](MicroVmap::call), with `num_real_microbatches` for this call only.
-    ///
-    /// # Errors
-    /// See [`micro_vmap`].
-    pub fn call_with<BI, BO, I, A, R, O>(
-        &self,
-        inputs: I,
-        num_real_microbatches: Option<usize>,
-    ) -> Result<O, VmapError>
-    where
-        BI: BatchOps,
-        BO: BatchOps,
-        F: Fn(A) -> R,
-        I: Tree<BI>,
-        A: Tree<BI>,
-        R: Tree<BO>,
-        O: Tree<BO>,
-        S: Tree<BO> + Clone,
-        V: VmapFn,
-    {
-        let acc = accumulator_spec::<BO>(&self.accumulator.clone().flatten().1)?;
-        let mapped = map_inputs(inputs, &self.in_axes)?;
-        let micro = Microbatching {
-            num_real_microbatches,
-            ..self.micro
-        };
-        let out = run_microbatched(&self.f, &self.vmap_fn, &self.in_axes, mapped, micro, &acc)?;
-        out.into_tree("out")
+    vectorized! {
+        /// As [`call`](MicroVmap::call), with `num_real_microbatches` for this call only.
+        ///
+        /// # Errors
+        /// See [`micro_vmap`].
+        [S: Tree<BO> + Clone, V: VmapFn]
+        pub fn call_with(
+            &self,
+            inputs: I,
+            num_real_microbatches: Option<usize>,
+        ) -> Result<O, VmapError> {
+            let acc = accumulator_spec::<BO>(&self.accumulator.clone().flatten().1)?;
+            let mapped = map_inputs(inputs, &self.in_axes)?;
+            let micro = Microbatching {
+                num_real_microbatches,
+                ..self.micro
+            };
+            let out = run_microbatched(&self.f, &self.vmap_fn, &self.in_axes, mapped, micro, &acc)?;
+            out.into_tree("out")
+        }
     }
 }

@@ -2,10 +2,9 @@
 //! this crate provides.
 
 use super::Axes;
-use crate::batching::BatchOps;
 use crate::level::Randomness;
+use crate::transform::vectorized;
 use crate::transform::vmap::vmap;
-use crate::tree::Tree;
 use crate::VmapError;
 
 /// The vectorizer a microbatched transform runs on each microbatch (optax's `vmap_fn`).
@@ -14,24 +13,13 @@ use crate::VmapError;
 /// with a randomness mode, your own). It must behave like `vmap(f).in_axes(in_axes)` with
 /// every output batched on axis 0.
 pub trait VmapFn {
-    /// Vectorizes `f` over `inputs` with `in_axes`, outputs batched on axis 0.
-    ///
-    /// # Errors
-    /// As [`vmap`].
-    fn apply<BI, BO, I, A, R, O, F>(
-        &self,
-        f: &F,
-        in_axes: &Axes,
-        inputs: I,
-    ) -> Result<O, VmapError>
-    where
-        BI: BatchOps,
-        BO: BatchOps,
-        F: Fn(A) -> R,
-        I: Tree<BI>,
-        A: Tree<BI>,
-        R: Tree<BO>,
-        O: Tree<BO>;
+    vectorized! {
+        /// Vectorizes `f` over `inputs` with `in_axes`, outputs batched on axis 0.
+        ///
+        /// # Errors
+        /// As [`vmap`].
+        fn apply<F>(&self, f: &F, in_axes: &Axes, inputs: I) -> Result<O, VmapError>;
+    }
 }
 
 /// [`vmap`] as a [`VmapFn`]: the default vectorizer.
@@ -48,17 +36,10 @@ pub trait VmapFn {
 pub struct PlainVmap;
 
 impl VmapFn for PlainVmap {
-    fn apply<BI, BO, I, A, R, O, F>(&self, f: &F, in_axes: &Axes, inputs: I) -> Result<O, VmapError>
-    where
-        BI: BatchOps,
-        BO: BatchOps,
-        F: Fn(A) -> R,
-        I: Tree<BI>,
-        A: Tree<BI>,
-        R: Tree<BO>,
-        O: Tree<BO>,
-    {
-        vmap(|a: A| f(a)).in_axes(in_axes.clone()).call(inputs)
+    vectorized! {
+        fn apply<F>(&self, f: &F, in_axes: &Axes, inputs: I) -> Result<O, VmapError> {
+            vmap(|a: A| f(a)).in_axes(in_axes.clone()).call(inputs)
+        }
     }
 }
 
@@ -78,20 +59,13 @@ impl VmapFn for PlainVmap {
 /// assert_eq!(noisy.dims(), [4, 3]);
 /// ```
 impl VmapFn for Randomness {
-    fn apply<BI, BO, I, A, R, O, F>(&self, f: &F, in_axes: &Axes, inputs: I) -> Result<O, VmapError>
-    where
-        BI: BatchOps,
-        BO: BatchOps,
-        F: Fn(A) -> R,
-        I: Tree<BI>,
-        A: Tree<BI>,
-        R: Tree<BO>,
-        O: Tree<BO>,
-    {
-        vmap(|a: A| f(a))
-            .in_axes(in_axes.clone())
-            .randomness(*self)
-            .call(inputs)
+    vectorized! {
+        fn apply<F>(&self, f: &F, in_axes: &Axes, inputs: I) -> Result<O, VmapError> {
+            vmap(|a: A| f(a))
+                .in_axes(in_axes.clone())
+                .randomness(*self)
+                .call(inputs)
+        }
     }
 }
 
@@ -128,18 +102,11 @@ impl ChunkedVmapFn {
 }
 
 impl VmapFn for ChunkedVmapFn {
-    fn apply<BI, BO, I, A, R, O, F>(&self, f: &F, in_axes: &Axes, inputs: I) -> Result<O, VmapError>
-    where
-        BI: BatchOps,
-        BO: BatchOps,
-        F: Fn(A) -> R,
-        I: Tree<BI>,
-        A: Tree<BI>,
-        R: Tree<BO>,
-        O: Tree<BO>,
-    {
-        crate::chunked_vmap(|a: A| f(a), self.chunk_size)?
-            .in_axes(in_axes.clone())
-            .call(inputs)
+    vectorized! {
+        fn apply<F>(&self, f: &F, in_axes: &Axes, inputs: I) -> Result<O, VmapError> {
+            crate::chunked_vmap(|a: A| f(a), self.chunk_size)?
+                .in_axes(in_axes.clone())
+                .call(inputs)
+        }
     }
 }
