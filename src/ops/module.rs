@@ -110,13 +110,7 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         bias: Option<FloatTensor<Self>>,
         options: DeformConvOptions<2>,
     ) -> FloatTensor<Self> {
-        let args = DeformArgs {
-            x,
-            offset,
-            weight,
-            mask,
-            bias,
-        };
+        let args = DeformArgs::new(x, offset, weight, mask, bias);
         deform::deform_conv2d::<B>(args, |g| {
             let mut options = options;
             options.weight_groups *= g.factor;
@@ -134,13 +128,7 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         output_grad: FloatTensor<Self>,
         options: DeformConvOptions<2>,
     ) -> DeformConv2dBackward<Self> {
-        let args = DeformArgs {
-            x,
-            offset,
-            weight,
-            mask,
-            bias,
-        };
+        let args = DeformArgs::new(x, offset, weight, mask, bias);
         let grads = deform::deform_conv2d_backward::<B>(args, output_grad, |g, og| {
             let mut options = options.clone();
             options.weight_groups *= g.factor;

@@ -86,6 +86,36 @@ fn as_matrix<B: Backend>(t: VT<B>) -> VT<B> {
     <Ops<B> as FloatTensorOps<Ops<B>>>::float_reshape(t, Shape::from(vec![m, d]))
 }
 
+/// `[rows, width]` of a physical tensor `[.., width]` with every batch and leading dim folded
+/// into the rows, when it has an element (an empty fold takes the general path).
+fn rows_and_width<B: Backend>(t: &VT<B>) -> Option<(usize, usize)> {
+    let shape = t.physical_shape();
+    let width = shape[shape.num_dims() - 1];
+    let rows = shape.num_elements().checked_div(width).unwrap_or(0);
+    (rows > 0 && width > 0).then_some((rows, width))
+}
+
+/// `f` on `t` as its `[rows, width]` matrix (a pending reshape read in place), its
+/// `[rows, d_out]` result as `[.., d_out]` with `t`'s batch and leading dims (a pending
+/// reshape).
+fn on_rows<B: Backend>(
+    t: VT<B>,
+    (rows, width): (usize, usize),
+    d_out: usize,
+    f: impl FnOnce(FP<B>) -> FP<B>,
+) -> VT<B> {
+    let mut out_dims = t.physical_shape().to_vec();
+    *out_dims.last_mut().expect("rank >= 1") = d_out;
+    let (data, _, bdims) = t.into_stored();
+    let out = f(rows_of::<B, Float>(data, rows, width));
+    VmapTensor::reshaped(
+        out,
+        bdims,
+        Shape::from(out_dims),
+        <Float as Kind<B>>::reshape,
+    )
+}
+
 /// Burn's `ModuleOps::linear` (`x @ weight + bias`, `x: [.., d_in]`).
 ///
 /// A batched `x` with unbatched parameters folds every batch and leading dim into the rows and
@@ -102,25 +132,11 @@ pub(crate) fn linear<B: Backend>(x: VT<B>, weight: VT<B>, bias: Option<VT<B>>) -
                 bias.map(VmapTensor::inner),
             ));
         }
-        let shape = x.physical_shape();
-        let d_in = shape[shape.num_dims() - 1];
-        let rows = shape.num_elements().checked_div(d_in).unwrap_or(0);
-        let d_out = weight.physical_shape()[1];
-        if rows > 0 && d_in > 0 {
-            let (data, _, bdims) = x.into_stored();
-            let out = B::linear(
-                rows_of::<B, Float>(data, rows, d_in),
-                weight.inner(),
-                bias.map(VmapTensor::inner),
-            );
-            let mut out_dims = shape.to_vec();
-            *out_dims.last_mut().expect("rank >= 1") = d_out;
-            return VmapTensor::reshaped(
-                out,
-                bdims,
-                Shape::from(out_dims),
-                <Float as Kind<B>>::reshape,
-            );
+        if let Some(matrix) = rows_and_width::<B>(&x) {
+            let d_out = weight.physical_shape()[1];
+            return on_rows::<B>(x, matrix, d_out, |x| {
+                B::linear(x, weight.inner(), bias.map(VmapTensor::inner))
+            });
         }
     }
     // Burn's default: `x @ weight` (weight with leading size-1 dims) `+ bias`.
@@ -149,21 +165,11 @@ pub(crate) fn linear_x_backward<B: Backend>(weight: VT<B>, output_grad: VT<B>) -
                 output_grad.inner(),
             ));
         }
-        let shape = output_grad.physical_shape();
-        let d_out = shape[shape.num_dims() - 1];
-        let rows = shape.num_elements().checked_div(d_out).unwrap_or(0);
-        let d_in = weight.physical_shape()[0];
-        if rows > 0 && d_out > 0 {
-            let (data, _, bdims) = output_grad.into_stored();
-            let out = B::linear_x_backward(weight.inner(), rows_of::<B, Float>(data, rows, d_out));
-            let mut out_dims = shape.to_vec();
-            *out_dims.last_mut().expect("rank >= 1") = d_in;
-            return VmapTensor::reshaped(
-                out,
-                bdims,
-                Shape::from(out_dims),
-                <Float as Kind<B>>::reshape,
-            );
+        if let Some(matrix) = rows_and_width::<B>(&output_grad) {
+            let d_in = weight.physical_shape()[0];
+            return on_rows::<B>(output_grad, matrix, d_in, |g| {
+                B::linear_x_backward(weight.inner(), g)
+            });
         }
     }
     let rank = output_grad.shape().num_dims();

@@ -151,7 +151,7 @@ pub(crate) fn conv<B: Backend>(
     channels_into_examples::<B>(f(x, w, b, e), &bdims)
 }
 
-/// The operands of a deformable convolution.
+/// The operands of a deformable convolution (and, as [`DeformGrads`], their gradients).
 pub(crate) struct DeformArgs<P> {
     pub(crate) x: VmapTensor<P>,
     pub(crate) offset: VmapTensor<P>,
@@ -161,6 +161,22 @@ pub(crate) struct DeformArgs<P> {
 }
 
 impl<P> DeformArgs<P> {
+    pub(crate) fn new(
+        x: VmapTensor<P>,
+        offset: VmapTensor<P>,
+        weight: VmapTensor<P>,
+        mask: Option<VmapTensor<P>>,
+        bias: Option<VmapTensor<P>>,
+    ) -> Self {
+        Self {
+            x,
+            offset,
+            weight,
+            mask,
+            bias,
+        }
+    }
+
     fn bdims(&self) -> BatchDims {
         union_of([
             Some(&self.x),
@@ -226,14 +242,8 @@ fn group_deform<B: Backend>(args: DeformArgs<FP<B>>, bdims: &BatchDims) -> Defor
     }
 }
 
-/// Gradients of a deformable convolution (batched), in the operands' order.
-pub(crate) struct DeformGrads<P> {
-    pub(crate) x: VmapTensor<P>,
-    pub(crate) offset: VmapTensor<P>,
-    pub(crate) weight: VmapTensor<P>,
-    pub(crate) mask: Option<VmapTensor<P>>,
-    pub(crate) bias: Option<VmapTensor<P>>,
-}
+/// Gradients of a deformable convolution (batched), one per operand.
+pub(crate) type DeformGrads<P> = DeformArgs<P>;
 
 /// Backward of a deformable convolution under vmap. Every gradient is per example (the
 /// gradient of each example's output).
