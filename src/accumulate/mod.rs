@@ -206,6 +206,25 @@ pub struct RunningMean;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Concat;
 
+/// What [`Mean`] and [`RunningMean`] share: the mean of a microbatch's rows, ints averaged as
+/// floats.
+macro_rules! averaging {
+    ($name:literal) => {
+        fn name(&self) -> String {
+            $name.into()
+        }
+        fn row_op(&self) -> RowOp {
+            RowOp::Mean
+        }
+        fn promotes_int(&self) -> bool {
+            true
+        }
+        fn aggregate<B: Backend, K: AccKind<B>>(&self, rows: Tensor<B, 2, K>) -> Tensor<B, 2, K> {
+            rows.mean_dim(0)
+        }
+    };
+}
+
 impl Accumulator for Sum {
     fn name(&self) -> String {
         "sum".into()
@@ -220,18 +239,7 @@ impl Accumulator for Sum {
 }
 
 impl Accumulator for Mean {
-    fn name(&self) -> String {
-        "mean".into()
-    }
-    fn row_op(&self) -> RowOp {
-        RowOp::Mean
-    }
-    fn promotes_int(&self) -> bool {
-        true
-    }
-    fn aggregate<B: Backend, K: AccKind<B>>(&self, rows: Tensor<B, 2, K>) -> Tensor<B, 2, K> {
-        rows.mean_dim(0)
-    }
+    averaging!("mean");
     // `init` and `update`: the default running sum.
     fn finalize<B: Backend, K: AccKind<B>>(
         &self,
@@ -243,18 +251,7 @@ impl Accumulator for Mean {
 }
 
 impl Accumulator for RunningMean {
-    fn name(&self) -> String {
-        "running_mean".into()
-    }
-    fn row_op(&self) -> RowOp {
-        RowOp::Mean
-    }
-    fn promotes_int(&self) -> bool {
-        true
-    }
-    fn aggregate<B: Backend, K: AccKind<B>>(&self, rows: Tensor<B, 2, K>) -> Tensor<B, 2, K> {
-        rows.mean_dim(0)
-    }
+    averaging!("running_mean");
     // `init`: the default zeros.
     fn update<B: Backend, K: AccKind<B>>(
         &self,
