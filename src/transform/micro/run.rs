@@ -76,7 +76,12 @@ where
     V: VmapFn,
 {
     let Some(m) = micro.microbatch_size else {
-        return run_whole(f, vmap_fn, in_axes, mapped, acc);
+        // One vmap over the whole batch.
+        let whole = DynTree {
+            leaves: mapped.leaves,
+            def: mapped.def,
+        };
+        return accumulate_whole(vmap_fn.apply(f, in_axes, whole)?, acc);
     };
     let (ctx, runs) = microbatches(mapped.size, m, micro.num_real_microbatches)?;
     let n = ctx.num_microbatches;
@@ -115,30 +120,11 @@ where
     fold.finish()
 }
 
-/// One vmap over the whole batch, then each accumulator's within-batch reduction.
-fn run_whole<BI, BO, A, R, F, V>(
-    f: &F,
-    vmap_fn: &V,
-    in_axes: &Axes,
-    mapped: Mapped<BI>,
-    acc: &Spec<Acc<BO>>,
-) -> Result<DynTree<BO>, VmapError>
-where
-    BI: BatchOps,
-    BO: BatchOps,
-    F: Fn(A) -> R,
-    A: Tree<BI>,
-    R: Tree<BO>,
-    V: VmapFn,
-{
-    let out: DynTree<BO> = vmap_fn.apply(
-        f,
-        in_axes,
-        DynTree {
-            leaves: mapped.leaves,
-            def: mapped.def,
-        },
-    )?;
+/// Each accumulator's within-batch reduction of the outputs of one vmap over the whole batch.
+fn accumulate_whole<B: Backend>(
+    out: DynTree<B>,
+    acc: &Spec<Acc<B>>,
+) -> Result<DynTree<B>, VmapError> {
     let accs = acc.broadcast_to(&out.def, "accumulator", "out")?;
     let leaves = out
         .leaves
