@@ -22,6 +22,46 @@ impl From<i32> for Axes {
     }
 }
 
+/// The batch axes of a vectorizing builder (`vmap`, `chunked_vmap`): both default to axis 0 of
+/// every tensor.
+#[derive(Debug, Clone)]
+pub(crate) struct AxesOptions {
+    pub(crate) in_axes: Axes,
+    pub(crate) out_axes: Axes,
+}
+
+impl Default for AxesOptions {
+    fn default() -> Self {
+        Self {
+            in_axes: Spec::Leaf(Some(0)),
+            out_axes: Spec::Leaf(Some(0)),
+        }
+    }
+}
+
+/// The `in_axes` / `out_axes` setters of a builder holding an `axes: AxesOptions` field.
+macro_rules! axes_setters {
+    () => {
+        /// Sets the batch axis of every argument (a tree prefix of the arguments).
+        ///
+        /// `0`, `-1`: that axis of every tensor; `[Some(0), None]`: per argument of a pair;
+        /// nested [`Spec`](crate::tree::Spec)s for structs and tuples. `None` passes an argument
+        /// whole to every example.
+        pub fn in_axes(mut self, axes: impl Into<$crate::transform::Axes>) -> Self {
+            self.axes.in_axes = axes.into();
+            self
+        }
+
+        /// Sets where the batch axis goes in every output (a tree prefix of the outputs).
+        /// `None` declares an output that does not vary across the batch.
+        pub fn out_axes(mut self, axes: impl Into<$crate::transform::Axes>) -> Self {
+            self.axes.out_axes = axes.into();
+            self
+        }
+    };
+}
+pub(crate) use axes_setters;
+
 /// `axis` (negative counts from the end) as a position in a tensor of rank `rank`.
 ///
 /// # Errors

@@ -1,10 +1,10 @@
 //! [`chunked_vmap`]: [`vmap`] over at most `chunk_size` examples at a time.
 
-use crate::transform::axes::{map_inputs, normalize_axis, Axes, Mapped};
+use crate::transform::axes::{axes_setters, map_inputs, normalize_axis, AxesOptions, Mapped};
 use crate::transform::columns;
 use crate::transform::vectorized;
 use crate::transform::vmap::vmap;
-use crate::tree::{rows, Leaf, Spec, TreeDef};
+use crate::tree::{rows, Leaf, TreeDef};
 use crate::VmapError;
 
 /// Vectorizes `f` like [`vmap`], but over at most `chunk_size` examples at once: powerpax's
@@ -56,8 +56,7 @@ pub fn chunked_vmap<F>(f: F, chunk_size: isize) -> Result<ChunkedVmapped<F>, Vma
     Ok(ChunkedVmapped {
         f,
         chunk_size: chunk_size as usize,
-        in_axes: Spec::Leaf(Some(0)),
-        out_axes: Spec::Leaf(Some(0)),
+        axes: AxesOptions::default(),
     })
 }
 
@@ -66,24 +65,11 @@ pub fn chunked_vmap<F>(f: F, chunk_size: isize) -> Result<ChunkedVmapped<F>, Vma
 pub struct ChunkedVmapped<F> {
     f: F,
     chunk_size: usize,
-    in_axes: Axes,
-    out_axes: Axes,
+    axes: AxesOptions,
 }
 
 impl<F> ChunkedVmapped<F> {
-    /// Sets the batch axis of every argument, as [`Vmapped::in_axes`](crate::Vmapped::in_axes).
-    pub fn in_axes(mut self, axes: impl Into<Axes>) -> Self {
-        self.in_axes = axes.into();
-        self
-    }
-
-    /// Sets where the batch axis goes in every output, as
-    /// [`Vmapped::out_axes`](crate::Vmapped::out_axes); the chunks' outputs are concatenated
-    /// along it.
-    pub fn out_axes(mut self, axes: impl Into<Axes>) -> Self {
-        self.out_axes = axes.into();
-        self
-    }
+    axes_setters!();
 
     /// The chunk size.
     pub fn chunk_size(&self) -> usize {
@@ -102,10 +88,10 @@ impl<F> ChunkedVmapped<F> {
                 def,
                 axes: mapped,
                 size,
-            } = map_inputs(inputs, &self.in_axes)?;
+            } = map_inputs(inputs, &self.axes.in_axes)?;
             let vmapped = vmap(&self.f)
-                .in_axes(self.in_axes.clone())
-                .out_axes(self.out_axes.clone());
+                .in_axes(self.axes.in_axes.clone())
+                .out_axes(self.axes.out_axes.clone());
             if size <= self.chunk_size {
                 return vmapped.call(I::unflatten_named(&def, leaves, "args")?);
             }
@@ -130,7 +116,7 @@ impl<F> ChunkedVmapped<F> {
                 lo = hi;
             }
             let out_def = out_def.expect("at least one chunk");
-            let out_axes = self.out_axes.broadcast_to(&out_def, "out_axes", "out")?;
+            let out_axes = self.axes.out_axes.broadcast_to(&out_def, "out_axes", "out")?;
             let columns = columns(outs, out_axes.len());
             let paths = out_def.leaf_paths("out");
             let mut result = Vec::with_capacity(columns.len());

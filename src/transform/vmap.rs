@@ -2,9 +2,9 @@
 
 use crate::batching::BatchOps;
 use crate::level::{is_finished, Level, Randomness, VmapScope};
-use crate::transform::axes::{map_inputs, normalize_axis, Axes, Mapped};
+use crate::transform::axes::{axes_setters, map_inputs, normalize_axis, Axes, AxesOptions, Mapped};
 use crate::transform::vectorized;
-use crate::tree::{Spec, Tree};
+use crate::tree::Tree;
 use crate::VmapError;
 
 /// Vectorizes `f` over a batch axis: JAX's `jax.vmap`.
@@ -52,8 +52,7 @@ use crate::VmapError;
 pub fn vmap<F>(f: F) -> Vmapped<F> {
     Vmapped {
         f,
-        in_axes: Spec::Leaf(Some(0)),
-        out_axes: Spec::Leaf(Some(0)),
+        axes: AxesOptions::default(),
         randomness: Randomness::Error,
     }
 }
@@ -62,8 +61,7 @@ pub fn vmap<F>(f: F) -> Vmapped<F> {
 #[derive(Debug, Clone)]
 pub struct Vmapped<F> {
     f: F,
-    in_axes: Axes,
-    out_axes: Axes,
+    axes: AxesOptions,
     randomness: Randomness,
 }
 
@@ -151,21 +149,7 @@ pub(crate) fn unbatch_outputs<B: BatchOps, R: Tree<B>, O: Tree<B>>(
 }
 
 impl<F> Vmapped<F> {
-    /// Sets the batch axis of every argument (a tree prefix of the arguments).
-    ///
-    /// `0`, `-1`: that axis of every tensor; `[Some(0), None]`: per argument of a pair; nested
-    /// [`Spec`]s for structs and tuples. `None` passes an argument whole to every example.
-    pub fn in_axes(mut self, axes: impl Into<Axes>) -> Self {
-        self.in_axes = axes.into();
-        self
-    }
-
-    /// Sets where the batch axis goes in every output (a tree prefix of the outputs). `None`
-    /// declares an output that does not vary across the batch.
-    pub fn out_axes(mut self, axes: impl Into<Axes>) -> Self {
-        self.out_axes = axes.into();
-        self
-    }
+    axes_setters!();
 
     /// Chooses what random ops inside `f` do (torch.func's `randomness`): see [`Randomness`].
     /// The default, [`Randomness::Error`], makes [`call`](Self::call) return
@@ -197,7 +181,7 @@ impl<F> Vmapped<F> {
         /// # Errors
         /// See [`vmap`].
         pub fn call(&self, inputs: I) -> Result<O, VmapError> {
-            let batched = batch_inputs(inputs, &self.in_axes)?;
+            let batched = batch_inputs(inputs, &self.axes.in_axes)?;
             let args = A::unflatten_named(&batched.def, batched.leaves, "args")?;
             let scope = VmapScope::enter(batched.level, batched.size, self.randomness);
             let out = (self.f)(args);
@@ -208,7 +192,7 @@ impl<F> Vmapped<F> {
                 });
             }
             drop(scope);
-            unbatch_outputs(out, &self.out_axes, batched.level, batched.size)
+            unbatch_outputs(out, &self.axes.out_axes, batched.level, batched.size)
         }
     }
 }
