@@ -151,21 +151,22 @@ impl<B: BatchOps> Backward<B, 1> for SharedBackward {
     }
 }
 
-/// `out` as the result of the differentiable unary op `op` on `tensor`, with backward state
-/// `state` (recorded only when `tensor` is tracked).
-fn record<B, C, Op>(
+/// `out` as the result of the custom differentiable op `op` on `parents`, with backward state
+/// `state` (recorded only when a parent is tracked): the level moves here, and the nodes of
+/// `checkpoint_chunked_scan`.
+pub(crate) fn record<B, C, Op, const N: usize>(
     op: Op,
-    tensor: &FloatTensor<Autodiff<B, C>>,
+    parents: [&FloatTensor<Autodiff<B, C>>; N],
     state: Op::State,
     out: FloatTensor<B>,
 ) -> FloatTensor<Autodiff<B, C>>
 where
-    B: BatchOps,
+    B: Backend,
     C: CheckpointStrategy,
-    Op: Backward<B, 1>,
+    Op: Backward<B, N>,
 {
     match op
-        .prepare::<C>([tensor.node.clone()])
+        .prepare::<C>(parents.map(|t| t.node.clone()))
         .compute_bound()
         .stateful()
     {
@@ -177,12 +178,12 @@ where
 impl<B: BatchOps, C: CheckpointStrategy> BatchOps for Autodiff<B, C> {
     fn float_shared(tensor: FloatTensor<Self>, level: Level) -> FloatTensor<Self> {
         let out = tensor.primitive.clone();
-        record::<B, C, _>(SharedBackward, &tensor, level, out)
+        record::<B, C, _, 1>(SharedBackward, [&tensor], level, out)
     }
     fn float_batch(tensor: FloatTensor<Self>, axis: usize, level: Level) -> FloatTensor<Self> {
         let size = tensor.primitive.shape()[axis];
         let out = B::float_batch(tensor.primitive.clone(), axis, level);
-        record::<B, C, _>(BatchBackward, &tensor, (level, size, axis), out)
+        record::<B, C, _, 1>(BatchBackward, [&tensor], (level, size, axis), out)
     }
     fn float_unbatch(
         tensor: FloatTensor<Self>,
@@ -191,7 +192,7 @@ impl<B: BatchOps, C: CheckpointStrategy> BatchOps for Autodiff<B, C> {
         axis: usize,
     ) -> FloatTensor<Self> {
         let out = B::float_unbatch(tensor.primitive.clone(), level, size, axis);
-        record::<B, C, _>(UnbatchBackward, &tensor, (level, axis), out)
+        record::<B, C, _, 1>(UnbatchBackward, [&tensor], (level, axis), out)
     }
     fn float_batch_dims(tensor: &FloatTensor<Self>) -> BatchDims {
         B::float_batch_dims(&tensor.primitive)

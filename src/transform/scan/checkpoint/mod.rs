@@ -15,17 +15,17 @@ use std::sync::{Arc, Mutex};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::TensorPrimitive;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn_autodiff::ops::{Backward, OpsKind};
 use burn_autodiff::Autodiff;
 use burn_backend::backend::Backend;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::TensorMetadata;
 
-use self::chunk::{ChunkBody, ChunkOut, Input};
+use self::chunk::{ChunkBody, Input};
 use self::recompute::recompute_chunk;
-use self::tape::{link, zeros1, ChunkOutput, ChunkTape, GateLink, TapeState};
-use super::run::{check_xs, dry_run, order, stack_ys};
+use self::tape::{zeros1, ChunkOutput, ChunkTape, GateLink, TapeState};
+use super::run::{check_xs, order, Ran, Step};
 use super::{loop_options, LoopOptions};
+use crate::batching::record;
 use crate::transform::columns;
 use crate::tree::{rows, Leaf, Tree, TreeDef};
 use crate::VmapError;
@@ -200,10 +200,8 @@ impl<F, C, XS> CheckpointChunkedScan<F, C, XS> {
         let n = xs.length;
         let (carry_leaves, carry_def) = self.init.flatten();
         if n == 0 {
-            let (y_def, specs) =
-                dry_run::<Ad<B, CS>, C, X, Y, F>(&self.f, carry_leaves.clone(), &carry_def, &xs)?;
-            let carry = C::unflatten_named(&carry_def, carry_leaves, "init")?;
-            return Ok((carry, stack_ys(Vec::new(), &y_def, &specs)?));
+            let init = C::unflatten_named(&carry_def, carry_leaves, "init")?;
+            return Step::<Ad<B, CS>, C, X, Y, F>::new(NAME, &self.f).empty(init, &xs);
         }
         let chunk = self.chunk_size.map_or(n, |k| k as usize);
         let f = Arc::new(self.f);
@@ -257,7 +255,7 @@ impl<F, C, XS> CheckpointChunkedScan<F, C, XS> {
 /// A chunk's outputs on the inner backend: its carry, and every output leaf stacked by
 /// increasing step index.
 fn stacked_inner<B: Backend, CS: CheckpointStrategy>(
-    out: ChunkOut<Ad<B, CS>>,
+    out: Ran<Ad<B, CS>>,
     steps: &[usize],
 ) -> (Vec<Leaf<B>>, Vec<Leaf<B>>) {
     let carry_out: Vec<Leaf<B>> = out.carry.into_iter().map(to_inner).collect();
@@ -357,23 +355,11 @@ impl<B: Backend, CS: CheckpointStrategy, F> TrackedChunk<B, CS, F> {
         });
         let mut gate = <Ad<B, CS> as AutodiffBackend>::from_inner(zeros1::<B>(&device, dtype));
         for (k, (_, input)) in inputs.iter().enumerate() {
-            gate = link::<B, CS, _>(
-                GateLink,
-                (tape.clone(), k, dtype),
-                &gate,
-                input,
-                zeros1::<B>(&device, dtype),
-            );
+            let link = zeros1::<B>(&device, dtype);
+            gate = record::<B, CS, _, 2>(GateLink, [&gate, input], (tape.clone(), k, dtype), link);
         }
         let output = |i: usize, value: FloatTensor<B>| -> Leaf<Ad<B, CS>> {
-            let t = match ChunkOutput
-                .prepare::<CS>([gate.node.clone()])
-                .compute_bound()
-                .stateful()
-            {
-                OpsKind::Tracked(prep) => prep.finish((tape.clone(), i, dtype), value),
-                OpsKind::UnTracked(prep) => prep.finish(value),
-            };
+            let t = record::<B, CS, _, 1>(ChunkOutput, [&gate], (tape.clone(), i, dtype), value);
             Leaf::Float(TensorPrimitive::Float(t))
         };
         let mut next = 0;

@@ -7,14 +7,15 @@ use std::sync::Arc;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn_autodiff::ops::{Backward, OpsKind};
 use burn_backend::backend::Backend;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, TensorMetadata};
 
 use super::chunk::{ChunkBody, Input};
-use super::tape::{link, zeros1, Recompute, Sink, Sinks, Tap};
-use super::{float_of, from_inner, Ad};
+use super::tape::{zeros1, Recompute, Sink, Sinks, Tap};
+use super::{float_of, from_inner, Ad, NAME};
+use crate::batching::record;
+use crate::transform::scan::run::Step;
 use crate::tree::{Leaf, Tree};
 
 /// The backward of one chunk: rebuilds its inputs as fresh leaves (tapped where the outer
@@ -54,16 +55,8 @@ where
                 <Ad<B, CS> as burn_backend::ops::FloatTensorOps<Ad<B, CS>>>::float_set_require_grad(
                     leaf_ad, true,
                 );
-            let tapped = match Tap
-                .prepare::<CS>([leaf_ad.node.clone()])
-                .compute_bound()
-                .stateful()
-            {
-                OpsKind::Tracked(prep) => {
-                    prep.finish(report.then(|| (taps.len(), sender.clone())), p)
-                }
-                OpsKind::UnTracked(prep) => prep.finish(p),
-            };
+            let report_to = report.then(|| (taps.len(), sender.clone()));
+            let tapped = record::<B, CS, _, 1>(Tap, [&leaf_ad], report_to, p);
             if report {
                 taps.push((input, step));
             }
@@ -88,8 +81,8 @@ where
                     .collect()
             })
             .collect();
-        let out = body
-            .run::<Ad<B, CS>, C, X, Y>(carry, xs_steps)
+        let out = Step::<Ad<B, CS>, C, X, Y, F>::new(NAME, &*body.f)
+            .run_steps(&body.carry_def, carry, &body.steps, &body.x_def, xs_steps)
             .unwrap_or_else(|e| panic!("vmap: checkpoint_chunked_scan: recomputing a chunk: {e}"));
         let mut cotangents = cotangents.into_iter();
         for (is_carry, i) in &float_outputs {
@@ -114,13 +107,8 @@ where
         let mut root = <Ad<B, CS> as AutodiffBackend>::from_inner(zeros1::<B>(&device, dtype));
         for (target, cot) in sinks {
             if target.is_tracked() {
-                root = link::<B, CS, _>(
-                    Sink,
-                    (cot, dtype),
-                    &root,
-                    &target,
-                    zeros1::<B>(&device, dtype),
-                );
+                let link = zeros1::<B>(&device, dtype);
+                root = record::<B, CS, _, 2>(Sink, [&root, &target], (cot, dtype), link);
             }
         }
         drop(sender);

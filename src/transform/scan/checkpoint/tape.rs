@@ -9,7 +9,7 @@ use burn::tensor::{Tensor, TensorPrimitive};
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_autodiff::grads::Gradients;
-use burn_autodiff::ops::{Backward, Ops, OpsKind};
+use burn_autodiff::ops::{Backward, Ops};
 use burn_autodiff::NodeId;
 use burn_backend::backend::Backend;
 use burn_backend::tensor::FloatTensor;
@@ -112,6 +112,24 @@ fn keep_alive<B: Backend>(
     }
 }
 
+/// The backward of a chain link with parents `[prev, other]`: `other` gets `grad()` (when it
+/// gives one), `prev` a dummy gradient that keeps the chain below in the backward pass.
+fn link_backward<B: Backend>(
+    grads: &mut Gradients,
+    own: FloatTensor<B>,
+    [prev, other]: [Option<NodeId>; 2],
+    grad: impl FnOnce() -> Option<FloatTensor<B>>,
+    dtype: DType,
+) {
+    let device = B::float_device(&own);
+    if let Some(id) = other {
+        if let Some(g) = grad() {
+            grads.register::<B>(id, g);
+        }
+    }
+    keep_alive::<B>(grads, prev, &device, dtype);
+}
+
 /// Link `k` of a chunk's gate chain (parents: the previous link, tracked input `k`). The last
 /// link is the first to run backward: it recomputes the chunk; each link hands its input its
 /// gradient and keeps the chain below it alive with a dummy gradient.
@@ -124,14 +142,8 @@ impl<B: Backend> Backward<B, 2> for GateLink {
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _c: &mut Checkpointer) {
         let (tape, k, dtype) = ops.state;
         let own = grads.consume::<B>(&ops.node);
-        let device = B::float_device(&own);
-        let [prev, input] = ops.parents;
-        if let Some(node) = input {
-            if let Some(g) = tape.input_grad(k) {
-                grads.register::<B>(node.id, g);
-            }
-        }
-        keep_alive::<B>(grads, prev.map(|n| n.id), &device, dtype);
+        let parents = ops.parents.map(|p| p.map(|n| n.id));
+        link_backward::<B>(grads, own, parents, || tape.input_grad(k), dtype);
     }
 }
 
@@ -184,35 +196,8 @@ impl<B: Backend> Backward<B, 2> for Sink {
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _c: &mut Checkpointer) {
         let (cotangent, dtype) = ops.state;
         let own = grads.consume::<B>(&ops.node);
-        let device = B::float_device(&own);
-        let [prev, target] = ops.parents;
-        if let Some(node) = target {
-            grads.register::<B>(node.id, cotangent);
-        }
-        keep_alive::<B>(grads, prev.map(|n| n.id), &device, dtype);
-    }
-}
-
-/// A tracked `[1]` node with parents `[prev, other]` (the links of the chains above).
-pub(super) fn link<B, CS, BO>(
-    op: BO,
-    state: BO::State,
-    prev: &FloatTensor<Ad<B, CS>>,
-    other: &FloatTensor<Ad<B, CS>>,
-    value: FloatTensor<B>,
-) -> FloatTensor<Ad<B, CS>>
-where
-    B: Backend,
-    CS: CheckpointStrategy,
-    BO: Backward<B, 2>,
-{
-    match op
-        .prepare::<CS>([prev.node.clone(), other.node.clone()])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => prep.finish(state, value),
-        OpsKind::UnTracked(prep) => prep.finish(value),
+        let parents = ops.parents.map(|p| p.map(|n| n.id));
+        link_backward::<B>(grads, own, parents, || Some(cotangent), dtype);
     }
 }
 
