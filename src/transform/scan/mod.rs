@@ -32,7 +32,8 @@ use crate::VmapError;
 pub use checkpoint::{checkpoint_chunked_scan, CheckpointChunkedScan};
 pub use sliced::{sliced_scan, SlicedScan};
 
-use sliced::{sliced, SliceSpec};
+use run::Step;
+use sliced::SliceSpec;
 
 /// Loops `f` over the leading axis of `xs`, threading a carry: JAX's `lax.scan`.
 ///
@@ -156,6 +157,6 @@ impl<F, C, XS> Scan<F, C, XS> {
         F: Fn(C, X) -> (C, Y),
     {
         let all = SliceSpec::default();
-        sliced::<B, C, XS, X, Y, YS, F>("scan", &self.f, self.init, self.xs, self.opts, all)
+        Step::new("scan", &self.f).sliced(self.init, self.xs, self.opts, all)
     }
 }

@@ -2,9 +2,9 @@
 
 use burn_backend::backend::Backend;
 
-use super::run::{check_xs, dry_run, order, run_loop, stack_ys};
+use super::run::Step;
 use super::{loop_options, LoopOptions};
-use crate::tree::{Leaf, Tree};
+use crate::tree::Tree;
 use crate::VmapError;
 
 /// Python's `slice(start, stop, step)`.
@@ -39,58 +39,6 @@ pub(super) fn slice_indices(n: usize, s: SliceSpec) -> Result<Vec<usize>, VmapEr
         i += step;
     }
     Ok(out)
-}
-
-/// The loop with only the outputs `ys[start:stop:step]` kept.
-pub(super) fn sliced<B, C, XS, X, Y, YS, F>(
-    transform: &'static str,
-    f: &F,
-    init: C,
-    xs: XS,
-    opts: LoopOptions,
-    slice: SliceSpec,
-) -> Result<(C, YS), VmapError>
-where
-    B: Backend,
-    C: Tree<B>,
-    XS: Tree<B>,
-    X: Tree<B>,
-    Y: Tree<B>,
-    YS: Tree<B>,
-    F: Fn(C, X) -> (C, Y),
-{
-    let xs = check_xs(transform, xs, opts.length)?;
-    let n = xs.length;
-    let selected = slice_indices(n, slice)?;
-    // Position of step t in the output, for the selected steps.
-    let mut slot: Vec<Option<usize>> = vec![None; n];
-    for (j, &t) in selected.iter().enumerate() {
-        slot[t] = Some(j);
-    }
-    if n == 0 {
-        let (leaves, def) = init.flatten();
-        let (y_def, specs) = dry_run::<B, C, X, Y, F>(f, leaves.clone(), &def, &xs)?;
-        let carry = C::unflatten_named(&def, leaves, "init")?;
-        return Ok((carry, stack_ys(Vec::new(), &y_def, &specs)?));
-    }
-    let looped = run_loop::<B, C, X, Y, F>(
-        transform,
-        f,
-        init,
-        order(n, opts.reverse),
-        &xs.def,
-        |t| xs.leaves.iter().map(|l| l.index(t)).collect(),
-        |t| slot[t].is_some(),
-    )?;
-    let (y_def, specs) = looped.y.expect("at least one step ran");
-    let mut kept: Vec<(usize, Vec<Leaf<B>>)> = looped
-        .kept
-        .into_iter()
-        .map(|(t, y)| (slot[t].expect("kept steps are selected"), y))
-        .collect();
-    kept.sort_by_key(|(j, _)| *j);
-    let ys = stack_ys(kept.into_iter().map(|(_, y)| y).collect(), &y_def, &specs)?;
-    Ok((looped.carry, ys))
 }
 
 /// A [`scan`](super::scan) that keeps only the outputs `ys[start:stop:step]`: powerpax's `sliced_scan`.
@@ -194,13 +142,6 @@ impl<F, C, XS> SlicedScan<F, C, XS> {
         YS: Tree<B>,
         F: Fn(C, X) -> (C, Y),
     {
-        sliced::<B, C, XS, X, Y, YS, F>(
-            "sliced_scan",
-            &self.f,
-            self.init,
-            self.xs,
-            self.opts,
-            self.slice,
-        )
+        Step::new("sliced_scan", &self.f).sliced(self.init, self.xs, self.opts, self.slice)
     }
 }

@@ -9,7 +9,7 @@ use burn_backend::TensorMetadata;
 
 use super::tape::{release_dropped_records, RELEASE_EVERY};
 use super::{float_of, from_inner, to_inner, Ad, NAME};
-use crate::transform::scan::run::{run_loop, LeafSpec};
+use crate::transform::scan::run::{Ran, Step};
 use crate::tree::{Leaf, Tree, TreeDef};
 use crate::VmapError;
 
@@ -24,65 +24,7 @@ pub(super) struct ChunkBody<F> {
     pub(super) lo: usize,
 }
 
-/// Outputs of one run of a chunk: carry leaves, per-step outputs (aligned with the steps) and
-/// the structure of one output.
-pub(super) struct ChunkOut<B: Backend> {
-    pub(super) carry: Vec<Leaf<B>>,
-    pub(super) ys: Vec<Vec<Leaf<B>>>,
-    pub(super) y_def: TreeDef,
-    pub(super) y_specs: Vec<LeafSpec<B>>,
-}
-
 impl<F> ChunkBody<F> {
-    pub(super) fn run<B, C, X, Y>(
-        &self,
-        carry: Vec<Leaf<B>>,
-        xs_steps: Vec<Vec<Leaf<B>>>,
-    ) -> Result<ChunkOut<B>, VmapError>
-    where
-        B: Backend,
-        C: Tree<B>,
-        X: Tree<B>,
-        Y: Tree<B>,
-        F: Fn(C, X) -> (C, Y),
-    {
-        let init = C::unflatten_named(&self.carry_def, carry, "carry")?;
-        let mut xs_steps: Vec<Option<Vec<Leaf<B>>>> = xs_steps.into_iter().map(Some).collect();
-        let position = |t: usize| {
-            self.steps
-                .iter()
-                .position(|&s| s == t)
-                .expect("a chunk step")
-        };
-        let looped = run_loop::<B, C, X, Y, F>(
-            "checkpoint_chunked_scan",
-            &*self.f,
-            init,
-            self.steps.iter().copied(),
-            &self.x_def,
-            |t| {
-                xs_steps[position(t)]
-                    .take()
-                    .expect("each step reads its row once")
-            },
-            |_| true,
-        )?;
-        let (y_def, y_specs) = looped.y.expect("a chunk has at least one step");
-        let mut ys: Vec<Option<Vec<Leaf<B>>>> = self.steps.iter().map(|_| None).collect();
-        for (t, y) in looped.kept {
-            ys[position(t)] = Some(y);
-        }
-        Ok(ChunkOut {
-            carry: looped.carry.flatten().0,
-            ys: ys
-                .into_iter()
-                .map(|y| y.expect("every step kept"))
-                .collect(),
-            y_def,
-            y_specs,
-        })
-    }
-
     /// Runs the chunk forward from `carry_inner` over its rows `slab_inner` of `xs` (inner
     /// tensors), recording no graph: the inputs are fresh untracked tensors.
     ///
@@ -93,7 +35,7 @@ impl<F> ChunkBody<F> {
         &self,
         carry_inner: &[Leaf<B>],
         slab_inner: &[Leaf<B>],
-    ) -> Result<ChunkOut<Ad<B, CS>>, VmapError>
+    ) -> Result<Ran<Ad<B, CS>>, VmapError>
     where
         B: Backend,
         CS: CheckpointStrategy,
@@ -104,7 +46,7 @@ impl<F> ChunkBody<F> {
     {
         // Forward, recording no graph: the inputs are fresh untracked tensors. In blocks of
         // at most RELEASE_EVERY steps, releasing the records of the untracked ops between.
-        let mut out: Option<ChunkOut<Ad<B, CS>>> = None;
+        let mut out: Option<Ran<Ad<B, CS>>> = None;
         for block in self.steps.chunks(RELEASE_EVERY) {
             let sub = ChunkBody {
                 f: self.f.clone(),
@@ -123,18 +65,17 @@ impl<F> ChunkBody<F> {
                     .map(from_inner)
                     .collect(),
             };
-            let part = sub.run::<Ad<B, CS>, C, X, Y>(
-                carry_in,
-                block
-                    .iter()
-                    .map(|&t| {
-                        sub.x_inner(slab_inner, t)
-                            .into_iter()
-                            .map(from_inner)
-                            .collect()
-                    })
-                    .collect(),
-            )?;
+            let rows = block
+                .iter()
+                .map(|&t| {
+                    sub.x_inner(slab_inner, t)
+                        .into_iter()
+                        .map(from_inner)
+                        .collect()
+                })
+                .collect();
+            let step = Step::<Ad<B, CS>, C, X, Y, F>::new(NAME, &*sub.f);
+            let part = step.run_steps(&sub.carry_def, carry_in, &sub.steps, &sub.x_def, rows)?;
             if part
                 .carry
                 .iter()
@@ -144,7 +85,7 @@ impl<F> ChunkBody<F> {
             {
                 return Err(VmapError::CapturedTrackedTensor { transform: NAME });
             }
-            let part = ChunkOut {
+            let part = Ran {
                 carry: part
                     .carry
                     .into_iter()
