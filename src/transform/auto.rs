@@ -6,7 +6,7 @@ use burn_backend::Shape;
 
 use crate::batching::BatchOps;
 use crate::level::Level;
-use crate::transform::vectorized;
+use crate::transform::transform_call;
 use crate::tree::{Leaf, Spec, Tree};
 use crate::VmapError;
 
@@ -157,7 +157,8 @@ impl<F> AutoVmapped<F> {
         broadcast(&batch, &paths)
     }
 
-    vectorized! {
+    transform_call! {
+        vectorized;
         /// Applies the broadcast function to `inputs`.
         ///
         /// `I` is the argument tree with batch dims, `A` what `f` takes (base ranks), `R` what `f`

@@ -2,7 +2,7 @@
 
 use crate::transform::axes::{axes_setters, map_inputs, normalize_axis, AxesOptions, Mapped};
 use crate::transform::columns;
-use crate::transform::vectorized;
+use crate::transform::transform_call;
 use crate::transform::vmap::vmap;
 use crate::tree::{rows, Leaf, TreeDef};
 use crate::VmapError;
@@ -76,7 +76,8 @@ impl<F> ChunkedVmapped<F> {
         self.chunk_size
     }
 
-    vectorized! {
+    transform_call! {
+        vectorized;
         /// Applies the chunked vectorized function to `inputs`. Type parameters as in
         /// [`Vmapped::call`](crate::Vmapped::call).
         ///

@@ -6,6 +6,7 @@ use burn_backend::backend::Backend;
 use crate::batching::BatchOps;
 use crate::level::{is_private, Level, PrivateLevel};
 use crate::tensor::BatchDim;
+use crate::transform::transform_call;
 use crate::tree::{rows, DynTree, Leaf, Spec, Tree, TreeDef};
 use crate::VmapError;
 
@@ -13,106 +14,100 @@ use crate::VmapError;
 // custom_vmap
 // =================================================================================================
 
-/// Gives `f` a custom batching rule: JAX's `custom_vmap`.
-///
-/// `custom_vmap(f, rule).call(args)` computes `f(args)`. When it is called under
-/// [`vmap`](crate::vmap) with some input batched, `f` is not batched op by op: the rule computes the
-/// whole batch at once. For the innermost vmap level at which any input is batched:
-///
-/// ```text
-/// size       = batch size of that level
-/// in_batched = [leaf is batched at that level, for every input leaf]
-/// args       = the inputs, batched ones with that batch as logical axis 0
-/// out, out_batched = rule(size, in_batched, args)
-/// result     = out, the leaves declared batched re-batched from their axis 0
-/// ```
-///
-/// so that `vmap(custom_vmap(f, rule))(xs) == stack([f(x) for x in xs])` exactly when the rule
-/// computes that stack. When no input is batched (no vmap, or only unrelated ones), `f` is
-/// called and the rule is not.
-///
-/// The rule returns the outputs (any [`Tree`] with the structure of `f`'s result, such as the
-/// same type with one more axis, or a [`DynTree`]) and which of them are batched: a
-/// `Spec<bool>` prefix of the outputs, e.g. `true` for all. A batched output has the batch as
-/// its leading axis (size `size`); an unbatched one is the same for every example and has the
-/// shape of one example's output.
-///
-/// # Nested vmaps
-/// As in JAX, the rule handles **one** level: the innermost one at which an input is batched.
-/// Inside the rule the inputs are still batched at every enclosing level (invisibly, as inside
-/// any vmap), so the operations of the rule are batched for those levels by the ordinary
-/// batching rules. A rule that wants its own treatment of the enclosing levels too calls a
-/// custom-vmapped function inside (as [`sequential_vmap`] does: its loop calls itself, so every
-/// level runs as a loop).
-///
-/// # Autodiff
-/// On an autodiff backend (`Autodiff<Vmap<_>>`) the rule is differentiable like any code, and
-/// moving the batch in and out of axis 0 is too. So that gradients stay *per example* (an
-/// unbatched parameter used by every example gets one gradient per example, as with plain
-/// `vmap`, instead of their sum), every unbatched **float** input is handed to the rule
-/// broadcast along the batch and reported batched in `in_batched` when the backend is an
-/// autodiff backend: the rule then gives every example its own copy. Int and bool inputs, and
-/// every input on a non-autodiff backend, are reported as they are.
-///
-/// # Example
-/// The `vector_dot` of JAX's proposal: one rule branch per batching pattern.
-/// ```
-/// use burn::tensor::Tensor;
-/// use burn_vmap::{custom_vmap, vmap, DynTree, TestBackend, Vmap, VmapError};
-/// type B = Vmap<TestBackend>;
-/// let device = Default::default();
-///
-/// let vector_dot = custom_vmap(
-///     |(u, v): (Tensor<B, 1>, Tensor<B, 1>)| (u * v).sum(),
-///     |_size, in_batched: &[bool], args: DynTree<B>| -> Result<(Tensor<B, 2>, bool), VmapError> {
-///         let out = match in_batched {
-///             [true, true] => {
-///                 let (u, v): (Tensor<B, 2>, Tensor<B, 2>) = args.get()?;
-///                 (u * v).sum_dim(1)
-///             }
-///             [true, false] => {
-///                 let (u, v): (Tensor<B, 2>, Tensor<B, 1>) = args.get()?;
-///                 u.matmul(v.unsqueeze_dim(1))
-///             }
-///             _ => {
-///                 let (u, v): (Tensor<B, 1>, Tensor<B, 2>) = args.get()?;
-///                 v.matmul(u.unsqueeze_dim(1))
-///             }
-///         };
-///         Ok((out, true)) // (size, 1): one `[1]` result per example
-///     },
-/// );
-///
-/// let us = Tensor::<B, 2>::from_floats([[1.0, 0.0], [1.0, 1.0], [2.0, 3.0]], &device);
-/// let v = Tensor::<B, 1>::from_floats([10.0, 1.0], &device);
-/// let f = |(u, v): (Tensor<B, 1>, Tensor<B, 1>)| vector_dot.call((u, v)).unwrap().exp();
-/// let out: Tensor<B, 2> = vmap(f).in_axes([Some(0), None]).call((us, v.clone())).unwrap();
-/// let expected = [10.0f32, 11.0, 23.0].map(f32::exp);
-/// let got = out.into_data().to_vec::<f32>().unwrap();
-/// assert!(got.iter().zip(expected).all(|(g, e)| (g - e).abs() <= 1e-4 * e));
-///
-/// // Not batched: `f` itself runs.
-/// let one = vector_dot.call((v.clone(), v)).unwrap();
-/// assert_eq!(one.into_data().to_vec::<f32>().unwrap(), vec![101.0]);
-/// ```
-///
-/// # Errors
-/// From [`call`](CustomVmap::call), whatever the rule returns, and
-/// [`VmapError::InvalidRuleOutput`] when an output declared batched has no leading axis of the
-/// batch size, when the outputs do not fit the type of `f`'s result (e.g. an output declared
-/// unbatched that has the batch axis), or when an output is batched at the level the rule
-/// handles (a value captured from the enclosing vmap instead of passed as an input).
-pub fn custom_vmap<B, A, R, RO, OB, F, Rule>(f: F, rule: Rule) -> CustomVmap<F, Rule>
-where
-    B: BatchOps,
-    A: Tree<B>,
-    R: Tree<B>,
-    RO: Tree<B>,
-    OB: Into<Spec<bool>>,
-    F: Fn(A) -> R,
-    Rule: Fn(usize, &[bool], DynTree<B>) -> Result<(RO, OB), VmapError>,
-{
-    CustomVmap { f, rule }
+transform_call! {
+    custom;
+    /// Gives `f` a custom batching rule: JAX's `custom_vmap`.
+    ///
+    /// `custom_vmap(f, rule).call(args)` computes `f(args)`. When it is called under
+    /// [`vmap`](crate::vmap) with some input batched, `f` is not batched op by op: the rule computes the
+    /// whole batch at once. For the innermost vmap level at which any input is batched:
+    ///
+    /// ```text
+    /// size       = batch size of that level
+    /// in_batched = [leaf is batched at that level, for every input leaf]
+    /// args       = the inputs, batched ones with that batch as logical axis 0
+    /// out, out_batched = rule(size, in_batched, args)
+    /// result     = out, the leaves declared batched re-batched from their axis 0
+    /// ```
+    ///
+    /// so that `vmap(custom_vmap(f, rule))(xs) == stack([f(x) for x in xs])` exactly when the rule
+    /// computes that stack. When no input is batched (no vmap, or only unrelated ones), `f` is
+    /// called and the rule is not.
+    ///
+    /// The rule returns the outputs (any [`Tree`] with the structure of `f`'s result, such as the
+    /// same type with one more axis, or a [`DynTree`]) and which of them are batched: a
+    /// `Spec<bool>` prefix of the outputs, e.g. `true` for all. A batched output has the batch as
+    /// its leading axis (size `size`); an unbatched one is the same for every example and has the
+    /// shape of one example's output.
+    ///
+    /// # Nested vmaps
+    /// As in JAX, the rule handles **one** level: the innermost one at which an input is batched.
+    /// Inside the rule the inputs are still batched at every enclosing level (invisibly, as inside
+    /// any vmap), so the operations of the rule are batched for those levels by the ordinary
+    /// batching rules. A rule that wants its own treatment of the enclosing levels too calls a
+    /// custom-vmapped function inside (as [`sequential_vmap`] does: its loop calls itself, so every
+    /// level runs as a loop).
+    ///
+    /// # Autodiff
+    /// On an autodiff backend (`Autodiff<Vmap<_>>`) the rule is differentiable like any code, and
+    /// moving the batch in and out of axis 0 is too. So that gradients stay *per example* (an
+    /// unbatched parameter used by every example gets one gradient per example, as with plain
+    /// `vmap`, instead of their sum), every unbatched **float** input is handed to the rule
+    /// broadcast along the batch and reported batched in `in_batched` when the backend is an
+    /// autodiff backend: the rule then gives every example its own copy. Int and bool inputs, and
+    /// every input on a non-autodiff backend, are reported as they are.
+    ///
+    /// # Example
+    /// The `vector_dot` of JAX's proposal: one rule branch per batching pattern.
+    /// ```
+    /// use burn::tensor::Tensor;
+    /// use burn_vmap::{custom_vmap, vmap, DynTree, TestBackend, Vmap, VmapError};
+    /// type B = Vmap<TestBackend>;
+    /// let device = Default::default();
+    ///
+    /// let vector_dot = custom_vmap(
+    ///     |(u, v): (Tensor<B, 1>, Tensor<B, 1>)| (u * v).sum(),
+    ///     |_size, in_batched: &[bool], args: DynTree<B>| -> Result<(Tensor<B, 2>, bool), VmapError> {
+    ///         let out = match in_batched {
+    ///             [true, true] => {
+    ///                 let (u, v): (Tensor<B, 2>, Tensor<B, 2>) = args.get()?;
+    ///                 (u * v).sum_dim(1)
+    ///             }
+    ///             [true, false] => {
+    ///                 let (u, v): (Tensor<B, 2>, Tensor<B, 1>) = args.get()?;
+    ///                 u.matmul(v.unsqueeze_dim(1))
+    ///             }
+    ///             _ => {
+    ///                 let (u, v): (Tensor<B, 1>, Tensor<B, 2>) = args.get()?;
+    ///                 v.matmul(u.unsqueeze_dim(1))
+    ///             }
+    ///         };
+    ///         Ok((out, true)) // (size, 1): one `[1]` result per example
+    ///     },
+    /// );
+    ///
+    /// let us = Tensor::<B, 2>::from_floats([[1.0, 0.0], [1.0, 1.0], [2.0, 3.0]], &device);
+    /// let v = Tensor::<B, 1>::from_floats([10.0, 1.0], &device);
+    /// let f = |(u, v): (Tensor<B, 1>, Tensor<B, 1>)| vector_dot.call((u, v)).unwrap().exp();
+    /// let out: Tensor<B, 2> = vmap(f).in_axes([Some(0), None]).call((us, v.clone())).unwrap();
+    /// let expected = [10.0f32, 11.0, 23.0].map(f32::exp);
+    /// let got = out.into_data().to_vec::<f32>().unwrap();
+    /// assert!(got.iter().zip(expected).all(|(g, e)| (g - e).abs() <= 1e-4 * e));
+    ///
+    /// // Not batched: `f` itself runs.
+    /// let one = vector_dot.call((v.clone(), v)).unwrap();
+    /// assert_eq!(one.into_data().to_vec::<f32>().unwrap(), vec![101.0]);
+    /// ```
+    ///
+    /// # Errors
+    /// From [`call`](CustomVmap::call), whatever the rule returns, and
+    /// [`VmapError::InvalidRuleOutput`] when an output declared batched has no leading axis of the
+    /// batch size, when the outputs do not fit the type of `f`'s result (e.g. an output declared
+    /// unbatched that has the batch axis), or when an output is batched at the level the rule
+    /// handles (a value captured from the enclosing vmap instead of passed as an input).
+    pub fn custom_vmap<F, Rule>(f: F, rule: Rule) -> CustomVmap<F, Rule> {
+        CustomVmap { f, rule }
+    }
 }
 
 /// A function with a custom batching rule, made by [`custom_vmap`].
@@ -123,25 +118,19 @@ pub struct CustomVmap<F, Rule> {
 }
 
 impl<F, Rule> CustomVmap<F, Rule> {
-    /// Calls the function: `f(inputs)`, computed by the rule when an input is batched.
-    ///
-    /// # Errors
-    /// See [`custom_vmap`].
-    pub fn call<B, A, R, RO, OB>(&self, inputs: A) -> Result<R, VmapError>
-    where
-        B: BatchOps,
-        A: Tree<B>,
-        R: Tree<B>,
-        RO: Tree<B>,
-        OB: Into<Spec<bool>>,
-        F: Fn(A) -> R,
-        Rule: Fn(usize, &[bool], DynTree<B>) -> Result<(RO, OB), VmapError>,
-    {
-        apply(inputs, &self.f, |size, in_batched, args, _level| {
-            let (out, out_batched) = (self.rule)(size, in_batched, args)?;
-            let (leaves, def) = out.flatten();
-            Ok((leaves, def, out_batched.into()))
-        })
+    transform_call! {
+        custom;
+        /// Calls the function: `f(inputs)`, computed by the rule when an input is batched.
+        ///
+        /// # Errors
+        /// See [`custom_vmap`].
+        pub fn call(&self, inputs: A) -> Result<R, VmapError> {
+            apply(inputs, &self.f, |size, in_batched, args, _level| {
+                let (out, out_batched) = (self.rule)(size, in_batched, args)?;
+                let (leaves, def) = out.flatten();
+                Ok((leaves, def, out_batched.into()))
+            })
+        }
     }
 }
 

@@ -11,44 +11,49 @@ pub mod vmap;
 
 pub use axes::Axes;
 
-/// Declares a method with the signature that the calls of the vectorizing transforms share
-/// (`vmap`, `chunked_vmap`, `auto_vmap`, `micro_vmap` and the [`VmapFn`](micro::VmapFn)
-/// vectorizers), written once. The method gains the type parameters
+/// Declares a transform's call with the generic signature of its family, written once here
+/// (Rust has no trait aliases, and these bound lists are long). `transform_call! { family; item }`
+/// gives the item the family's type parameters and bounds, then the item's own (`fn apply<F>`);
+/// extra bounds go in brackets before `fn`. The families:
 ///
-/// - `BI`, `BO`: the backends of the arguments and of the results (`Vmap<_>`, or `Autodiff`
-///   over it);
-/// - `I`: the argument tree the call takes (its leaves with their batch axes);
-/// - `A`: what the mapped function `f` takes (the mapped axes removed);
-/// - `R`: what `f` returns;
-/// - `O`: the result of the call (the batch axes inserted),
-///
-/// then its own (`fn apply<F>`), with `F: Fn(A) -> R` (`F` is the builder's function type, or
-/// the method's own). Extra bounds go in brackets before `fn`:
+/// - `vectorized`: `vmap`, `chunked_vmap`, `auto_vmap`, `micro_vmap` and the
+///   [`VmapFn`](micro::VmapFn) vectorizers. `BI`, `BO`: the backends of the arguments and of
+///   the results; `I`: the argument tree of the call (with its batch axes); `A`: what the mapped
+///   `f: F` takes (the mapped axes removed); `R`: what `f` returns; `O`: the result of the call
+///   (the batch axes inserted).
+/// - `scan`: `scan` and `sliced_scan` over the builder's `F`, `C`, `XS`. `B`: the backend; `X`:
+///   one row of `XS`; `Y`: one step's output; `YS`: the stacked outputs.
+/// - `micro_grad`: `micro_grad`'s calls over the builder's parts. `AB`: the autodiff backend;
+///   `I`: the argument tuple; `A`: what `f` takes; `Out`: what `f` returns; `G`: the
+///   accumulated gradients; `MO`, `XO`: the stacked metrics and aux.
+/// - `custom`: `custom_vmap` and its call. `B`: the backend; `A`, `R`: what `f` takes and
+///   returns; `RO`, `OB`: what the rule returns (outputs, which are batched).
 ///
 /// ```text
-/// vectorized! {
+/// transform_call! {
+///     vectorized;
 ///     /// Docs.
 ///     [S: Tree<BO> + Clone]
 ///     pub fn call(&self, inputs: I) -> Result<O, VmapError> { .. }
 /// }
 /// ```
-macro_rules! vectorized {
-    ($(#[$attr:meta])* $([$($bound:tt)*])? pub fn $($rest:tt)*) => {
-        vectorized!(@emit [pub] [$(#[$attr])*] [$($($bound)*)?] $($rest)*);
+macro_rules! transform_call {
+    ($family:ident; $(#[$attr:meta])* $([$($bound:tt)*])? pub fn $($rest:tt)*) => {
+        transform_call!(@parse $family [pub] [$(#[$attr])*] [$($($bound)*)?] $($rest)*);
     };
-    ($(#[$attr:meta])* $([$($bound:tt)*])? fn $($rest:tt)*) => {
-        vectorized!(@emit [] [$(#[$attr])*] [$($($bound)*)?] $($rest)*);
+    ($family:ident; $(#[$attr:meta])* $([$($bound:tt)*])? fn $($rest:tt)*) => {
+        transform_call!(@parse $family [] [$(#[$attr])*] [$($($bound)*)?] $($rest)*);
     };
-    (
-        @emit [$($vis:tt)*] [$($attr:tt)*] [$($bound:tt)*]
-        $name:ident $(<$($param:ident),*>)? (&$self:ident $(, $arg:ident: $ty:ty)* $(,)?)
-            -> Result<O, VmapError>
-        $body:tt
-    ) => {
-        $($attr)*
-        $($vis)* fn $name<BI, BO, I, A, R, O $($(, $param)*)?>(&$self $(, $arg: $ty)*)
-            -> Result<O, $crate::VmapError>
-        where
+    (@parse $family:ident $vis:tt $attr:tt $bound:tt
+        $name:ident $(<$($param:ident),*>)? ($($args:tt)*) -> $ret:ty;) => {
+        transform_call!(@$family $vis $attr $bound $name [$($($param)*)?] [$($args)*] [$ret] [;]);
+    };
+    (@parse $family:ident $vis:tt $attr:tt $bound:tt
+        $name:ident $(<$($param:ident),*>)? ($($args:tt)*) -> $ret:ty $body:block) => {
+        transform_call!(@$family $vis $attr $bound $name [$($($param)*)?] [$($args)*] [$ret] [$body]);
+    };
+    (@vectorized $($item:tt)*) => {
+        transform_call!(@emit [BI, BO, I, A, R, O] [
             BI: $crate::BatchOps,
             BO: $crate::BatchOps,
             F: Fn(A) -> R,
@@ -56,11 +61,60 @@ macro_rules! vectorized {
             A: $crate::tree::Tree<BI>,
             R: $crate::tree::Tree<BO>,
             O: $crate::tree::Tree<BO>,
+        ] $($item)*);
+    };
+    (@scan $($item:tt)*) => {
+        transform_call!(@emit [B, X, Y, YS] [
+            B: burn_backend::backend::Backend,
+            C: $crate::tree::Tree<B>,
+            XS: $crate::tree::Tree<B>,
+            X: $crate::tree::Tree<B>,
+            Y: $crate::tree::Tree<B>,
+            YS: $crate::tree::Tree<B>,
+            F: Fn(C, X) -> (C, Y),
+        ] $($item)*);
+    };
+    (@micro_grad $($item:tt)*) => {
+        transform_call!(@emit [AB, I, A, Out, G, MO, XO] [
+            AB: burn::tensor::backend::AutodiffBackend + $crate::BatchOps,
+            AB::InnerBackend: $crate::BatchOps,
+            F: Fn(A) -> Out,
+            I: $crate::tree::Tree<AB>,
+            A: $crate::tree::Tree<AB>,
+            Out: $crate::transform::micro::LossOutput<AB>,
+            G: $crate::tree::Tree<AB::InnerBackend>,
+            MO: $crate::tree::Tree<AB::InnerBackend>,
+            XO: $crate::tree::Tree<AB::InnerBackend>,
+            S: $crate::tree::Tree<AB::InnerBackend> + Clone,
+            T: $crate::transform::micro::GradFn<AB::InnerBackend>,
+            M: $crate::transform::micro::GradFn<AB::InnerBackend>,
+            V: $crate::transform::micro::VmapFn,
+            Src: $crate::transform::micro::GradSource<AB>,
+        ] $($item)*);
+    };
+    (@custom $($item:tt)*) => {
+        transform_call!(@emit [B, A, R, RO, OB] [
+            B: $crate::BatchOps,
+            A: $crate::tree::Tree<B>,
+            R: $crate::tree::Tree<B>,
+            RO: $crate::tree::Tree<B>,
+            OB: Into<$crate::tree::Spec<bool>>,
+            F: Fn(A) -> R,
+            Rule: Fn(usize, &[bool], $crate::tree::DynTree<B>)
+                -> Result<(RO, OB), $crate::VmapError>,
+        ] $($item)*);
+    };
+    (@emit [$($generic:ident),*] [$($family_bound:tt)*] [$($vis:tt)*] [$($attr:tt)*]
+        [$($bound:tt)*] $name:ident [$($param:ident)*] [$($args:tt)*] [$ret:ty] [$($body:tt)*]) => {
+        $($attr)*
+        $($vis)* fn $name<$($generic,)* $($param),*>($($args)*) -> $ret
+        where
+            $($family_bound)*
             $($bound)*
-        $body
+        $($body)*
     };
 }
-pub(crate) use vectorized;
+pub(crate) use transform_call;
 
 /// Rows of values (one row per step, chunk or example, each with one value per output leaf) as
 /// columns (one per output leaf), each in row order.

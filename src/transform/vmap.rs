@@ -3,7 +3,7 @@
 use crate::batching::BatchOps;
 use crate::level::{is_finished, Level, Randomness, VmapScope};
 use crate::transform::axes::{axes_setters, map_inputs, normalize_axis, Axes, AxesOptions, Mapped};
-use crate::transform::vectorized;
+use crate::transform::transform_call;
 use crate::tree::Tree;
 use crate::VmapError;
 
@@ -172,7 +172,8 @@ impl<F> Vmapped<F> {
         self
     }
 
-    vectorized! {
+    transform_call! {
+        vectorized;
         /// Applies the vectorized function to `inputs`.
         ///
         /// `I` is the batched argument tree, `A` what `f` takes (mapped axes removed), `R` what

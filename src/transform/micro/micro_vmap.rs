@@ -4,7 +4,7 @@ use super::run::{microbatching_setters, run_microbatched, Microbatching};
 use super::{Axes, PlainVmap, VmapFn};
 use crate::accumulate::{accumulator_spec, Concat};
 use crate::transform::axes::map_inputs;
-use crate::transform::vectorized;
+use crate::transform::transform_call;
 use crate::tree::{Spec, Tree};
 use crate::VmapError;
 
@@ -122,7 +122,8 @@ impl<F, S, V> MicroVmap<F, S, V> {
         }
     }
 
-    vectorized! {
+    transform_call! {
+        vectorized;
         /// Applies the transform. Types as [`Vmapped::call`](crate::Vmapped::call); an output
         /// leaf accumulated by [`Concat`] gains the batch axis, a reduced one keeps `f`'s shape.
         ///
@@ -134,7 +135,8 @@ impl<F, S, V> MicroVmap<F, S, V> {
         }
     }
 
-    vectorized! {
+    transform_call! {
+        vectorized;
         /// As [`call`](MicroVmap::call), with `num_real_microbatches` for this call only.
         ///
         /// # Errors

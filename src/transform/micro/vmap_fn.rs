@@ -3,7 +3,7 @@
 
 use super::Axes;
 use crate::level::Randomness;
-use crate::transform::vectorized;
+use crate::transform::transform_call;
 use crate::transform::vmap::vmap;
 use crate::VmapError;
 
@@ -13,7 +13,8 @@ use crate::VmapError;
 /// with a randomness mode, your own). It must behave like `vmap(f).in_axes(in_axes)` with
 /// every output batched on axis 0.
 pub trait VmapFn {
-    vectorized! {
+    transform_call! {
+        vectorized;
         /// Vectorizes `f` over `inputs` with `in_axes`, outputs batched on axis 0.
         ///
         /// # Errors
@@ -36,7 +37,8 @@ pub trait VmapFn {
 pub struct PlainVmap;
 
 impl VmapFn for PlainVmap {
-    vectorized! {
+    transform_call! {
+        vectorized;
         fn apply<F>(&self, f: &F, in_axes: &Axes, inputs: I) -> Result<O, VmapError> {
             vmap(|a: A| f(a)).in_axes(in_axes.clone()).call(inputs)
         }
@@ -59,7 +61,8 @@ impl VmapFn for PlainVmap {
 /// assert_eq!(noisy.dims(), [4, 3]);
 /// ```
 impl VmapFn for Randomness {
-    vectorized! {
+    transform_call! {
+        vectorized;
         fn apply<F>(&self, f: &F, in_axes: &Axes, inputs: I) -> Result<O, VmapError> {
             vmap(|a: A| f(a))
                 .in_axes(in_axes.clone())
@@ -102,7 +105,8 @@ impl ChunkedVmapFn {
 }
 
 impl VmapFn for ChunkedVmapFn {
-    vectorized! {
+    transform_call! {
+        vectorized;
         fn apply<F>(&self, f: &F, in_axes: &Axes, inputs: I) -> Result<O, VmapError> {
             crate::chunked_vmap(|a: A| f(a), self.chunk_size)?
                 .in_axes(in_axes.clone())

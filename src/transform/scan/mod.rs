@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Burn executes eagerly, so the loop is a Rust loop calling `f` once per step; carries, `xs`
-//! and outputs are any [`Tree`] (tensors of any kind and rank, tuples, `Vec`, maps,
+//! and outputs are any [`Tree`](crate::Tree) (tensors of any kind and rank, tuples, `Vec`, maps,
 //! [`Static`](crate::Static) values that pass through untouched).
 //!
 //! - `mod.rs`: [`scan`] and the options every scan shares (`length`, `reverse`, `unroll`);
@@ -24,9 +24,7 @@ mod checkpoint;
 mod run;
 mod sliced;
 
-use burn_backend::backend::Backend;
-
-use crate::tree::Tree;
+use crate::transform::transform_call;
 use crate::VmapError;
 
 pub use checkpoint::{checkpoint_chunked_scan, CheckpointChunkedScan};
@@ -44,7 +42,7 @@ use sliced::SliceSpec;
 /// return (carry, stack(ys))
 /// ```
 ///
-/// `xs` is any [`Tree`] whose leaves share their leading size `n` (each step sees every leaf
+/// `xs` is any [`Tree`](crate::Tree) whose leaves share their leading size `n` (each step sees every leaf
 /// without that axis); it may be `()` with [`length`](Scan::length). `ys[t]` is always the
 /// output of the step that read `xs[t]`, also in reverse. `f` must return a carry of the same
 /// structure, kinds and shapes as `init`, and outputs of the same shapes at every step.
@@ -139,24 +137,18 @@ pub(crate) use loop_options;
 impl<F, C, XS> Scan<F, C, XS> {
     loop_options!();
 
-    /// Runs the loop; returns the final carry and the stacked outputs.
-    ///
-    /// `C` is the carry, `XS` the scanned tree, `X` one step of it (leading axis removed), `Y`
-    /// one step's output and `YS` the stacked outputs (a leading axis added to every leaf).
-    ///
-    /// # Errors
-    /// See [`scan`].
-    pub fn call<B, X, Y, YS>(self) -> Result<(C, YS), VmapError>
-    where
-        B: Backend,
-        C: Tree<B>,
-        XS: Tree<B>,
-        X: Tree<B>,
-        Y: Tree<B>,
-        YS: Tree<B>,
-        F: Fn(C, X) -> (C, Y),
-    {
-        let all = SliceSpec::default();
-        Step::new("scan", &self.f).sliced(self.init, self.xs, self.opts, all)
+    transform_call! {
+        scan;
+        /// Runs the loop; returns the final carry and the stacked outputs.
+        ///
+        /// `C` is the carry, `XS` the scanned tree, `X` one step of it (leading axis removed), `Y`
+        /// one step's output and `YS` the stacked outputs (a leading axis added to every leaf).
+        ///
+        /// # Errors
+        /// See [`scan`].
+        pub fn call(self) -> Result<(C, YS), VmapError> {
+            let all = SliceSpec::default();
+            Step::new("scan", &self.f).sliced(self.init, self.xs, self.opts, all)
+        }
     }
 }

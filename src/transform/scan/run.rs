@@ -149,8 +149,11 @@ pub(super) struct Looped<B: Backend, C> {
 pub(super) struct Step<'a, B, C, X, Y, F> {
     transform: &'static str,
     f: &'a F,
-    types: PhantomData<fn(C, X) -> (C, Y, B)>,
+    types: PhantomData<StepTypes<B, C, X, Y>>,
 }
+
+/// The types a [`Step`] works on (`f: Fn(C, X) -> (C, Y)` on backend `B`).
+type StepTypes<B, C, X, Y> = fn(C, X) -> (C, Y, B);
 
 /// What running some steps gives: the final carry's leaves, every step's output leaves (in the
 /// order the steps were given), and the structure of one output with a spec per leaf.

@@ -1,10 +1,8 @@
 //! [`sliced_scan`]: a scan that keeps only the outputs `ys[start:stop:step]`.
 
-use burn_backend::backend::Backend;
-
 use super::run::Step;
 use super::{loop_options, LoopOptions};
-use crate::tree::Tree;
+use crate::transform::transform_call;
 use crate::VmapError;
 
 /// Python's `slice(start, stop, step)`.
@@ -127,21 +125,15 @@ impl<F, C, XS> SlicedScan<F, C, XS> {
         self
     }
 
-    /// Runs the loop; returns the final carry and the kept outputs. Type parameters as in
-    /// [`Scan::call`](super::Scan::call).
-    ///
-    /// # Errors
-    /// See [`sliced_scan`].
-    pub fn call<B, X, Y, YS>(self) -> Result<(C, YS), VmapError>
-    where
-        B: Backend,
-        C: Tree<B>,
-        XS: Tree<B>,
-        X: Tree<B>,
-        Y: Tree<B>,
-        YS: Tree<B>,
-        F: Fn(C, X) -> (C, Y),
-    {
-        Step::new("sliced_scan", &self.f).sliced(self.init, self.xs, self.opts, self.slice)
+    transform_call! {
+        scan;
+        /// Runs the loop; returns the final carry and the kept outputs. Type parameters as in
+        /// [`Scan::call`](super::Scan::call).
+        ///
+        /// # Errors
+        /// See [`sliced_scan`].
+        pub fn call(self) -> Result<(C, YS), VmapError> {
+            Step::new("sliced_scan", &self.f).sliced(self.init, self.xs, self.opts, self.slice)
+        }
     }
 }
