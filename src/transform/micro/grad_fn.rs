@@ -12,7 +12,7 @@ use burn_backend::TensorMetadata;
 
 use super::Inner;
 use crate::transform::grad::ParamGrads;
-use crate::tree::{DynTree, Leaf, Tree, TreeDef};
+use crate::tree::{DynTree, Leaf, Tree};
 use crate::VmapError;
 
 /// What a loss function returns: a loss tensor with one element, or `(loss, aux)` where `aux` is
@@ -82,14 +82,10 @@ impl<B: Backend, Fc: Fn(G) -> O, G: Tree<B>, O: Tree<B>> GradFn<B> for TreeFn<Fc
 /// Where [`micro_grad`](super::micro_grad) takes gradients from: the differentiated arguments ([`ArgGrads`]) or
 /// the parameters of a Burn module ([`ModuleGrads`], from [`micro_grad_module`](super::micro_grad_module)).
 pub trait GradSource<AB: AutodiffBackend> {
-    /// One example's gradient tree, from the backward pass `grads`; `tracked` are the
-    /// differentiated argument leaves and `def` their tree.
-    fn extract(
-        &self,
-        grads: &mut AB::Gradients,
-        tracked: Vec<Leaf<AB>>,
-        def: &TreeDef,
-    ) -> DynTree<AB::InnerBackend>;
+    /// One example's gradient tree, from the backward pass `grads`; `tracked` is the tree of
+    /// the differentiated arguments (as the gradient is structured).
+    fn extract(&self, grads: &mut AB::Gradients, tracked: DynTree<AB>)
+        -> DynTree<AB::InnerBackend>;
 }
 
 /// Gradients with respect to the arguments named by `argnums` (the default source).
@@ -100,10 +96,10 @@ impl<AB: AutodiffBackend> GradSource<AB> for ArgGrads {
     fn extract(
         &self,
         grads: &mut AB::Gradients,
-        tracked: Vec<Leaf<AB>>,
-        def: &TreeDef,
+        tracked: DynTree<AB>,
     ) -> DynTree<AB::InnerBackend> {
         let leaves = tracked
+            .leaves
             .into_iter()
             .map(|leaf| {
                 let Leaf::Float(t) = leaf else {
@@ -118,7 +114,7 @@ impl<AB: AutodiffBackend> GradSource<AB> for ArgGrads {
             .collect();
         DynTree {
             leaves,
-            def: def.clone(),
+            def: tracked.def,
         }
     }
 }
@@ -128,12 +124,7 @@ impl<AB: AutodiffBackend> GradSource<AB> for ArgGrads {
 pub struct ModuleGrads<'a, M>(pub(super) &'a M);
 
 impl<AB: AutodiffBackend, M: AutodiffModule<AB>> GradSource<AB> for ModuleGrads<'_, M> {
-    fn extract(
-        &self,
-        grads: &mut AB::Gradients,
-        _: Vec<Leaf<AB>>,
-        _: &TreeDef,
-    ) -> DynTree<AB::InnerBackend> {
+    fn extract(&self, grads: &mut AB::Gradients, _: DynTree<AB>) -> DynTree<AB::InnerBackend> {
         DynTree::new(ParamGrads::<AB::InnerBackend>::from_module::<AB, M>(
             grads, self.0,
         ))

@@ -15,8 +15,8 @@ use super::grad_fn::{
 use super::run::{microbatching_setters, run_microbatched, Microbatching};
 use super::{Axes, Inner, PlainVmap, VmapFn};
 use crate::accumulate::{accumulator_spec, Acc, Concat, Sum};
-use crate::batching::BatchOps;
 use crate::transform::axes::map_inputs;
+use crate::transform::transform_call;
 use crate::tree::{DynTree, Key, Leaf, NodeKind, Spec, Tree, TreeDef};
 use crate::VmapError;
 
@@ -289,92 +289,63 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
         }
     }
 
-    /// Applies the transform to the argument tuple `args` (on the autodiff backend `AB`).
-    ///
-    /// Type parameters: `AB` the autodiff backend, `I` the argument tuple, `A` what `f` takes,
-    /// `Out` what `f` returns ([`LossOutput`]), `G` the accumulated gradients, `MO` the stacked
-    /// metrics, `XO` the stacked aux. Usually only the last three need naming.
-    ///
-    /// # Errors
-    /// See [`micro_grad`].
-    #[allow(clippy::type_complexity)]
-    pub fn call<AB, I, A, Out, G, MO, XO>(
-        &self,
-        args: I,
-    ) -> Result<(G, MicroAux<AB::InnerBackend, MO, XO>), VmapError>
-    where
-        AB: AutodiffBackend + BatchOps,
-        AB::InnerBackend: BatchOps,
-        F: Fn(A) -> Out,
-        I: Tree<AB>,
-        A: Tree<AB>,
-        Out: LossOutput<AB>,
-        G: Tree<AB::InnerBackend>,
-        MO: Tree<AB::InnerBackend>,
-        XO: Tree<AB::InnerBackend>,
-        S: Tree<AB::InnerBackend> + Clone,
-        T: GradFn<AB::InnerBackend>,
-        M: GradFn<AB::InnerBackend>,
-        V: VmapFn,
-        Src: GradSource<AB>,
-    {
-        self.call_with(args, self.opts.micro.num_real_microbatches)
+    transform_call! {
+        micro_grad;
+        /// Applies the transform to the argument tuple `args` (on the autodiff backend `AB`).
+        ///
+        /// Type parameters: `AB` the autodiff backend, `I` the argument tuple, `A` what `f` takes,
+        /// `Out` what `f` returns ([`LossOutput`]), `G` the accumulated gradients, `MO` the stacked
+        /// metrics, `XO` the stacked aux. Usually only the last three need naming.
+        ///
+        /// # Errors
+        /// See [`micro_grad`].
+        #[allow(clippy::type_complexity)]
+        pub fn call(&self, args: I) -> Result<(G, MicroAux<AB::InnerBackend, MO, XO>), VmapError> {
+            self.call_with(args, self.opts.micro.num_real_microbatches)
+        }
     }
 
-    /// As [`call`](MicroGrad::call), with `num_real_microbatches` for this call only.
-    ///
-    /// # Errors
-    /// See [`micro_grad`].
-    #[allow(clippy::type_complexity)]
-    pub fn call_with<AB, I, A, Out, G, MO, XO>(
-        &self,
-        args: I,
-        num_real_microbatches: Option<usize>,
-    ) -> Result<(G, MicroAux<AB::InnerBackend, MO, XO>), VmapError>
-    where
-        AB: AutodiffBackend + BatchOps,
-        AB::InnerBackend: BatchOps,
-        F: Fn(A) -> Out,
-        I: Tree<AB>,
-        A: Tree<AB>,
-        Out: LossOutput<AB>,
-        G: Tree<AB::InnerBackend>,
-        MO: Tree<AB::InnerBackend>,
-        XO: Tree<AB::InnerBackend>,
-        S: Tree<AB::InnerBackend> + Clone,
-        T: GradFn<AB::InnerBackend>,
-        M: GradFn<AB::InnerBackend>,
-        V: VmapFn,
-        Src: GradSource<AB>,
-    {
-        let (leaves, def) = args.flatten();
-        let plan = self.opts.plan(&leaves, &def)?;
-        let grad_spec =
-            accumulator_spec::<AB::InnerBackend>(&self.accumulator.clone().flatten().1)?;
-        let concat = Spec::Leaf(Acc::new(Concat));
-        let acc = Spec::Seq(vec![grad_spec, concat.clone(), concat.clone(), concat]);
+    transform_call! {
+        micro_grad;
+        /// As [`call`](MicroGrad::call), with `num_real_microbatches` for this call only.
+        ///
+        /// # Errors
+        /// See [`micro_grad`].
+        #[allow(clippy::type_complexity)]
+        pub fn call_with(
+            &self,
+            args: I,
+            num_real_microbatches: Option<usize>,
+        ) -> Result<(G, MicroAux<AB::InnerBackend, MO, XO>), VmapError> {
+            let (leaves, def) = args.flatten();
+            let plan = self.opts.plan(&leaves, &def)?;
+            let grad_spec =
+                accumulator_spec::<AB::InnerBackend>(&self.accumulator.clone().flatten().1)?;
+            let concat = Spec::Leaf(Acc::new(Concat));
+            let acc = Spec::Seq(vec![grad_spec, concat.clone(), concat.clone(), concat]);
 
-        let failure: RefCell<Option<VmapError>> = RefCell::new(None);
-        let step = |args: DynTree<AB>| -> DynTree<AB::InnerBackend> {
-            let args = plan.with_unit_dims(args);
-            match self.example_step::<AB, A, Out>(args, &plan) {
-                Ok(t) => t,
-                Err(e) => {
-                    failure.borrow_mut().get_or_insert(e);
-                    DynTree::tuple(vec![])
+            let failure: RefCell<Option<VmapError>> = RefCell::new(None);
+            let step = |args: DynTree<AB>| -> DynTree<AB::InnerBackend> {
+                let args = plan.with_unit_dims(args);
+                match self.example_step::<AB, A, Out>(args, &plan) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        failure.borrow_mut().get_or_insert(e);
+                        DynTree::tuple(vec![])
+                    }
                 }
+            };
+            let mapped = map_inputs(DynTree { leaves, def }, &plan.in_axes)?;
+            let micro = Microbatching {
+                num_real_microbatches,
+                ..self.opts.micro
+            };
+            let result = run_microbatched(&step, &self.vmap_fn, &plan.in_axes, mapped, micro, &acc);
+            if let Some(e) = failure.into_inner() {
+                return Err(e);
             }
-        };
-        let mapped = map_inputs(DynTree { leaves, def }, &plan.in_axes)?;
-        let micro = Microbatching {
-            num_real_microbatches,
-            ..self.opts.micro
-        };
-        let result = run_microbatched(&step, &self.vmap_fn, &plan.in_axes, mapped, micro, &acc);
-        if let Some(e) = failure.into_inner() {
-            return Err(e);
+            unpack(result?)
         }
-        unpack(result?)
     }
 
     /// One example (vectorized): value, gradient, transform, metrics, aux.
@@ -415,7 +386,11 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
             });
         }
         let mut grads = AB::backward(loss.clone());
-        let g = self.source.extract(&mut grads, tracked, &plan.grad_def);
+        let tracked = DynTree {
+            leaves: tracked,
+            def: plan.grad_def.clone(),
+        };
+        let g = self.source.extract(&mut grads, tracked);
         drop(grads);
         let metrics = self.metrics_fn.apply(g.clone())?;
         let transformed = self.transform_fn.apply(g)?;

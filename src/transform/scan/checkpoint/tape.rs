@@ -112,18 +112,21 @@ fn keep_alive<B: Backend>(
     }
 }
 
-/// The backward of a chain link with parents `[prev, other]`: `other` gets `grad()` (when it
-/// gives one), `prev` a dummy gradient that keeps the chain below in the backward pass.
-fn link_backward<B: Backend>(
+/// The backward of a chain link with parents `[prev, other]` and state `S` (its dtype read by
+/// `dtype`): `other` gets `grad(state)` (when it gives one), `prev` a dummy gradient that keeps
+/// the chain below in the backward pass.
+fn link_backward<B: Backend, S>(
+    ops: Ops<S, 2>,
     grads: &mut Gradients,
-    own: FloatTensor<B>,
-    [prev, other]: [Option<NodeId>; 2],
-    grad: impl FnOnce() -> Option<FloatTensor<B>>,
-    dtype: DType,
+    dtype: impl FnOnce(&S) -> DType,
+    grad: impl FnOnce(S) -> Option<FloatTensor<B>>,
 ) {
+    let own = grads.consume::<B>(&ops.node);
     let device = B::float_device(&own);
+    let dtype = dtype(&ops.state);
+    let [prev, other] = ops.parents.map(|p| p.map(|n| n.id));
     if let Some(id) = other {
-        if let Some(g) = grad() {
+        if let Some(g) = grad(ops.state) {
             grads.register::<B>(id, g);
         }
     }
@@ -140,10 +143,7 @@ impl<B: Backend> Backward<B, 2> for GateLink {
     type State = (Arc<ChunkTape<B>>, usize, DType);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _c: &mut Checkpointer) {
-        let (tape, k, dtype) = ops.state;
-        let own = grads.consume::<B>(&ops.node);
-        let parents = ops.parents.map(|p| p.map(|n| n.id));
-        link_backward::<B>(grads, own, parents, || tape.input_grad(k), dtype);
+        link_backward::<B, _>(ops, grads, |s| s.2, |(tape, k, _)| tape.input_grad(k));
     }
 }
 
@@ -194,10 +194,7 @@ impl<B: Backend> Backward<B, 2> for Sink {
     type State = (FloatTensor<B>, DType);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _c: &mut Checkpointer) {
-        let (cotangent, dtype) = ops.state;
-        let own = grads.consume::<B>(&ops.node);
-        let parents = ops.parents.map(|p| p.map(|n| n.id));
-        link_backward::<B>(grads, own, parents, || Some(cotangent), dtype);
+        link_backward::<B, _>(ops, grads, |s| s.1, |(cotangent, _)| Some(cotangent));
     }
 }
 
