@@ -11,16 +11,7 @@ use crate::tensor::VmapTensor;
 use crate::Vmap;
 
 impl<B: Backend> BoolTensorOps<Self> for Vmap<B> {
-    kind_ops!(BoolTensor, Bool, BoolDType;
-        create => bool_empty, create => bool_zeros, create => bool_ones,
-        from_data => bool_from_data, into_data => bool_into_data,
-        device => bool_device, to_device => bool_to_device,
-        reshape => bool_reshape, swap_dims => bool_swap_dims, permute => bool_permute,
-        flip => bool_flip, expand => bool_expand, slice => bool_slice, unfold => bool_unfold,
-        cat => bool_cat,
-        gather => bool_gather, scatter => bool_scatter_or, select => bool_select,
-        select_add => bool_select_or + bool_scatter_or, slice_assign => bool_slice_assign,
-        mask_where => bool_mask_where, mask_fill => bool_mask_fill);
+    shared_ops!(bool);
 
     // Overridden (correctness): the output size depends on the values, so there is no batching
     // rule; batched inputs take the loop fallback (stackable when every example has the same

@@ -11,19 +11,7 @@ use crate::tensor::VmapTensor;
 use crate::Vmap;
 
 impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
-    // Overridden (speed): zeros and ones; the defaults build them through `float_from_data` on
-    // the host.
-    kind_ops!(FloatTensor, Float, FloatDType;
-        create => float_empty, create => float_zeros, create => float_ones, random => float_random,
-        cast => float_cast,
-        from_data => float_from_data, into_data => float_into_data,
-        device => float_device, to_device => float_to_device,
-        reshape => float_reshape, swap_dims => float_swap_dims, permute => float_permute,
-        flip => float_flip, expand => float_expand, slice => float_slice, unfold => float_unfold,
-        gather => float_gather, scatter => float_scatter_add,
-        select_add => float_select_add + float_scatter_add, slice_assign => float_slice_assign,
-        mask_where => float_mask_where, mask_fill => float_mask_fill,
-        scatter_nd => float_scatter_nd, gather_nd => float_gather_nd);
+    shared_ops!(float);
 
     // --- creation: new tensors are unbatched --------------------------------------------------
 

@@ -11,20 +11,7 @@ use crate::tensor::VmapTensor;
 use crate::Vmap;
 
 impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
-    // Overridden (speed): zeros and ones; the defaults build them through `int_from_data` on the
-    // host.
-    kind_ops!(IntTensor, Int, IntDType;
-        create => int_empty, create => int_zeros, create => int_ones, random => int_random,
-        cast => int_cast,
-        from_data => int_from_data, into_data => int_into_data,
-        device => int_device, to_device => int_to_device,
-        reshape => int_reshape, swap_dims => int_swap_dims, permute => int_permute,
-        flip => int_flip, expand => int_expand, slice => int_slice, unfold => int_unfold,
-        cat => int_cat,
-        gather => int_gather, scatter => int_scatter_add, select => int_select,
-        select_add => int_select_add + int_scatter_add, slice_assign => int_slice_assign,
-        mask_where => int_mask_where, mask_fill => int_mask_fill,
-        scatter_nd => int_scatter_nd, gather_nd => int_gather_nd);
+    shared_ops!(int);
 
     // --- creation: new tensors are unbatched --------------------------------------------------
 

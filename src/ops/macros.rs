@@ -110,15 +110,65 @@ macro_rules! arg_ops {
 }
 
 /// The ops that float, int and bool tensors share (creation and transfer, views, indexing),
-/// written once: `kind_ops!(FloatTensor, Float, FloatDType; reshape => float_reshape, ...)`.
-/// Each entry names the op's family rule (`reshape`, `gather`, ...) and the Burn method it
-/// implements; `select_add => float_select_add + float_scatter_add` also names the scatter
-/// that a batched index becomes.
-macro_rules! kind_ops {
-    ($prim:ident, $kind:ty, $dtype:ty; $($op:ident => $name:ident $(+ $aux:ident)?),* $(,)?) => {
-        $( kind_ops!(@ $op, $prim, $kind, $dtype, $name $(, $aux)?); )*
+/// written once, as a table of Burn's method names: one row per op, `rule float int bool;`,
+/// where `rule` names the op's arm of [`kind_ops!`] (its family rule), `-` marks a kind that has
+/// no such method or implements it by hand, and `(name scatter)` also names the scatter that a
+/// batched index of `select_add` becomes. `shared_ops!(float)` (or `int`, `bool`) generates one
+/// kind's column inside its op-trait impl.
+macro_rules! shared_ops {
+    ($kind:ident) => {
+        shared_ops!(@table $kind;
+            // Overridden (speed): zeros and ones; the defaults build them on the host.
+            create        float_empty        int_empty         bool_empty;
+            create        float_zeros        int_zeros         bool_zeros;
+            create        float_ones         int_ones          bool_ones;
+            random        float_random       int_random        -;
+            cast          float_cast         int_cast          -;
+            from_data     float_from_data    int_from_data     bool_from_data;
+            into_data     float_into_data    int_into_data     bool_into_data;
+            device        float_device       int_device        bool_device;
+            to_device     float_to_device    int_to_device     bool_to_device;
+            reshape       float_reshape      int_reshape       bool_reshape;
+            swap_dims     float_swap_dims    int_swap_dims     bool_swap_dims;
+            permute       float_permute      int_permute       bool_permute;
+            flip          float_flip         int_flip          bool_flip;
+            expand        float_expand       int_expand        bool_expand;
+            slice         float_slice        int_slice         bool_slice;
+            unfold        float_unfold       int_unfold        bool_unfold;
+            cat           -                  int_cat           bool_cat;
+            gather        float_gather       int_gather        bool_gather;
+            scatter       float_scatter_add  int_scatter_add   bool_scatter_or;
+            select        -                  int_select        bool_select;
+            select_add    (float_select_add float_scatter_add) (int_select_add int_scatter_add)
+                          (bool_select_or bool_scatter_or);
+            slice_assign  float_slice_assign int_slice_assign  bool_slice_assign;
+            mask_where    float_mask_where   int_mask_where    bool_mask_where;
+            mask_fill     float_mask_fill    int_mask_fill     bool_mask_fill;
+            scatter_nd    float_scatter_nd   int_scatter_nd    -;
+            gather_nd     float_gather_nd    int_gather_nd     -;
+        );
     };
+    (@table float; $($op:ident $float:tt $int:tt $bool:tt;)*) => {
+        $( shared_ops!(@one $op, FloatTensor, Float, FloatDType, $float); )*
+    };
+    (@table int; $($op:ident $float:tt $int:tt $bool:tt;)*) => {
+        $( shared_ops!(@one $op, IntTensor, Int, IntDType, $int); )*
+    };
+    (@table bool; $($op:ident $float:tt $int:tt $bool:tt;)*) => {
+        $( shared_ops!(@one $op, BoolTensor, Bool, BoolDType, $bool); )*
+    };
+    (@one $op:ident, $prim:ident, $kind:ty, $dtype:ty, -) => {};
+    (@one $op:ident, $prim:ident, $kind:ty, $dtype:ty, ($name:ident $aux:ident)) => {
+        kind_ops!(@ $op, $prim, $kind, $dtype, $name, $aux);
+    };
+    (@one $op:ident, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        kind_ops!(@ $op, $prim, $kind, $dtype, $name);
+    };
+}
 
+/// One shared op of one kind (see [`shared_ops!`]), by its family rule:
+/// `kind_ops!(@ rule, Prim, Kind, DType, burn_method)`.
+macro_rules! kind_ops {
     // --- creation and transfer: new tensors are unbatched ---------------------------------------
     (@ create, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
         fn $name(shape: Shape, device: &Device<Self>, dtype: $dtype) -> $prim<Self> {
@@ -295,5 +345,5 @@ macro_rules! kind_ops {
 
 pub(crate) use {
     arg_ops, broadcasting_ops, comparison_ops, comparison_scalar_ops, dim_ops, kind_ops,
-    materializing_ops, scalar_ops, unary_ops, unbatched,
+    materializing_ops, scalar_ops, shared_ops, unary_ops, unbatched,
 };
