@@ -13,7 +13,8 @@ use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor};
-use burn_vmap::{per_example_grads, ParamGrads, TestBackend, Vmap};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::{per_example_grads, ParamGrads, Vmap};
 use criterion::{criterion_group, BenchmarkId, Criterion};
 
 type V = Vmap<TestBackend>;

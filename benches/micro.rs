@@ -34,9 +34,11 @@ use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::{Distribution, Int, Tensor, TensorPrimitive};
+use burn_vmap::accumulate::{Concat, Mean};
+use burn_vmap::testing::TestBackend;
 use burn_vmap::{
-    clip_by_global_norm, micro_grad_module, per_example_grads, BatchOps, Concat, Mean, MicroAux,
-    ParamGrads, TestBackend, Tree, Vmap,
+    clip_by_global_norm, micro_grad_module, per_example_grads, BatchOps, MicroAux, ParamGrads,
+    Tree, Vmap,
 };
 use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode};
 

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use burn::backend::Autodiff;
 use burn::tensor::{Distribution, Tensor};
-use burn_vmap::{checkpoint_chunked_scan, chunked_vmap, scan, vmap, TestBackend, Vmap};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::transform::{checkpoint_chunked_scan, chunked_vmap, scan};
+use burn_vmap::{vmap, Vmap};
 use criterion::{criterion_group, Criterion};
 
 /// Counts live heap bytes and their peak.

@@ -18,7 +18,8 @@ use burn::module::Module;
 use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorMetadata};
-use burn_vmap::{per_example_grads, vmap, ParamGrads, TestBackend, Vmap};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::{per_example_grads, vmap, ParamGrads, Vmap};
 use criterion::{criterion_group, BenchmarkId, Criterion};
 
 type V = Vmap<TestBackend>;

@@ -30,9 +30,8 @@ use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor};
-use burn_vmap::{
-    clip_by_global_norm, micro_grad_module, MicroAux, ParamGrads, TestBackend, Vmap, VmapError,
-};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::{clip_by_global_norm, micro_grad_module, MicroAux, ParamGrads, Vmap, VmapError};
 
 use common::{epoch_batches, map_flat, progress, Dataset, Mlp, SplitMix64};
 

@@ -39,8 +39,10 @@ use burn::optim::{Optimizer, SgdConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::{Int, Tensor, TensorMetadata, TensorPrimitive};
+use burn_vmap::accumulate::Mean;
+use burn_vmap::testing::TestBackend;
 use burn_vmap::VmapError;
-use burn_vmap::{global_norm, micro_grad_module, Mean, MicroAux, ParamGrads, TestBackend, Vmap};
+use burn_vmap::{global_norm, micro_grad_module, MicroAux, ParamGrads, Vmap};
 use plotters::prelude::*;
 
 use common::{epoch_batches, flat_params, map_flat, progress, to_vec, Mlp, SplitMix64};

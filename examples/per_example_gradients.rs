@@ -18,7 +18,8 @@ use burn::module::Module;
 use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor};
-use burn_vmap::{per_example_grads, ParamGrads, TestBackend, Vmap};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::{per_example_grads, ParamGrads, Vmap};
 
 type V = Vmap<TestBackend>;
 type AD = Autodiff<V>;

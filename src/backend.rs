@@ -18,7 +18,8 @@ use crate::tensor::VmapTensor;
 ///
 /// ```
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{TestBackend, Vmap};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::Vmap;
 /// use burn::tensor::backend::Backend;
 ///
 /// type V = Vmap<TestBackend>;

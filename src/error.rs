@@ -125,7 +125,7 @@ pub enum VmapError {
         /// The per-example loss shape.
         shape: Vec<usize>,
     },
-    /// An [`auto_vmap`](crate::auto_vmap) argument has fewer dims than its base rank.
+    /// An [`auto_vmap`](crate::transform::auto_vmap) argument has fewer dims than its base rank.
     #[error("vmap: auto_vmap: {argument}: rank too small: shape {shape:?} has rank {}, but the argument's base rank is {min_rank}; \
              pass at least {min_rank} dims (batch dims go in front of them)", .shape.len())]
     RankTooSmall {
@@ -136,7 +136,7 @@ pub enum VmapError {
         /// The base rank it was given.
         min_rank: usize,
     },
-    /// The batch shapes of [`auto_vmap`](crate::auto_vmap) arguments do not broadcast.
+    /// The batch shapes of [`auto_vmap`](crate::transform::auto_vmap) arguments do not broadcast.
     #[error("vmap: auto_vmap: batch shapes do not broadcast: {}; aligned from the right, each batch dim must have one size or size 1", fmt_shapes(.arguments, .batch_shapes))]
     IncompatibleBatchShapes {
         /// The path of every argument that has batch dims, in argument order.
@@ -144,7 +144,7 @@ pub enum VmapError {
         /// Their batch shapes (the leading `ndim - rank` dims), in the same order.
         batch_shapes: Vec<Vec<usize>>,
     },
-    /// A [`custom_vmap`](crate::custom_vmap) rule returned outputs that do not match what it
+    /// A [`custom_vmap`](crate::transform::custom_vmap) rule returned outputs that do not match what it
     /// declared (batched outputs with a leading axis of the batch size, unbatched ones shaped
     /// like one example's output) or the function's output type.
     #[error("vmap: custom_vmap rule: {output}: {why}")]

@@ -4,15 +4,15 @@
 //!   in increasing order, so an inner `vmap` always has a larger level than every enclosing one;
 //!   a [`VmapTensor`](crate::tensor::VmapTensor) keeps its batch dims sorted by level.
 //! - **Active levels**: a thread-local stack of the running `vmap` calls (outermost first) with
-//!   their size and [`Randomness`] mode. [`VmapScope`] pushes one for the duration of the mapped
+//!   their size and [`Randomness`] mode. `VmapScope` pushes one for the duration of the mapped
 //!   function; random ops read the stack (`rules::random`).
 //! - **Refused draws**: a random op at a level in `Randomness::Error` mode cannot return an
 //!   error (backend ops return tensors), so the refusal is recorded here and the level's `vmap`
-//!   call reports it ([`VmapScope::take_refused`]).
+//!   call reports it (`VmapScope::take_refused`).
 //! - **Finished levels**: a bounded per-thread record of levels whose `vmap` call has returned,
-//!   to name a tensor that escaped its vmap ([`is_finished`]).
+//!   to name a tensor that escaped its vmap (`is_finished`).
 //! - **Private levels**: levels that `sequential_vmap` uses to hold one example, invisible to
-//!   `custom_vmap` rules ([`PrivateLevel`], [`is_private`]).
+//!   `custom_vmap` rules (`PrivateLevel`, `is_private`).
 
 use core::cell::RefCell;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -30,7 +30,7 @@ impl Level {
     /// Allocates a fresh level, larger than every level allocated before.
     ///
     /// ```
-    /// use burn_vmap::Level;
+    /// use burn_vmap::level::Level;
     /// let a = Level::fresh();
     /// let b = Level::fresh();
     /// assert!(b > a);
@@ -47,13 +47,14 @@ impl Level {
 
 /// What random ops do inside [`vmap`](crate::vmap): torch.func's `randomness` argument.
 ///
-/// Set it with [`Vmapped::randomness`](crate::Vmapped::randomness). Random ops are
+/// Set it with [`Vmapped::randomness`](crate::transform::vmap::Vmapped::randomness). Random ops are
 /// `Tensor::random`, `random_like` and what is built on them (`burn::nn::Dropout` in training
 /// mode).
 ///
 /// ```
 /// use burn::tensor::{Distribution, Tensor};
-/// use burn_vmap::{vmap, Randomness, TestBackend, Vmap, VmapError};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::{vmap, Randomness, Vmap, VmapError};
 /// type B = Vmap<TestBackend>;
 /// let device = Default::default();
 /// let xs = Tensor::<B, 2>::zeros([4, 3], &device);
@@ -179,7 +180,7 @@ pub(crate) fn is_finished(level: Level) -> bool {
 // Private levels (process-wide)
 // =================================================================================================
 
-/// Levels that [`sequential_vmap`](crate::sequential_vmap) uses to hold one example (size 1):
+/// Levels that [`sequential_vmap`](crate::transform::sequential_vmap) uses to hold one example (size 1):
 /// invisible to custom rules, so that calling the function on one example does not start the
 /// rule again at that level.
 static PRIVATE_LEVELS: Mutex<Vec<Level>> = Mutex::new(Vec::new());

@@ -7,12 +7,16 @@
 //! - [`vmap`]: map a function over a batch axis, with `in_axes` / `out_axes` and nesting.
 //! - Per-example gradients: stack `Autodiff` on top, `Autodiff<Vmap<B>>`, and call
 //!   `backward()` inside [`vmap`]: parameters that are not batched receive batched (per-example)
-//!   gradients, computed in one batched backward pass.
-//! - [`Tree`]: pytrees of tensors (tuples, arrays, `Vec`, `Option`, maps, [`Static`]).
+//!   gradients, computed in one batched backward pass ([`per_example_grads`]); optax's
+//!   microbatched [`micro_vmap`] and [`micro_grad`] (with [`micro_grad_module`] for a Burn
+//!   module), and its per-example clipping ([`clip_by_global_norm`]).
+//! - [`Tree`]: pytrees of tensors (tuples, arrays, `Vec`, `Option`, maps, [`Static`], and your
+//!   structs with `#[derive(Tree)]`).
 //!
 //! ```
 //! use burn::tensor::Tensor;
-//! use burn_vmap::{vmap, TestBackend, Vmap};
+//! use burn_vmap::testing::TestBackend;
+//! use burn_vmap::{vmap, Vmap};
 //! type B = Vmap<TestBackend>;
 //! let device = Default::default();
 //!
@@ -22,6 +26,25 @@
 //! let ys: Tensor<B, 2> = vmap(f).call(xs).unwrap();
 //! assert_eq!(ys.into_data().to_vec::<f32>().unwrap(), vec![3.0, 6.0, 21.0, 28.0]);
 //! ```
+//!
+//! # Where things are
+//!
+//! The crate root holds what a Burn user types first; everything else lives in a module named
+//! after what it is:
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`transform`] | every transform: [`vmap`](fn@transform::vmap), [`chunked_vmap`](transform::chunked_vmap), [`auto_vmap`](transform::auto_vmap), [`custom_vmap`](transform::custom_vmap) / [`sequential_vmap`](transform::sequential_vmap), [`scan`](transform::scan()), [`sliced_scan`](transform::sliced_scan), [`checkpoint_chunked_scan`](transform::checkpoint_chunked_scan), [`micro`](transform::micro) (micro_vmap, micro_grad, their vectorizers and gradient functions), [`grad`](transform::grad) (per-example gradients of a module), [`Axes`](transform::Axes) |
+//! | [`accumulate`] | how microbatched transforms combine outputs: [`Sum`](accumulate::Sum), [`Mean`](accumulate::Mean), [`RunningMean`](accumulate::RunningMean), [`Concat`](accumulate::Concat), your own [`Accumulator`](accumulate::Accumulator) |
+//! | [`tree`] | the [`Tree`] trait and its parts: [`Leaf`](tree::Leaf), [`TreeDef`](tree::TreeDef), [`Spec`](tree::Spec) (tree prefixes such as `in_axes`), [`DynTree`](tree::DynTree), visitors |
+//! | [`tensor`] | [`VmapTensor`](tensor::VmapTensor), the primitive of `Vmap<B>`, and its [`BatchDims`](tensor::BatchDims) |
+//! | [`level`] | vmap [`Level`](level::Level)s and [`Randomness`] |
+//! | [`strict`] | strict mode: whether an op without a batching rule may loop over the examples |
+//! | [`testing`] | [`TestBackend`](testing::TestBackend), the inner backend the cargo feature selects |
+//! | [`prelude`] | the root names and every transform function, for `use burn_vmap::prelude::*` |
+//!
+//! `ARCHITECTURE.md` in the repository maps the internals: where a level lives, where an op's
+//! batching rule goes, where a backend workaround goes.
 #![deny(missing_docs)]
 
 // `#[derive(Tree)]` expands to `::burn_vmap::...` paths; this makes them resolve here too.
@@ -32,48 +55,24 @@ mod backend;
 mod batching;
 mod compat;
 mod error;
-mod level;
+pub mod level;
 mod ops;
 mod physical;
+pub mod prelude;
 pub(crate) mod rules;
-mod tensor;
+pub mod strict;
+pub mod tensor;
+pub mod testing;
 pub mod transform;
 pub mod tree;
 
-pub use accumulate::{
-    Acc, AccContext, AccKind, Accumulator, Concat, Custom, Mean, RowOp, RunningMean, Sum,
-};
 pub use backend::Vmap;
 pub use batching::BatchOps;
 pub use error::VmapError;
-pub use level::{Level, Randomness};
-pub use rules::fallback::{is_strict, set_strict, with_strict};
-pub use tensor::{BatchDim, BatchDims, VmapTensor};
-pub use transform::auto::{auto_vmap, AutoVmapped, Ranks};
-pub use transform::chunked::{chunked_vmap, ChunkedVmapped};
-pub use transform::custom::{custom_vmap, sequential_vmap, CustomVmap, SequentialVmap};
+pub use level::Randomness;
 pub use transform::grad::{per_example_grads, ParamGrads};
 pub use transform::micro::{
-    clip_by_global_norm, global_norm, micro_grad, micro_grad_module, micro_vmap, scale_tree,
-    ArgGrads, ArgNums, ChunkedVmapFn, GradFn, GradSource, Identity, LossOutput, MicroAux,
-    MicroGrad, MicroVmap, ModuleGrads, NoMetrics, PlainVmap, TreeFn, VmapFn,
+    clip_by_global_norm, global_norm, micro_grad, micro_grad_module, micro_vmap, MicroAux,
 };
-pub use transform::scan::{
-    checkpoint_chunked_scan, scan, sliced_scan, CheckpointChunkedScan, Scan, SlicedScan,
-};
-pub use transform::vmap::{vmap, Vmapped};
-pub use transform::Axes;
-pub use tree::{DynTree, Leaf, Spec, Static, Tree, TreeDef};
-
-/// The inner backend selected by the crate's cargo feature, for tests, examples and benches:
-/// `ndarray` (default), `wgpu` or `cuda`.
-#[cfg(feature = "cuda")]
-pub type TestBackend = burn::backend::Cuda;
-/// The inner backend selected by the crate's cargo feature, for tests, examples and benches:
-/// `ndarray` (default), `wgpu` or `cuda`.
-#[cfg(all(feature = "wgpu", not(feature = "cuda")))]
-pub type TestBackend = burn::backend::Wgpu;
-/// The inner backend selected by the crate's cargo feature, for tests, examples and benches:
-/// `ndarray` (default), `wgpu` or `cuda`.
-#[cfg(all(feature = "ndarray", not(feature = "wgpu"), not(feature = "cuda")))]
-pub type TestBackend = burn::backend::NdArray;
+pub use transform::vmap::vmap;
+pub use tree::{Static, Tree};

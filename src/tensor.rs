@@ -236,7 +236,8 @@ impl<P: TensorMetadata> VmapTensor<P> {
     ///
     /// ```
     /// use burn::tensor::{backend::Backend, Tensor, TensorMetadata};
-    /// use burn_vmap::{BatchDims, TestBackend, VmapTensor};
+    /// use burn_vmap::tensor::{BatchDims, VmapTensor};
+    /// use burn_vmap::testing::TestBackend;
     /// let device = Default::default();
     /// let one = Tensor::<TestBackend, 1>::from_floats([2.0], &device).into_primitive().tensor();
     /// let t = VmapTensor::from_physical_scalar(one, BatchDims::none());
@@ -344,7 +345,8 @@ impl<P> VmapTensor<P> {
     /// use burn::backend::Autodiff;
     /// use burn::nn::{Linear, LinearConfig};
     /// use burn::tensor::Tensor;
-    /// use burn_vmap::{vmap, ParamGrads, TestBackend, Vmap};
+    /// use burn_vmap::testing::TestBackend;
+    /// use burn_vmap::{vmap, ParamGrads, Vmap};
     /// type V = Vmap<TestBackend>;
     /// type AD = Autodiff<V>;
     /// let device = Default::default();

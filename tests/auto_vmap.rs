@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 
 use burn::backend::Autodiff;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
-use burn_vmap::{auto_vmap, vmap, BatchOps, DynTree, Spec, TestBackend, Vmap, VmapError};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::transform::auto_vmap;
+use burn_vmap::tree::{DynTree, Spec};
+use burn_vmap::{vmap, BatchOps, Vmap, VmapError};
 use proptest::prelude::*;
 
 type V = Vmap<TestBackend>;

@@ -33,12 +33,17 @@ use std::path::{Path, PathBuf};
 use burn::backend::Autodiff;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{BasicOps, Bool, Float, Int, Shape, Tensor, TensorData};
-use burn_vmap::tree::{Key, Leaves, NodeKind, TreeDef};
-use burn_vmap::{auto_vmap, Ranks};
-use burn_vmap::{
-    micro_grad, micro_vmap, vmap, Acc, AccContext, AccKind, Accumulator, Axes, BatchOps, Concat,
-    Leaf, LossOutput, Mean, RunningMean, Spec, Sum, TestBackend, Tree, Vmap, VmapError,
+use burn_vmap::accumulate::{
+    Acc, AccContext, AccKind, Accumulator, Concat, Mean, RunningMean, Sum,
 };
+use burn_vmap::testing::TestBackend;
+use burn_vmap::transform::auto::Ranks;
+use burn_vmap::transform::auto_vmap;
+use burn_vmap::transform::micro::LossOutput;
+use burn_vmap::transform::Axes;
+use burn_vmap::tree::{Key, Leaves, NodeKind, TreeDef};
+use burn_vmap::tree::{Leaf, Spec};
+use burn_vmap::{micro_grad, micro_vmap, vmap, BatchOps, Tree, Vmap, VmapError};
 use serde_json::Value;
 
 /// The batching backend.
@@ -1736,7 +1741,8 @@ fn param_bool(case: &Case, key: &str) -> bool {
 fn api_chunked_vmap(case: &Case) -> Result<Run, String> {
     let chunk = param_isize(case, "chunk_size")?.ok_or("chunked_vmap needs a chunk_size")?;
     let f = powerpax_program::<V>(case)?;
-    let chunked = match burn_vmap::chunked_vmap(move |a: Pt<V>| f(a.into_args()), chunk) {
+    let chunked = match burn_vmap::transform::chunked_vmap(move |a: Pt<V>| f(a.into_args()), chunk)
+    {
         Ok(c) => c,
         Err(e) => return Ok(Run::Error(e)),
     };
@@ -1756,7 +1762,7 @@ fn api_sliced_scan(case: &Case) -> Result<Run, String> {
     type B = V;
     let body = scan_body::<B>(&case.program)?;
     let [init, xs] = take(build_args::<B>(case)?);
-    let result = burn_vmap::sliced_scan(body, init, xs)
+    let result = burn_vmap::transform::sliced_scan(body, init, xs)
         .slice(
             param_isize(case, "start")?,
             param_isize(case, "stop")?,
@@ -1790,10 +1796,11 @@ fn api_checkpoint_chunked_scan(case: &Case) -> Result<Run, String> {
         let [init, xs] = take(build_args::<A>(case).expect("inputs"));
         let init = if grad_init { require_grad(init) } else { init };
         let xs = if grad_xs { require_grad(xs) } else { xs };
-        let (carry, ys) = burn_vmap::checkpoint_chunked_scan(body, init.clone(), xs.clone())
-            .chunk_size(chunk)
-            .reverse(reverse)
-            .call::<V, _, Pt<A>, Pt<A>, Pt<A>>()?;
+        let (carry, ys) =
+            burn_vmap::transform::checkpoint_chunked_scan(body, init.clone(), xs.clone())
+                .chunk_size(chunk)
+                .reverse(reverse)
+                .call::<V, _, Pt<A>, Pt<A>, Pt<A>>()?;
         Ok((init, xs, carry, ys))
     };
     /// Backward from `t` (a rank-0 tensor is its own sum: NdArray cannot reshape it).

@@ -5,9 +5,10 @@ use std::cell::RefCell;
 
 use burn::backend::Autodiff;
 use burn::tensor::{Int, Tensor, TensorData};
-use burn_vmap::{
-    custom_vmap, sequential_vmap, vmap, BatchOps, DynTree, Spec, TestBackend, Vmap, VmapError,
-};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::transform::{custom_vmap, sequential_vmap};
+use burn_vmap::tree::{DynTree, Spec};
+use burn_vmap::{vmap, BatchOps, Vmap, VmapError};
 
 type V = Vmap<TestBackend>;
 type AD = Autodiff<V>;

@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, ElementConversion, Int, Tensor, TensorData};
+use burn_vmap::accumulate::{Concat, Mean, Sum};
+use burn_vmap::testing::TestBackend;
 use burn_vmap::tree::{Key, NodeKind, TensorMapper, TensorVisitor, TensorZipper, MAX_RANK};
-use burn_vmap::{
-    micro_vmap, vmap, Concat, Leaf, Mean, Static, Sum, TestBackend, Tree, TreeDef, Vmap, VmapError,
-};
+use burn_vmap::tree::{Leaf, TreeDef};
+use burn_vmap::{micro_vmap, vmap, Static, Tree, Vmap, VmapError};
 
 /// Trees are backend-generic. The tests hold them on `Vmap<TestBackend>`, which with nothing
 /// batched runs the inner backend's ops and holds rank-0 leaves on every backend (Burn 0.21's
@@ -609,10 +610,10 @@ fn should_vmap_over_derived_inputs_and_outputs() {
         )
         .per_example
     })
-    .in_axes(burn_vmap::Axes::Seq(vec![
-        burn_vmap::Spec::Leaf(Some(0)),
-        burn_vmap::Spec::Leaf(None),
-        burn_vmap::Spec::Leaf(Some(0)),
+    .in_axes(burn_vmap::transform::Axes::Seq(vec![
+        burn_vmap::tree::Spec::Leaf(Some(0)),
+        burn_vmap::tree::Spec::Leaf(None),
+        burn_vmap::tree::Spec::Leaf(Some(0)),
     ]))
     .call((
         BatchedLinear::<V> {

@@ -21,7 +21,8 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
-use burn_vmap::{ParamGrads, TestBackend, Vmap};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::{ParamGrads, Vmap};
 
 type I = Vmap<TestBackend>;
 type AD = Autodiff<I>;

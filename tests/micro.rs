@@ -7,9 +7,13 @@ use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData, Tolerance};
+use burn_vmap::accumulate::{
+    Acc, AccContext, AccKind, Accumulator, Concat, Custom, Mean, RunningMean, Sum,
+};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::tree::Spec;
 use burn_vmap::{
-    micro_grad, micro_grad_module, micro_vmap, vmap, Acc, AccContext, AccKind, Accumulator, Concat,
-    Custom, Mean, MicroAux, ParamGrads, RunningMean, Spec, Sum, TestBackend, Vmap, VmapError,
+    micro_grad, micro_grad_module, micro_vmap, vmap, MicroAux, ParamGrads, Vmap, VmapError,
 };
 use proptest::prelude::*;
 
@@ -514,7 +518,7 @@ fn should_return_micro_grad_errors() {
             Tensor::<AD, 1>::ones([n], &dev()),
         )
     };
-    let call = |mg: burn_vmap::MicroGrad<_, _>| -> VmapError {
+    let call = |mg: burn_vmap::transform::micro::MicroGrad<_, _>| -> VmapError {
         mg.call::<AD, _, _, _, Tensor<I, 1>, (), ()>(args())
             .unwrap_err()
     };
@@ -646,7 +650,7 @@ fn should_give_the_same_result_with_every_vectorizer() {
         for chunk in [1, 2, 5, 100] {
             let chunked: Tensor<I, 2> = micro_vmap(f)
                 .microbatch_size(m)
-                .vmap_fn(burn_vmap::ChunkedVmapFn::new(chunk).unwrap())
+                .vmap_fn(burn_vmap::transform::micro::ChunkedVmapFn::new(chunk).unwrap())
                 .call(xs.clone())
                 .unwrap();
             close(chunked, plain.clone());
@@ -659,7 +663,7 @@ fn should_give_the_same_result_with_every_vectorizer() {
         close(same, plain);
     }
     assert!(matches!(
-        burn_vmap::ChunkedVmapFn::new(0),
+        burn_vmap::transform::micro::ChunkedVmapFn::new(0),
         Err(VmapError::ChunkSizeNotPositive { .. })
     ));
 }

@@ -3,7 +3,8 @@
 use burn::tensor::module::conv2d;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Distribution, Tensor, Tolerance};
-use burn_vmap::{vmap, TestBackend, Vmap};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::{vmap, Vmap};
 
 type V = Vmap<TestBackend>;
 
@@ -133,7 +134,7 @@ fn deform<B: burn::tensor::backend::Backend>(
 
 #[test]
 fn should_batch_deform_conv2d_with_batched_inputs_and_weights() {
-    burn_vmap::set_strict(true);
+    burn_vmap::strict::set_strict(true);
     let e = 3;
     let x = rand([e, 2, 4, 6, 6]);
     let off = rand([e, 2, 36, 4, 4]).mul_scalar(0.7);
@@ -176,7 +177,7 @@ fn should_batch_deform_conv2d_with_batched_inputs_and_weights() {
 
 #[test]
 fn should_give_per_example_gradients_of_deform_conv2d() {
-    burn_vmap::set_strict(true);
+    burn_vmap::strict::set_strict(true);
     let e = 3;
     let param = |t: Tensor<V, 4>| Tensor::<AD, 4>::from_inner(t).require_grad();
     let x0 = param(rand([2, 4, 6, 6]));
@@ -234,7 +235,7 @@ fn should_give_per_example_gradients_of_deform_conv2d() {
 
 #[test]
 fn should_batch_embedding_with_per_example_tables() {
-    burn_vmap::set_strict(true);
+    burn_vmap::strict::set_strict(true);
     let e = 3;
     let device = Default::default();
     let tables = rand([e, 6, 4]);
@@ -259,7 +260,7 @@ fn should_batch_embedding_with_per_example_tables() {
 
 #[test]
 fn should_batch_max_pool2d_with_indices() {
-    burn_vmap::set_strict(true);
+    burn_vmap::strict::set_strict(true);
     let e = 3;
     let x = rand([e, 2, 3, 7, 6]);
     let f = |x: Tensor<V, 4>| max_pool2d_with_indices(x, [3, 2], [2, 2], [1, 0], [1, 1], false);
@@ -274,7 +275,7 @@ fn should_batch_max_pool2d_with_indices() {
 
 #[test]
 fn should_batch_gather_nd_and_scatter_nd_for_every_operand_mix() {
-    burn_vmap::set_strict(true);
+    burn_vmap::strict::set_strict(true);
     let e = 3;
     let device = Default::default();
     let data = rand([e, 4, 5]);

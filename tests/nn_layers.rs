@@ -23,7 +23,8 @@ use burn::tensor::activation::{log_softmax, softmax};
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::{Bool, Distribution, Int, Tensor, TensorData, TensorPrimitive, Tolerance};
-use burn_vmap::{per_example_grads, vmap, ParamGrads, Randomness, TestBackend, Vmap, VmapError};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::{per_example_grads, vmap, ParamGrads, Randomness, Vmap, VmapError};
 
 type V = Vmap<TestBackend>;
 type AD = Autodiff<V>;
@@ -31,7 +32,7 @@ type AD = Autodiff<V>;
 const E: usize = 3;
 
 fn setup() {
-    burn_vmap::set_strict(true);
+    burn_vmap::strict::set_strict(true);
 }
 
 fn normal<const D: usize>(shape: [usize; D]) -> Tensor<AD, D> {
@@ -650,7 +651,8 @@ fn should_run_argwhere_through_the_loop_fallback_only_outside_strict_mode() {
         &device,
     );
     let f = |t: Tensor<V, 1, Bool>| t.argwhere();
-    let got: Tensor<V, 3, Int> = burn_vmap::with_strict(false, || vmap(f).call(m.clone()).unwrap());
+    let got: Tensor<V, 3, Int> =
+        burn_vmap::strict::with_strict(false, || vmap(f).call(m.clone()).unwrap());
     assert_eq!(
         got.into_data()
             .convert::<i64>()
@@ -659,7 +661,7 @@ fn should_run_argwhere_through_the_loop_fallback_only_outside_strict_mode() {
         vec![0, 2, 1, 2]
     );
     let strict = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        burn_vmap::with_strict(true, || {
+        burn_vmap::strict::with_strict(true, || {
             let _: Tensor<V, 3, Int> = vmap(f).call(m.clone()).unwrap();
         })
     }));

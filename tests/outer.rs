@@ -7,10 +7,9 @@ use burn::backend::Autodiff;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::Int;
 use burn::tensor::{Distribution, Tensor, Tolerance};
-use burn_vmap::{
-    micro_grad_module, per_example_grads, vmap, Concat, MicroAux, ParamGrads, Sum, TestBackend,
-    Vmap,
-};
+use burn_vmap::accumulate::{Concat, Sum};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::{micro_grad_module, per_example_grads, vmap, MicroAux, ParamGrads, Vmap};
 use proptest::prelude::*;
 
 type V = Vmap<TestBackend>;

@@ -5,7 +5,8 @@ use burn::module::Module;
 use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData, Tolerance};
-use burn_vmap::{per_example_grads, vmap, ParamGrads, TestBackend, Vmap};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::{per_example_grads, vmap, ParamGrads, Vmap};
 
 type V = Vmap<TestBackend>;
 type AD = Autodiff<V>;
@@ -194,7 +195,7 @@ fn should_differentiate_through_vmap_itself() {
 /// sum over the examples (as JAX's).
 #[test]
 fn should_sum_the_gradient_of_an_unmapped_argument_over_the_batch() {
-    type AD = burn::backend::Autodiff<burn_vmap::Vmap<burn_vmap::TestBackend>>;
+    type AD = burn::backend::Autodiff<burn_vmap::Vmap<burn_vmap::testing::TestBackend>>;
     let device = Default::default();
     let w = burn::tensor::Tensor::<AD, 1>::from_floats([1.0, 2.0, 3.0], &device).require_grad();
     let xs = burn::tensor::Tensor::<AD, 1>::from_floats(

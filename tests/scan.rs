@@ -5,10 +5,9 @@ use std::collections::BTreeMap;
 
 use burn::backend::Autodiff;
 use burn::tensor::{Int, Tensor, TensorData};
-use burn_vmap::{
-    checkpoint_chunked_scan, chunked_vmap, scan, sliced_scan, vmap, Static, TestBackend, Vmap,
-    VmapError,
-};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::transform::{checkpoint_chunked_scan, chunked_vmap, scan, sliced_scan};
+use burn_vmap::{vmap, Static, Vmap, VmapError};
 use proptest::prelude::*;
 
 type B = TestBackend;
@@ -592,10 +591,10 @@ fn should_chunk_with_in_axes_out_axes_and_statics() {
     let xs = tensor::<V, 2>(51, [3, 5]); // mapped on axis 1: batch 5
     let b = tensor::<V, 1>(52, [3]); // unmapped
     let f = |(x, b, s): (Tensor<V, 1>, Tensor<V, 1>, Static<f32>)| (x * b).mul_scalar(s.0);
-    let axes = burn_vmap::Spec::Seq(vec![
-        burn_vmap::Spec::Leaf(Some(1)),
-        burn_vmap::Spec::Leaf(None),
-        burn_vmap::Spec::Leaf(None),
+    let axes = burn_vmap::tree::Spec::Seq(vec![
+        burn_vmap::tree::Spec::Leaf(Some(1)),
+        burn_vmap::tree::Spec::Leaf(None),
+        burn_vmap::tree::Spec::Leaf(None),
     ]);
     let want: Tensor<V, 2> = vmap(f)
         .in_axes(axes.clone())

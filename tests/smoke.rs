@@ -1,5 +1,6 @@
 use burn::tensor::{Tensor, TensorData};
-use burn_vmap::{vmap, TestBackend, Vmap};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::{vmap, Vmap};
 
 type V = Vmap<TestBackend>;
 

@@ -160,7 +160,7 @@ pub(crate) fn derive_tree(input: &DeriveInput) -> syn::Result<TokenStream> {
     });
     let inits: Vec<TokenStream> = inits.collect();
 
-    let leaves_ty = quote!(::std::vec::Vec<::burn_vmap::Leaf<#backend>>);
+    let leaves_ty = quote!(::std::vec::Vec<::burn_vmap::tree::Leaf<#backend>>);
     let flatten_body = quote! {
         #private::struct_def(#name_str, ::std::vec![#(#children),*])
     };
@@ -170,13 +170,13 @@ pub(crate) fn derive_tree(input: &DeriveInput) -> syn::Result<TokenStream> {
         #[automatically_derived]
         impl #impl_generics ::burn_vmap::Tree<#backend> for #name #ty_generics #where_clause {
             #allow_unused
-            fn flatten_into(self, leaves: &mut #leaves_ty) -> ::burn_vmap::TreeDef {
+            fn flatten_into(self, leaves: &mut #leaves_ty) -> ::burn_vmap::tree::TreeDef {
                 #flatten_body
             }
 
             #allow_unused
             fn unflatten_from(
-                def: &::burn_vmap::TreeDef,
+                def: &::burn_vmap::tree::TreeDef,
                 leaves: &mut ::burn_vmap::tree::Leaves<#backend>,
             ) -> ::core::result::Result<Self, ::burn_vmap::VmapError> {
                 let __children = #check;

@@ -33,7 +33,8 @@ mod expand;
 ///
 /// ```
 /// use burn::tensor::{backend::Backend, Int, Tensor};
-/// use burn_vmap::{TestBackend, Tree};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::Tree;
 ///
 /// #[derive(Tree)]
 /// struct Batch<B: Backend> {

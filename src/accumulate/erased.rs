@@ -109,7 +109,9 @@ impl<B: Backend, A: Accumulator> Erased<B> for Wrap<A> {
 /// A type-erased accumulator for backend `B`: the leaf of an accumulator [`Spec`].
 ///
 /// ```
-/// use burn_vmap::{Acc, Spec, Sum, Concat, TestBackend};
+/// use burn_vmap::accumulate::{Acc, Sum, Concat};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::tree::Spec;
 /// // For an output `(per_example, total)`: concat the first, sum the second.
 /// let spec: Spec<Acc<TestBackend>> = Spec::Seq(vec![Spec::Leaf(Acc::new(Concat)), Spec::Leaf(Acc::new(Sum))]);
 /// assert_eq!(format!("{:?}", spec), "Seq([Leaf(Acc(concat)), Leaf(Acc(sum))])");

@@ -25,7 +25,9 @@
 //!
 //! ```
 //! use burn::tensor::Tensor;
-//! use burn_vmap::{micro_vmap, Concat, Sum, Mean, TestBackend, Vmap};
+//! use burn_vmap::accumulate::{Concat, Sum, Mean};
+//! use burn_vmap::testing::TestBackend;
+//! use burn_vmap::{micro_vmap, Vmap};
 //! type B = Vmap<TestBackend>;
 //! let device = Default::default();
 //!
@@ -83,7 +85,9 @@ impl<B: Backend, K: Ordered<B, Elem: Element>> AccKind<B> for K {}
 /// # Example: a running maximum
 /// ```
 /// use burn::tensor::{backend::Backend, Tensor};
-/// use burn_vmap::{micro_vmap, AccContext, AccKind, Accumulator, Custom, TestBackend, Vmap};
+/// use burn_vmap::accumulate::{AccContext, AccKind, Accumulator, Custom};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::{micro_vmap, Vmap};
 ///
 /// #[derive(Clone)]
 /// struct Max;

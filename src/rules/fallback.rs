@@ -2,17 +2,13 @@
 //! once per example on unbatched slices, and the results are stacked.
 //!
 //! It is slow (one op per example) and therefore loud: the first use of each op prints a
-//! warning naming it. In **strict mode** the fallback panics instead, so a test suite run in
-//! strict mode proves that every op it touches has a real rule. Strict mode is on when the
-//! environment variable `BURN_VMAP_STRICT` is `1` (or `true`), or after [`set_strict`]`(true)`;
-//! [`with_strict`] overrides it on the current thread for the duration of a closure.
+//! warning naming it. In **strict mode** ([`crate::strict`]) the fallback panics instead, so a
+//! test suite run in strict mode proves that every op it touches has a real rule.
 //!
 //! Ops that use it (every other op has a real rule): `bool_argwhere` (and `argwhere`/`nonzero`
 //! built on it), whose output size depends on the values, so it can only be batched when every
 //! example has the same number of hits.
 
-use core::cell::Cell;
-use core::sync::atomic::{AtomicU8, Ordering};
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
@@ -23,86 +19,16 @@ use super::helpers::materialize;
 use crate::physical::{with_batch_sizes, Kind};
 use crate::tensor::{BatchDims, VmapTensor};
 
-/// 0: not decided yet (read the environment), 1: off, 2: on.
-static STRICT: AtomicU8 = AtomicU8::new(0);
 static WARNED: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
-
-thread_local! {
-    static OVERRIDE: Cell<Option<bool>> = const { Cell::new(None) };
-}
-
-/// Turns strict mode on or off for the whole process (overrides `BURN_VMAP_STRICT`).
-///
-/// In strict mode an op without a batching rule panics inside vmap instead of running the loop
-/// fallback (one op per example, with a one-time warning).
-///
-/// ```
-/// burn_vmap::set_strict(true);
-/// assert!(burn_vmap::is_strict());
-/// burn_vmap::set_strict(false);
-/// assert!(!burn_vmap::is_strict());
-/// ```
-pub fn set_strict(on: bool) {
-    STRICT.store(if on { 2 } else { 1 }, Ordering::Relaxed);
-}
-
-/// Whether strict mode is on for the current thread: a [`with_strict`] override, else
-/// [`set_strict`], else the environment variable `BURN_VMAP_STRICT` (`1` or `true`).
-///
-/// ```
-/// let outer = burn_vmap::is_strict();
-/// burn_vmap::with_strict(true, || assert!(burn_vmap::is_strict()));
-/// assert_eq!(burn_vmap::is_strict(), outer);
-/// ```
-pub fn is_strict() -> bool {
-    if let Some(on) = OVERRIDE.with(Cell::get) {
-        return on;
-    }
-    match STRICT.load(Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => {
-            let on = std::env::var("BURN_VMAP_STRICT")
-                .map(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "on"))
-                .unwrap_or(false);
-            // Only the first reader decides; a concurrent `set_strict` wins.
-            let _ = STRICT.compare_exchange(
-                0,
-                if on { 2 } else { 1 },
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-            on
-        }
-    }
-}
-
-/// Runs `f` with strict mode set to `on` on the current thread (restored afterwards, also on
-/// panic).
-///
-/// ```
-/// let r = burn_vmap::with_strict(false, || burn_vmap::is_strict());
-/// assert!(!r);
-/// ```
-pub fn with_strict<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<bool>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            OVERRIDE.with(|o| o.set(self.0));
-        }
-    }
-    let _restore = Restore(OVERRIDE.with(|o| o.replace(Some(on))));
-    f()
-}
 
 /// Called by an op about to run the loop fallback: panics in strict mode, else warns once per
 /// op.
 #[track_caller]
 pub(crate) fn enter(op: &'static str) {
-    if is_strict() {
+    if crate::strict::is_strict() {
         panic!(
             "vmap: {op}: no batching rule for this op, and strict mode (BURN_VMAP_STRICT=1 or \
-             burn_vmap::set_strict(true)) forbids the loop fallback; turn strict mode off to run \
+             burn_vmap::strict::set_strict(true)) forbids the loop fallback; turn strict mode off to run \
              it once per example"
         );
     }

@@ -1,6 +1,6 @@
 //! Batching rules, by op family.
 //!
-//! A rule takes [`VmapTensor`](crate::VmapTensor) operands, works on their physical tensors (batch
+//! A rule takes [`VmapTensor`](crate::tensor::VmapTensor) operands, works on their physical tensors (batch
 //! dims first, sorted by level) and returns the batched result. When no operand is batched, every
 //! rule calls the inner op directly (the fast path). Rules are named after the Burn methods they
 //! batch; the op-trait impls in [`crate::ops`] only unwrap, call a rule, and rewrap.

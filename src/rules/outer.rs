@@ -258,7 +258,7 @@ fn full_factors<B: Backend>(t: VT<B>) -> (FP<B>, FP<B>, BatchDims) {
 
 /// `cat` along a leading logical dim of outer products with the same batch dims and the same
 /// shape but along `dim`: the factors are concatenated, the result stays factored (what
-/// [`Concat`](crate::Concat) does with the microbatches' per-example gradients).
+/// [`Concat`](crate::accumulate::Concat) does with the microbatches' per-example gradients).
 pub(crate) fn cat<B: Backend>(tensors: Vec<VT<B>>, dim: usize) -> Result<VT<B>, Vec<VT<B>>> {
     let Some(first) = tensors.first() else {
         return Err(tensors);
@@ -288,7 +288,7 @@ pub(crate) fn cat<B: Backend>(tensors: Vec<VT<B>>, dim: usize) -> Result<VT<B>, 
 }
 
 /// `select` along a leading logical dim of `a ⊗ g` with shared (unbatched) indices: the same
-/// select on both factors (the reordering of [`Concat`](crate::Concat)'s microbatch rows).
+/// select on both factors (the reordering of [`Concat`](crate::accumulate::Concat)'s microbatch rows).
 pub(crate) fn select<B: Backend>(
     t: VT<B>,
     dim: usize,

@@ -56,7 +56,9 @@ impl<const N: usize> From<[usize; N]> for Ranks {
 /// shared matrix:
 /// ```
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{auto_vmap, TestBackend, Vmap};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::transform::auto_vmap;
+/// use burn_vmap::Vmap;
 /// type B = Vmap<TestBackend>;
 /// let device = Default::default();
 ///
@@ -124,7 +126,8 @@ impl<F> AutoVmapped<F> {
     /// Sets the base ranks (a tree prefix of the arguments, see [`auto_vmap`]).
     ///
     /// ```
-    /// use burn_vmap::{auto_vmap, Spec};
+    /// use burn_vmap::transform::auto_vmap;
+    /// use burn_vmap::tree::Spec;
     /// let f = |x: ()| x;
     /// let _ = auto_vmap(f).ranks([Some(1), None]);
     /// let _ = auto_vmap(f).ranks(Spec::fields([("a", 1.into()), ("b", Spec::Leaf(None))]));
@@ -138,7 +141,9 @@ impl<F> AutoVmapped<F> {
     ///
     /// ```
     /// use burn::tensor::Tensor;
-    /// use burn_vmap::{auto_vmap, TestBackend, Vmap};
+    /// use burn_vmap::testing::TestBackend;
+    /// use burn_vmap::transform::auto_vmap;
+    /// use burn_vmap::Vmap;
     /// type B = Vmap<TestBackend>;
     /// let d = Default::default();
     /// let f = |(v, m): (Tensor<B, 1>, Tensor<B, 2>)| m.matmul(v.unsqueeze_dim(1));

@@ -29,7 +29,9 @@ use crate::VmapError;
 /// # Example
 /// ```
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{chunked_vmap, vmap, TestBackend, Vmap};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::transform::chunked_vmap;
+/// use burn_vmap::{vmap, Vmap};
 /// type B = Vmap<TestBackend>;
 /// let device = Default::default();
 ///
@@ -79,7 +81,7 @@ impl<F> ChunkedVmapped<F> {
     transform_call! {
         vectorized;
         /// Applies the chunked vectorized function to `inputs`. Type parameters as in
-        /// [`Vmapped::call`](crate::Vmapped::call).
+        /// [`Vmapped::call`](crate::transform::vmap::Vmapped::call).
         ///
         /// # Errors
         /// See [`chunked_vmap`].

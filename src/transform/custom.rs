@@ -61,7 +61,10 @@ transform_call! {
     /// The `vector_dot` of JAX's proposal: one rule branch per batching pattern.
     /// ```
     /// use burn::tensor::Tensor;
-    /// use burn_vmap::{custom_vmap, vmap, DynTree, TestBackend, Vmap, VmapError};
+    /// use burn_vmap::testing::TestBackend;
+    /// use burn_vmap::transform::custom_vmap;
+    /// use burn_vmap::tree::DynTree;
+    /// use burn_vmap::{vmap, Vmap, VmapError};
     /// type B = Vmap<TestBackend>;
     /// let device = Default::default();
     ///
@@ -253,7 +256,9 @@ where
 ///
 /// ```
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{sequential_vmap, vmap, TestBackend, Vmap};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::transform::sequential_vmap;
+/// use burn_vmap::{vmap, Vmap};
 /// type B = Vmap<TestBackend>;
 /// let device = Default::default();
 ///

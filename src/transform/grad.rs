@@ -277,7 +277,8 @@ impl<B: Backend> ModuleVisitor<B> for InitParams {
 /// use burn::backend::Autodiff;
 /// use burn::nn::{Linear, LinearConfig};
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{per_example_grads, TestBackend, Vmap};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::{per_example_grads, Vmap};
 /// type AD = Autodiff<Vmap<TestBackend>>;
 /// let device = Default::default();
 /// let model: Linear<AD> = LinearConfig::new(3, 1).init(&device);

@@ -1,4 +1,18 @@
-//! The transforms: [`vmap`] and per-example gradients.
+//! The transforms, one module each; the transform functions are re-exported here
+//! (`burn_vmap::transform::scan`), their builders and helper types stay in their module
+//! (`burn_vmap::transform::scan::Scan`).
+//!
+//! | module | transforms |
+//! |---|---|
+//! | [`vmap`](mod@vmap) | [`vmap`](fn@vmap) (JAX's `jax.vmap`) and its builder [`Vmapped`](vmap::Vmapped) |
+//! | [`chunked`] | [`chunked_vmap`]: vmap over at most `chunk_size` examples at a time |
+//! | [`auto`] | [`auto_vmap`]: broadcast over leading batch dims by base ranks |
+//! | [`custom`] | [`custom_vmap`] (a user batching rule) and [`sequential_vmap`] (the loop as the rule) |
+//! | [`scan`](mod@scan) | [`scan`](fn@scan), [`sliced_scan`], [`checkpoint_chunked_scan`] |
+//! | [`micro`] | [`micro_vmap`](micro::micro_vmap), [`micro_grad`](micro::micro_grad), [`micro_grad_module`](micro::micro_grad_module), the vectorizers they run and the per-example gradient functions |
+//! | [`grad`] | [`per_example_grads`](grad::per_example_grads) and [`ParamGrads`](grad::ParamGrads) |
+//!
+//! [`Axes`] is the type of `in_axes` / `out_axes`.
 
 pub mod auto;
 mod axes;
@@ -9,7 +23,12 @@ pub mod micro;
 pub mod scan;
 pub mod vmap;
 
+pub use auto::auto_vmap;
 pub use axes::Axes;
+pub use chunked::chunked_vmap;
+pub use custom::{custom_vmap, sequential_vmap};
+pub use scan::{checkpoint_chunked_scan, scan, sliced_scan};
+pub use vmap::vmap;
 
 /// Declares a transform's call with the generic signature of its family, written once here
 /// (Rust has no trait aliases, and these bound lists are long). `transform_call! { family; item }`

@@ -26,7 +26,8 @@ use crate::VmapError;
 /// # Example
 /// ```
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{vmap, TestBackend, Vmap};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::{vmap, Vmap};
 /// type B = Vmap<TestBackend>;
 /// let device = Default::default();
 ///
@@ -158,7 +159,8 @@ impl<F> Vmapped<F> {
     ///
     /// ```
     /// use burn::tensor::{Distribution, Tensor};
-    /// use burn_vmap::{vmap, Randomness, TestBackend, Vmap};
+    /// use burn_vmap::testing::TestBackend;
+    /// use burn_vmap::{vmap, Randomness, Vmap};
     /// type B = Vmap<TestBackend>;
     /// let xs = Tensor::<B, 2>::zeros([8, 100], &Default::default());
     /// let ys: Tensor<B, 2> = vmap(|x: Tensor<B, 1>| x.random_like(Distribution::Default))

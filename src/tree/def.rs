@@ -129,7 +129,8 @@ impl TreeDef {
     ///
     /// ```
     /// use burn::tensor::Tensor;
-    /// use burn_vmap::{Static, TestBackend, Tree};
+    /// use burn_vmap::testing::TestBackend;
+    /// use burn_vmap::{Static, Tree};
     /// let device = Default::default();
     /// let t = || Tensor::<TestBackend, 1>::zeros([2], &device);
     /// let (_, a) = (t(), Static(1)).flatten();
@@ -217,7 +218,7 @@ impl TreeDef {
     /// flatten to.
     ///
     /// ```
-    /// use burn_vmap::TreeDef;
+    /// use burn_vmap::tree::TreeDef;
     /// let def = TreeDef::static_value(String::from("relu"));
     /// assert_eq!(def.static_ref::<String>().map(String::as_str), Some("relu"));
     /// assert!(def.same_structure(&TreeDef::static_value(String::from("relu"))));
@@ -240,7 +241,8 @@ impl TreeDef {
     /// The value of a static node, if it is one holding a `T`.
     ///
     /// ```
-    /// use burn_vmap::{Static, TestBackend, Tree};
+    /// use burn_vmap::testing::TestBackend;
+    /// use burn_vmap::{Static, Tree};
     /// let (_, def) = Tree::<TestBackend>::flatten(Static(3_u8));
     /// assert_eq!(def.static_ref::<u8>(), Some(&3));
     /// assert_eq!(def.static_ref::<u16>(), None);

@@ -5,7 +5,7 @@ use burn_backend::backend::Backend;
 use super::{Key, Leaf, Leaves, NodeKind, Tree, TreeDef};
 use crate::VmapError;
 
-/// A tree of any structure whose leaves have any rank: what a [`custom_vmap`](crate::custom_vmap) rule receives.
+/// A tree of any structure whose leaves have any rank: what a [`custom_vmap`](crate::transform::custom_vmap) rule receives.
 ///
 /// The ranks of a rule's inputs depend on which of them are batched (a batched input has one
 /// more leading axis), so the rule gets them type-erased and picks the typed view that fits the
@@ -14,7 +14,8 @@ use crate::VmapError;
 ///
 /// ```
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{DynTree, TestBackend};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::tree::DynTree;
 /// let device = Default::default();
 /// let pair = (Tensor::<TestBackend, 2>::ones([4, 3], &device), Tensor::<TestBackend, 1>::ones([3], &device));
 /// let args = DynTree::new(pair);

@@ -253,7 +253,8 @@ impl<B: Backend, T: Clone + PartialEq + Send + Sync + 'static> Tree<B> for Stati
 /// flags, sizes. Compared and hashed by value.
 ///
 /// ```
-/// use burn_vmap::{Static, Tree, TestBackend};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::{Static, Tree};
 /// let (leaves, def) = Tree::<TestBackend>::flatten(Static("relu"));
 /// assert!(leaves.is_empty());
 /// let back: Static<&str> = Tree::<TestBackend>::unflatten(&def, leaves).unwrap();

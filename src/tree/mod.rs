@@ -41,7 +41,8 @@ pub use burn_vmap_derive::Tree;
 ///
 /// ```
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{Tree, TestBackend};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::Tree;
 ///
 /// let device = Default::default();
 /// let pair = (Tensor::<TestBackend, 1>::ones([3], &device), Tensor::<TestBackend, 2>::zeros([2, 2], &device));
@@ -81,7 +82,8 @@ pub use burn_vmap_derive::Tree;
 /// ```
 /// use burn::tensor::{backend::Backend, Tensor};
 /// use burn_vmap::tree::{TensorMapper, TensorVisitor};
-/// use burn_vmap::{vmap, TestBackend, Tree, Vmap, VmapError};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::{vmap, Tree, Vmap, VmapError};
 ///
 /// #[derive(Tree, Clone, Debug)]
 /// struct Linear<W, V> {
@@ -150,7 +152,9 @@ pub use burn_vmap_derive::Tree;
 ///
 /// ```
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{micro_vmap, Concat, Sum, TestBackend, Tree, Vmap};
+/// use burn_vmap::accumulate::{Concat, Sum};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::{micro_vmap, Tree, Vmap};
 ///
 /// #[derive(Tree, Clone)]
 /// struct Stats<P, T> {
@@ -229,7 +233,8 @@ pub trait Tree<B: Backend>: Sized {
     ///
     /// ```
     /// use burn::tensor::Tensor;
-    /// use burn_vmap::{Static, TestBackend, Tree};
+    /// use burn_vmap::testing::TestBackend;
+    /// use burn_vmap::{Static, Tree};
     /// let t = Tensor::<TestBackend, 1>::zeros([2], &Default::default());
     /// let tree = (t.clone(), Static(1), vec![t.clone(), t]);
     /// assert_eq!(tree.leaf_count(), 3);
@@ -246,7 +251,8 @@ pub trait Tree<B: Backend>: Sized {
     ///
     /// ```
     /// use burn::tensor::Tensor;
-    /// use burn_vmap::{TestBackend, Tree};
+    /// use burn_vmap::testing::TestBackend;
+    /// use burn_vmap::Tree;
     /// let t = Tensor::<TestBackend, 1>::zeros([2], &Default::default());
     /// assert_eq!((t.clone(), Some(t)).leaf_paths("x"), ["x[0]", "x[1][0]"]);
     /// ```
@@ -264,7 +270,8 @@ pub trait Tree<B: Backend>: Sized {
     /// ```
     /// use burn::tensor::{backend::Backend, Tensor};
     /// use burn_vmap::tree::TensorMapper;
-    /// use burn_vmap::{TestBackend, Tree};
+    /// use burn_vmap::testing::TestBackend;
+    /// use burn_vmap::Tree;
     ///
     /// struct Double;
     /// impl<B: Backend> TensorMapper<B> for Double {
@@ -297,7 +304,8 @@ pub trait Tree<B: Backend>: Sized {
     /// ```
     /// use burn::tensor::{backend::Backend, Int, Tensor};
     /// use burn_vmap::tree::TensorVisitor;
-    /// use burn_vmap::{TestBackend, Tree};
+    /// use burn_vmap::testing::TestBackend;
+    /// use burn_vmap::Tree;
     ///
     /// struct Ranks(Vec<(String, usize)>);
     /// impl<B: Backend> TensorVisitor<B> for Ranks {
@@ -346,7 +354,9 @@ pub trait Tree<B: Backend>: Sized {
     ///
     /// ```
     /// use burn::tensor::{backend::Backend, Tensor};
-    /// use burn_vmap::{Leaf, TestBackend, Tree};
+    /// use burn_vmap::testing::TestBackend;
+    /// use burn_vmap::tree::Leaf;
+    /// use burn_vmap::Tree;
     /// type B = TestBackend;
     /// let t = Tensor::<B, 1>::from_floats([1.0, -2.0], &Default::default());
     /// let (neg,) = (t,).map_leaves(|_, leaf| leaf.map(
@@ -378,7 +388,8 @@ pub trait Tree<B: Backend>: Sized {
     /// ```
     /// use burn::tensor::{backend::Backend, Tensor};
     /// use burn_vmap::tree::TensorZipper;
-    /// use burn_vmap::{TestBackend, Tree};
+    /// use burn_vmap::testing::TestBackend;
+    /// use burn_vmap::Tree;
     ///
     /// /// `a + lr * b`, as an SGD step on a tree of parameters and a tree of gradients.
     /// struct Axpy(f32);

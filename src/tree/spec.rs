@@ -11,7 +11,7 @@ use crate::VmapError;
 /// a tuple, array or `Vec` positionally, [`Spec::Fields`] a struct or map by name.
 ///
 /// ```
-/// use burn_vmap::Spec;
+/// use burn_vmap::tree::Spec;
 /// // in_axes for (x, w): map x on axis 0, do not map w
 /// let axes: Spec<Option<isize>> = Spec::from([Some(0), None]);
 /// assert_eq!(axes, Spec::Seq(vec![Spec::Leaf(Some(0)), Spec::Leaf(None)]));

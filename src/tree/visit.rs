@@ -25,7 +25,8 @@ pub const MAX_RANK: usize = 8;
 /// ```
 /// use burn::tensor::{backend::Backend, Int, Tensor};
 /// use burn_vmap::tree::TensorMapper;
-/// use burn_vmap::{TestBackend, Tree};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::Tree;
 ///
 /// /// Scales every float tensor; ints are left alone.
 /// struct Scale(f32);
@@ -81,7 +82,8 @@ pub trait TensorMapper<B: Backend> {
 /// ```
 /// use burn::tensor::{backend::Backend, Tensor};
 /// use burn_vmap::tree::TensorVisitor;
-/// use burn_vmap::{TestBackend, Tree};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::Tree;
 ///
 /// /// Counts the float elements and remembers the paths.
 /// #[derive(Default)]
@@ -126,7 +128,8 @@ pub trait TensorVisitor<B: Backend> {
 /// ```
 /// use burn::tensor::{backend::Backend, Tensor};
 /// use burn_vmap::tree::TensorZipper;
-/// use burn_vmap::{TestBackend, Tree};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::Tree;
 ///
 /// struct Add;
 /// impl<B: Backend> TensorZipper<B> for Add {

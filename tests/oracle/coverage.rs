@@ -331,7 +331,7 @@ fn list_cases_the_test_backend_cannot_run() {
         .collect();
     println!(
         "cases skipped on {}: {}",
-        core::any::type_name::<burn_vmap::TestBackend>(),
+        core::any::type_name::<burn_vmap::testing::TestBackend>(),
         lacking.len()
     );
     for l in &lacking {

@@ -601,9 +601,12 @@ fn known_gap_one_hot_reads_data_inside_vmap() {
 #[cfg(all(feature = "ndarray", not(feature = "wgpu"), not(feature = "cuda")))]
 fn should_forward_gather_nd_when_unbatched() {
     let device = Default::default();
-    let data = Tensor::<burn_vmap::TestBackend, 2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
-    let idx = Tensor::<burn_vmap::TestBackend, 2, Int>::from_ints([[1], [0]], &device);
-    let inner: Tensor<burn_vmap::TestBackend, 2> = data.gather_nd::<2, 2>(idx);
+    let data = Tensor::<burn_vmap::testing::TestBackend, 2>::from_floats(
+        [[1.0, 2.0], [3.0, 4.0]],
+        &device,
+    );
+    let idx = Tensor::<burn_vmap::testing::TestBackend, 2, Int>::from_ints([[1], [0]], &device);
+    let inner: Tensor<burn_vmap::testing::TestBackend, 2> = data.gather_nd::<2, 2>(idx);
     let data = Tensor::<V, 2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
     let idx = Tensor::<V, 2, Int>::from_ints([[1], [0]], &device);
     let through: Tensor<V, 2> = data.gather_nd::<2, 2>(idx);

@@ -22,7 +22,7 @@ use crate::harness::{
 };
 
 type AD = Autodiff<V>;
-type AdLoop = Autodiff<burn_vmap::TestBackend>;
+type AdLoop = Autodiff<burn_vmap::testing::TestBackend>;
 
 /// A loss of one example.
 type Loss<B> = fn(Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 1, Int>) -> Tensor<B, 1>;

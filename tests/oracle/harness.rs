@@ -13,8 +13,10 @@ use std::ops::RangeInclusive;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::tree::{Leaf, Spec};
 use burn_vmap::tree::{Leaves, TreeDef};
-use burn_vmap::{vmap, BatchOps, Leaf, Spec, TestBackend, Tree, Vmap, VmapError};
+use burn_vmap::{vmap, BatchOps, Tree, Vmap, VmapError};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -1238,7 +1240,7 @@ pub fn backend_lacks(case: &OpCase) -> Option<String> {
 /// fails listing **every** failing case with its shrunk counterexample.
 pub fn run_cases(cases: Vec<OpCase>) {
     // Every op must have a real batching rule: the loop fallback panics in strict mode.
-    burn_vmap::set_strict(true);
+    burn_vmap::strict::set_strict(true);
     let filter = std::env::var("ORACLE_FILTER").ok();
     let mut failures = Vec::new();
     let mut skipped: Vec<&str> = Vec::new();

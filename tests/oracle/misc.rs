@@ -241,7 +241,7 @@ fn vmap_errors_name_the_argument() {
         .call::<_, _, _, _, _, Tensor<V, 2>>(a)
         .unwrap_err();
     assert!(matches!(err, VmapError::NothingMapped), "{err}");
-    let _ = Vmap::<burn_vmap::TestBackend>::default();
+    let _ = Vmap::<burn_vmap::testing::TestBackend>::default();
 }
 
 /// The oracle's loop runs on `Vmap<TestBackend>` with unbatched tensors (the pass-through path).
@@ -308,7 +308,7 @@ fn pass_through_sample<B: burn::tensor::backend::Backend>(device: &B::Device) ->
 fn pass_through_matches_inner_backend() {
     let device = Default::default();
     let via_vmap = pass_through_sample::<V>(&device);
-    let direct = pass_through_sample::<burn_vmap::TestBackend>(&device);
+    let direct = pass_through_sample::<burn_vmap::testing::TestBackend>(&device);
     for (k, (a, b)) in via_vmap.iter().zip(&direct).enumerate() {
         assert_eq!(a.shape, b.shape, "sample {k}: shape");
         assert_eq!(a.dtype, b.dtype, "sample {k}: dtype");

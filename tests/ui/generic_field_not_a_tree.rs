@@ -1,5 +1,5 @@
 use burn::tensor::Tensor;
-use burn_vmap::{TestBackend, Tree};
+use burn_vmap::{testing::TestBackend, Tree};
 
 #[derive(Tree)]
 struct Stats<P, T> {

@@ -32,7 +32,7 @@ use crate::VmapError;
 /// ```
 ///
 /// **The default accumulator is [`Sum`], as in optax**: the result is the SUM of the
-/// per-example (transformed) gradients, not their mean; use [`Mean`](crate::Mean) for the
+/// per-example (transformed) gradients, not their mean; use [`Mean`](crate::accumulate::Mean) for the
 /// gradient of a mean loss.
 ///
 /// It runs as one batched computation per microbatch (vmap of grad on `Autodiff<Vmap<B>>`,
@@ -51,7 +51,9 @@ use crate::VmapError;
 /// ```
 /// use burn::backend::Autodiff;
 /// use burn::tensor::{Int, Tensor};
-/// use burn_vmap::{micro_grad, Mean, TestBackend, Vmap};
+/// use burn_vmap::accumulate::Mean;
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::{micro_grad, Vmap};
 /// type I = Vmap<TestBackend>;
 /// type AB = Autodiff<I>;
 /// let device = Default::default();
@@ -109,7 +111,9 @@ pub fn micro_grad<F>(f: F) -> MicroGrad<F> {
 /// use burn::backend::Autodiff;
 /// use burn::nn::{Linear, LinearConfig};
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{clip_by_global_norm, global_norm, micro_grad_module, Mean, MicroAux, ParamGrads, TestBackend, Vmap};
+/// use burn_vmap::accumulate::Mean;
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::{clip_by_global_norm, global_norm, micro_grad_module, MicroAux, ParamGrads, Vmap};
 /// type I = Vmap<TestBackend>;
 /// type AD = Autodiff<I>;
 /// let device = Default::default();

@@ -23,14 +23,16 @@ use crate::VmapError;
 ///
 /// The accumulator (default [`Concat`]: the same result as [`vmap`](crate::vmap)) is a tree prefix of the
 /// output: see [`accumulate`](crate::accumulate). [`Concat`] restores the original order
-/// and leaves zeros in rows not run; [`Mean`](crate::Mean) divides by the TOTAL number of
-/// microbatches even when fewer run; [`RunningMean`](crate::RunningMean) averages the ones run.
+/// and leaves zeros in rows not run; [`Mean`](crate::accumulate::Mean) divides by the TOTAL number of
+/// microbatches even when fewer run; [`RunningMean`](crate::accumulate::RunningMean) averages the ones run.
 /// Peak memory is that of one microbatch (plus the accumulators' carries).
 ///
 /// # Example
 /// ```
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{micro_vmap, Mean, TestBackend, Vmap};
+/// use burn_vmap::accumulate::Mean;
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::{micro_vmap, Vmap};
 /// type B = Vmap<TestBackend>;
 /// // Eight examples of one feature each.
 /// let xs = Tensor::<B, 1>::from_floats([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], &Default::default())
@@ -124,7 +126,7 @@ impl<F, S, V> MicroVmap<F, S, V> {
 
     transform_call! {
         vectorized;
-        /// Applies the transform. Types as [`Vmapped::call`](crate::Vmapped::call); an output
+        /// Applies the transform. Types as [`Vmapped::call`](crate::transform::vmap::Vmapped::call); an output
         /// leaf accumulated by [`Concat`] gains the batch axis, a reduced one keeps `f`'s shape.
         ///
         /// # Errors

@@ -12,7 +12,8 @@ use crate::tree::{Leaf, Tree};
 ///
 /// ```
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{global_norm, TestBackend};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::global_norm;
 /// let d = Default::default();
 /// let t = (Tensor::<TestBackend, 1>::from_floats([3.0], &d), Tensor::<TestBackend, 2>::from_floats([[4.0]], &d));
 /// assert_eq!(global_norm(&t).into_scalar(), 5.0);
@@ -42,7 +43,8 @@ pub fn global_norm<B: Backend, T: Tree<B> + Clone>(tree: &T) -> Tensor<B, 1> {
 ///
 /// ```
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{scale_tree, TestBackend};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::transform::micro::scale_tree;
 /// let d = Default::default();
 /// let t = scale_tree(Tensor::<TestBackend, 1>::from_floats([1.0, 2.0], &d), Tensor::from_floats([3.0], &d));
 /// assert_eq!(t.into_data().to_vec::<f32>().unwrap(), vec![3.0, 6.0]);
@@ -71,7 +73,8 @@ pub fn scale_tree<B: Backend, T: Tree<B>>(tree: T, factor: Tensor<B, 1>) -> T {
 ///
 /// ```
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{clip_by_global_norm, TestBackend};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::clip_by_global_norm;
 /// let d = Default::default();
 /// let g = Tensor::<TestBackend, 1>::from_floats([3.0, 4.0], &d);
 /// let c = clip_by_global_norm(g, 1.0);

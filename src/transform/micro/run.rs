@@ -176,7 +176,7 @@ fn microbatches(
 
 /// The accumulators of the output leaves across microbatches: per leaf, its accumulator, one
 /// example's shape (and whether it was bool), its carry and, when no microbatch ran, a
-/// zero-row output ([`Concat`](crate::Concat)'s template).
+/// zero-row output ([`Concat`](crate::accumulate::Concat)'s template).
 struct Fold<B: Backend> {
     ctx: AccContext,
     def: TreeDef,
@@ -298,11 +298,11 @@ impl<B: Backend> Fold<B> {
 enum Carry<B: Backend> {
     /// The accumulator's own carry (a `[rows, elements]` matrix).
     Flat(Option<Flat<B>>),
-    /// [`Concat`](crate::Concat): the microbatch outputs `[m, ...]` so far, at their own rank and kind.
+    /// [`Concat`](crate::accumulate::Concat): the microbatch outputs `[m, ...]` so far, at their own rank and kind.
     Parts(Vec<Leaf<B>>),
 }
 
-/// [`Concat`](crate::Concat)'s result from the outputs of the microbatches that ran: zeros for those that did
+/// [`Concat`](crate::accumulate::Concat)'s result from the outputs of the microbatches that ran: zeros for those that did
 /// not, then row `k + j·n` = row `j` of microbatch `k` (the original order). One `cat` and one
 /// `select`, whatever the number of microbatches.
 fn concat_parts<B: Backend>(

@@ -27,7 +27,9 @@ pub trait VmapFn {
 ///
 /// ```
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{micro_vmap, PlainVmap, TestBackend, Vmap};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::transform::micro::PlainVmap;
+/// use burn_vmap::{micro_vmap, Vmap};
 /// type B = Vmap<TestBackend>;
 /// let xs = Tensor::<B, 2>::from_floats([[1.0], [2.0], [3.0], [4.0]], &Default::default());
 /// let ys: Tensor<B, 2> = micro_vmap(|x: Tensor<B, 1>| x.clone() * x).vmap_fn(PlainVmap).call(xs).unwrap();
@@ -50,7 +52,8 @@ impl VmapFn for PlainVmap {
 ///
 /// ```
 /// use burn::tensor::{Distribution, Tensor};
-/// use burn_vmap::{micro_vmap, Randomness, TestBackend, Vmap};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::{micro_vmap, Randomness, Vmap};
 /// type B = Vmap<TestBackend>;
 /// let xs = Tensor::<B, 2>::zeros([4, 3], &Default::default());
 /// let noisy: Tensor<B, 2> = micro_vmap(|x: Tensor<B, 1>| x.clone() + x.random_like(Distribution::Default))
@@ -72,12 +75,15 @@ impl VmapFn for Randomness {
     }
 }
 
-/// powerpax's [`chunked_vmap`](crate::chunked_vmap) as a [`VmapFn`]: each microbatch is itself
+/// powerpax's [`chunked_vmap`](crate::transform::chunked_vmap) as a [`VmapFn`]: each microbatch is itself
 /// run at most `chunk_size` examples at a time.
 ///
 /// ```
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{micro_vmap, ChunkedVmapFn, Sum, TestBackend, Vmap};
+/// use burn_vmap::accumulate::Sum;
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::transform::micro::ChunkedVmapFn;
+/// use burn_vmap::{micro_vmap, Vmap};
 /// type B = Vmap<TestBackend>;
 /// let xs = Tensor::<B, 2>::ones([8, 3], &Default::default());
 /// let total: Tensor<B, 1> = micro_vmap(|x: Tensor<B, 1>| x * 2.0)
@@ -99,7 +105,7 @@ impl ChunkedVmapFn {
     /// # Errors
     /// [`VmapError::ChunkSizeNotPositive`] when `chunk_size <= 0`.
     pub fn new(chunk_size: isize) -> Result<Self, VmapError> {
-        crate::chunked_vmap((), chunk_size)?;
+        crate::transform::chunked_vmap((), chunk_size)?;
         Ok(Self { chunk_size })
     }
 }
@@ -108,7 +114,7 @@ impl VmapFn for ChunkedVmapFn {
     transform_call! {
         vectorized;
         fn apply<F>(&self, f: &F, in_axes: &Axes, inputs: I) -> Result<O, VmapError> {
-            crate::chunked_vmap(|a: A| f(a), self.chunk_size)?
+            crate::transform::chunked_vmap(|a: A| f(a), self.chunk_size)?
                 .in_axes(in_axes.clone())
                 .call(inputs)
         }

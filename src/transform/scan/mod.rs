@@ -54,7 +54,8 @@ use sliced::SliceSpec;
 /// # Example
 /// ```
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{scan, TestBackend};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::transform::scan;
 /// type B = TestBackend;
 /// let device = Default::default();
 ///

@@ -60,7 +60,8 @@ pub(super) fn slice_indices(n: usize, s: SliceSpec) -> Result<Vec<usize>, VmapEr
 /// # Example
 /// ```
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{sliced_scan, TestBackend};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::transform::sliced_scan;
 /// type B = TestBackend;
 /// let device = Default::default();
 ///

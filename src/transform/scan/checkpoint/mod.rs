@@ -33,7 +33,7 @@ use crate::VmapError;
 /// The transform's name in errors.
 const NAME: &str = "checkpoint_chunked_scan";
 
-/// A [`scan`](super::super::scan) whose backward pass recomputes each chunk of `chunk_size` steps instead of keeping
+/// A [`scan`](fn@super::super::scan) whose backward pass recomputes each chunk of `chunk_size` steps instead of keeping
 /// every step's intermediates: powerpax's `checkpoint_chunked_scan`.
 ///
 /// ```text
@@ -49,7 +49,7 @@ const NAME: &str = "checkpoint_chunked_scan";
 ///     cotangents of its carry and ys into its input carry and its xs rows; drop that graph
 /// ```
 ///
-/// Values and gradients equal those of [`scan`](super::super::scan) under `Autodiff<_>`; only the memory held
+/// Values and gradients equal those of [`scan`](fn@super::super::scan) under `Autodiff<_>`; only the memory held
 /// between the forward and the backward pass changes: about `n / chunk_size` carries (plus
 /// `xs` and `ys`) instead of every step's intermediates, for one extra forward pass. Gradients
 /// flow to `init`, to `xs` and through the returned carry and outputs. `chunk_size(None)` (the
@@ -86,7 +86,8 @@ const NAME: &str = "checkpoint_chunked_scan";
 /// ```
 /// use burn::backend::Autodiff;
 /// use burn::tensor::Tensor;
-/// use burn_vmap::{checkpoint_chunked_scan, scan, TestBackend};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::transform::{checkpoint_chunked_scan, scan};
 /// type B = Autodiff<TestBackend>;
 /// let device = Default::default();
 ///
@@ -107,7 +108,7 @@ const NAME: &str = "checkpoint_chunked_scan";
 /// ```
 ///
 /// # Errors
-/// As [`scan`](super::super::scan), and
+/// As [`scan`](fn@super::super::scan), and
 /// - [`VmapError::ChunkSizeNotPositive`]: `chunk_size(Some(k))` with `k <= 0`;
 /// - [`VmapError::CapturedTrackedTensor`]: `f` captures a tensor that requires gradients.
 ///

@@ -1,0 +1,20 @@
+//! The names most programs use: the crate root's, and every transform function.
+//!
+//! ```
+//! use burn::tensor::Tensor;
+//! use burn_vmap::prelude::*;
+//! use burn_vmap::testing::TestBackend;
+//! type B = Vmap<TestBackend>;
+//! let xs = Tensor::<B, 2>::ones([6, 2], &Default::default());
+//! let ys: Tensor<B, 2> = chunked_vmap(|x: Tensor<B, 1>| x * 2.0, 4).unwrap().call(xs).unwrap();
+//! assert_eq!(ys.dims(), [6, 2]);
+//! ```
+
+pub use crate::transform::{
+    auto_vmap, checkpoint_chunked_scan, chunked_vmap, custom_vmap, scan, sequential_vmap,
+    sliced_scan,
+};
+pub use crate::{
+    clip_by_global_norm, global_norm, micro_grad, micro_grad_module, micro_vmap, per_example_grads,
+    vmap, BatchOps, MicroAux, ParamGrads, Randomness, Static, Tree, Vmap, VmapError,
+};
