@@ -28,22 +28,9 @@ macro_rules! level_methods {
     };
 }
 
-/// The level moves of one tensor kind, as a backend implements them: by the rules of
-/// `rules/batch.rs` (`Vmap<B>`), or forwarded to the inner backend (`Autodiff<B>`, for the
-/// kinds that carry no gradient).
-macro_rules! level_ops {
-    (rules $prim:ident, $kind:ty; $batch:ident, $unbatch:ident, $dims:ident) => {
-        fn $batch(tensor: $prim<Self>, axis: usize, level: Level) -> $prim<Self> {
-            $crate::rules::batch::batch::<B, $kind>(tensor, axis, level)
-        }
-        fn $unbatch(tensor: $prim<Self>, level: Level, size: usize, axis: usize) -> $prim<Self> {
-            $crate::rules::batch::unbatch::<B, $kind>(tensor, level, size, axis)
-        }
-        fn $dims(tensor: &$prim<Self>) -> BatchDims {
-            tensor.bdims.clone()
-        }
-    };
-    (forward $prim:ident; $batch:ident, $unbatch:ident, $dims:ident) => {
+/// The level moves of a kind that carries no gradient, on `Autodiff<B>`: forwarded to `B`.
+macro_rules! forward_level_ops {
+    ($prim:ident; $batch:ident, $unbatch:ident, $dims:ident) => {
         fn $batch(tensor: $prim<Self>, axis: usize, level: Level) -> $prim<Self> {
             B::$batch(tensor, axis, level)
         }
@@ -55,7 +42,6 @@ macro_rules! level_ops {
         }
     };
 }
-pub(crate) use level_ops;
 
 /// A backend whose tensors can be batched at a vmap level: [`Vmap<B>`](crate::Vmap) and `Autodiff<B>` over
 /// such a backend. The transforms of this crate work on any `BatchOps` backend.
@@ -197,6 +183,6 @@ impl<B: BatchOps, C: CheckpointStrategy> BatchOps for Autodiff<B, C> {
     fn float_batch_dims(tensor: &FloatTensor<Self>) -> BatchDims {
         B::float_batch_dims(&tensor.primitive)
     }
-    level_ops!(forward IntTensor; int_batch, int_unbatch, int_batch_dims);
-    level_ops!(forward BoolTensor; bool_batch, bool_unbatch, bool_batch_dims);
+    forward_level_ops!(IntTensor; int_batch, int_unbatch, int_batch_dims);
+    forward_level_ops!(BoolTensor; bool_batch, bool_unbatch, bool_batch_dims);
 }

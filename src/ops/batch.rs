@@ -4,11 +4,26 @@
 use burn_backend::backend::Backend;
 use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
 
-use crate::batching::{level_ops, BatchOps};
+use crate::batching::BatchOps;
 use crate::level::Level;
 use crate::rules;
 use crate::tensor::BatchDims;
 use crate::Vmap;
+
+/// The level moves of one kind by the rules of `rules/batch.rs`.
+macro_rules! level_ops {
+    ($prim:ident, $kind:ty; $batch:ident, $unbatch:ident, $dims:ident) => {
+        fn $batch(tensor: $prim<Self>, axis: usize, level: Level) -> $prim<Self> {
+            rules::batch::batch::<B, $kind>(tensor, axis, level)
+        }
+        fn $unbatch(tensor: $prim<Self>, level: Level, size: usize, axis: usize) -> $prim<Self> {
+            rules::batch::unbatch::<B, $kind>(tensor, level, size, axis)
+        }
+        fn $dims(tensor: &$prim<Self>) -> BatchDims {
+            tensor.bdims.clone()
+        }
+    };
+}
 
 impl<B: Backend> BatchOps for Vmap<B> {
     fn float_batch(tensor: FloatTensor<Self>, axis: usize, level: Level) -> FloatTensor<Self> {
@@ -29,6 +44,6 @@ impl<B: Backend> BatchOps for Vmap<B> {
     fn float_materialize(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         tensor.map(|t| t)
     }
-    level_ops!(rules IntTensor, Int; int_batch, int_unbatch, int_batch_dims);
-    level_ops!(rules BoolTensor, Bool; bool_batch, bool_unbatch, bool_batch_dims);
+    level_ops!(IntTensor, Int; int_batch, int_unbatch, int_batch_dims);
+    level_ops!(BoolTensor, Bool; bool_batch, bool_unbatch, bool_batch_dims);
 }
