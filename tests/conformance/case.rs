@@ -222,7 +222,7 @@ impl Case {
 pub(crate) fn vectors_dir() -> PathBuf {
     std::env::var_os("BURN_VMAP_VECTORS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/vectors")))
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors")))
 }
 
 /// Every `*.json` of `dir`, sorted by file name: `(name, parsed case or parse error)`.

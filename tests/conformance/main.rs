@@ -1,7 +1,8 @@
-//! Conformance runner over the reference vectors (`../shared/vectors`, see `FORMAT.md` there).
+//! Conformance runner over the reference vectors (`tests/vectors/`, see `FORMAT.md` and
+//! `PROVENANCE.md` there).
 //!
 //! Every `*.json` case of the directory named by `BURN_VMAP_VECTORS` (default
-//! `<crate>/../shared/vectors`) is parsed into a [`Case`], its `program` id is mapped to a Rust
+//! `<crate>/tests/vectors`) is parsed into a [`Case`], its `program` id is mapped to a Rust
 //! function (section "programs"), the transform named by `api` is applied with `params`
 //! (section "apis"), and every key of `expected` is compared within the case's tolerance
 //! (section "comparison"). One line is printed per case:
