@@ -37,7 +37,7 @@ use burn::tensor::{Distribution, Int, Tensor, TensorPrimitive};
 use burn_vmap::accumulate::{Concat, Mean};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::{
-    clip_by_global_norm, micro_grad_module, per_example_grads, BatchOps, MicroAux, ParamGrads,
+    clip_by_global_norm, micro_grad_module, per_example_grads, BatchOps, ParamGrads,
     Tree, Vmap,
 };
 use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode};
@@ -115,8 +115,6 @@ fn peak() -> usize {
 // -------------------------------------------------------------------------------------------------
 
 type I = Vmap<TestBackend>;
-/// Mean gradient and mean squared gradient.
-type Moments = (ParamGrads<I>, ParamGrads<I>);
 type AD = Autodiff<I>;
 type AB = Autodiff<TestBackend>;
 
@@ -218,26 +216,25 @@ fn square(g: ParamGrads<I>) -> ParamGrads<I> {
 /// optimized away).
 fn micro_step(work: Work, model: &Mlp<AD>, args: &Args, microbatch: Option<usize>) -> usize {
     let args = (args.0.clone(), args.1.clone());
-    let step = micro_grad_module(model, loss_fn).microbatch_size(microbatch);
+    let step = micro_grad_module(loss_fn).microbatch_size(microbatch);
     let n = match work {
         Work::PerExample => {
-            let (g, _): (ParamGrads<I>, MicroAux<I, (), ()>) =
-                step.accumulator(Concat).call(args).unwrap();
+            let (g, _) = step.accumulator(Concat).call(model, args).unwrap();
             count(&g)
         }
         Work::ClipMean => {
-            let (g, _): (ParamGrads<I>, MicroAux<I, (), ()>) = step
+            let (g, _) = step
                 .accumulator(Mean)
-                .transform_fn(|g: ParamGrads<I>| clip_by_global_norm(g, CLIP_NORM))
-                .call(args)
+                .transform_fn(|g| clip_by_global_norm(g, CLIP_NORM))
+                .call(model, args)
                 .unwrap();
             count(&g)
         }
         Work::MomentsMean => {
-            let ((g, g2), _): (Moments, MicroAux<I, (), ()>) = step
+            let ((g, g2), _) = step
                 .accumulator(Mean)
                 .transform_fn(|g: ParamGrads<I>| (g.clone(), square(g)))
-                .call(args)
+                .call(model, args)
                 .unwrap();
             count(&g) + count(&g2)
         }

@@ -31,9 +31,9 @@ use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor};
 use burn_vmap::testing::TestBackend;
-use burn_vmap::{clip_by_global_norm, micro_grad_module, MicroAux, ParamGrads, Vmap, VmapError};
+use burn_vmap::{clip_by_global_norm, micro_grad_module, ParamGrads, Vmap, VmapError};
 
-use common::{epoch_batches, map_flat, progress, Dataset, Mlp, SplitMix64};
+use common::{epoch_batches, progress, Dataset, Mlp, SplitMix64};
 
 type I = Vmap<TestBackend>;
 type AD = Autodiff<I>;
@@ -92,17 +92,15 @@ pub fn dp_gradients(
     let batch_size = x.dims()[0];
     // Per-example gradients (one vectorized backward pass per microbatch), each clipped to
     // norm C, then SUMMED: `Sum` is micro_grad's default accumulator.
-    let (clipped_sum, _): (ParamGrads<I>, MicroAux<I, (), ()>) = micro_grad_module(
-        model,
-        |m: &Mlp<AD>, (x, y): (Tensor<AD, 2>, Tensor<AD, 1, Int>)| m.loss(x, y),
-    )
-    .microbatch_size(dp.microbatch)
-    .transform_fn(|g: ParamGrads<I>| clip_by_global_norm(g, dp.clip))
-    .call((x, y))?;
+    let (clipped_sum, _) =
+        micro_grad_module(|m: &Mlp<AD>, (x, y): (Tensor<AD, 2>, Tensor<AD, 1, Int>)| m.loss(x, y))
+            .microbatch_size(dp.microbatch)
+            .transform_fn(|g| clip_by_global_norm(g, dp.clip))
+            .call(model, (x, y))?;
     // Noise on the SUM, whose sensitivity to one example is C, THEN divide by the batch size.
     // (Adding σ·C noise to the MEAN, whose sensitivity is C / B, would add B times too little
     // noise: a known privacy bug.)
-    Ok(map_flat(clipped_sum, |sum| {
+    Ok(clipped_sum.map_flat(|sum| {
         let noise = Tensor::random(
             sum.shape(),
             Distribution::Normal(0.0, dp.sigma * dp.clip),

@@ -42,10 +42,10 @@ use burn::tensor::{Int, Tensor, TensorMetadata, TensorPrimitive};
 use burn_vmap::accumulate::Mean;
 use burn_vmap::testing::TestBackend;
 use burn_vmap::VmapError;
-use burn_vmap::{global_norm, micro_grad_module, MicroAux, ParamGrads, Vmap};
+use burn_vmap::{global_norm, micro_grad_module, ParamGrads, Vmap};
 use plotters::prelude::*;
 
-use common::{epoch_batches, flat_params, map_flat, progress, to_vec, Mlp, SplitMix64};
+use common::{epoch_batches, flat_params, progress, to_vec, Mlp, SplitMix64};
 
 type I = Vmap<TestBackend>;
 type AD = Autodiff<I>;
@@ -73,7 +73,6 @@ pub struct Moments {
 }
 
 /// The batch means of `(g, g², sign g)`.
-type MeanOf3 = (ParamGrads<I>, ParamGrads<I>, ParamGrads<I>);
 
 /// The layer of a parameter path: `layers.0.weight` -> `layers.0`.
 fn layer_of(path: &str) -> &str {
@@ -121,23 +120,20 @@ pub fn moments(
     x: Tensor<AD, 2>,
     y: Tensor<AD, 1, Int>,
 ) -> Result<Moments, VmapError> {
-    let ((mean, mean_sq, mean_sign), aux): (MeanOf3, MicroAux<I, Vec<Tensor<I, 2>>, ()>) =
-        micro_grad_module(
-            model,
-            |m: &Mlp<AD>, (x, y): (Tensor<AD, 2>, Tensor<AD, 1, Int>)| m.loss(x, y),
-        )
-        .accumulator(Mean)
-        // Written for ONE example's gradient g; run vectorized, then averaged over the batch.
-        .transform_fn(|g: ParamGrads<I>| {
-            (
-                g.clone(),
-                map_flat(g.clone(), |t| t.clone() * t),
-                map_flat(g, |t| t.sign()),
-            )
-        })
-        // On the raw per-example gradient: its norm per layer and in total.
-        .metrics_fn(layer_norms)
-        .call((x, y))?;
+    let ((mean, mean_sq, mean_sign), aux) =
+        micro_grad_module(|m: &Mlp<AD>, (x, y): (Tensor<AD, 2>, Tensor<AD, 1, Int>)| m.loss(x, y))
+            .accumulator(Mean)
+            // Written for ONE example's gradient g; run vectorized, then averaged over the batch.
+            .transform_fn(|g: ParamGrads<I>| {
+                (
+                    g.clone(),
+                    g.clone().map_flat(|t| t.clone() * t),
+                    g.map_flat(|t| t.sign()),
+                )
+            })
+            // On the raw per-example gradient: its norm per layer and in total.
+            .metrics_fn(layer_norms)
+            .call(model, (x, y))?;
     let paths: Vec<String> = mean.paths().map(str::to_string).collect();
     let layers = layer_groups(&paths).into_iter().map(|(l, _)| l).collect();
     let norms = aux

@@ -15,16 +15,20 @@ pub enum VmapError {
         /// `(argument path, size of its mapped axis)` for every mapped argument.
         arguments: Vec<(String, usize)>,
     },
-    /// A mapped axis is outside the argument's rank.
-    #[error("vmap: {argument}: axis {axis} is out of range for a tensor of rank {rank} (shape {shape:?})")]
+    /// A mapped axis is outside the argument's rank (`in_axes`) or the result's (`out_axes`).
+    #[error("{}", fmt_axis(.spec, .argument, *.axis, *.rank, .shape))]
     AxisOutOfRange {
+        /// The specification the axis comes from: `in_axes` or `out_axes`.
+        spec: &'static str,
         /// The argument (or output) path.
         argument: String,
         /// The axis as given (may be negative).
         axis: isize,
-        /// The tensor's rank.
+        /// The rank the axis indexes: the argument's (`in_axes`), or the batched result's, one
+        /// more than the function's output (`out_axes`).
         rank: usize,
-        /// The tensor's shape.
+        /// The argument's shape (`in_axes`), or the function's output shape for one example
+        /// (`out_axes`).
         shape: Vec<usize>,
     },
     /// No argument is mapped.
@@ -157,14 +161,17 @@ pub enum VmapError {
     /// A random op ran inside a `vmap` whose [`Randomness`](crate::Randomness) mode is `Error`
     /// (the default).
     #[error(
-        "vmap: {op}: random numbers inside vmap (batch size {size}) need a choice: \
-             `vmap(f).randomness(Randomness::Different)` gives every example its own draw (as a \
-             loop over the examples would), `Randomness::Same` shares one draw across the batch; \
-             the default, `Randomness::Error`, refuses to guess. If the draw comes from a Burn \
-             module parameter that is initialized lazily on first use, initialize the model \
-             outside vmap first (run it once, or read each parameter with `param.val()`)"
+        "{transform}: {op}: random numbers inside the vectorized function (batch size {size}) \
+             need a choice: `{transform}(f).randomness(Randomness::Different)` gives every \
+             example its own draw (as a loop over the examples would; dropout), \
+             `Randomness::Same` shares one draw across the batch; the default, \
+             `Randomness::Error`, refuses to guess. If the draw comes from a Burn module \
+             parameter that is initialized lazily on first use, initialize the model outside \
+             the transform first (`burn_vmap::transform::grad::init_params(&model)`)"
     )]
     Randomness {
+        /// The transform whose `.randomness(..)` setting applies (`vmap`, `micro_grad`, ...).
+        transform: &'static str,
         /// The random op (`float_random`, `int_random`).
         op: String,
         /// The size of the vmap level that refused the draw.
@@ -182,6 +189,23 @@ pub enum VmapError {
         path: String,
         /// The finished level's number.
         level: u64,
+    },
+    /// The module holds a layer whose training-mode forward pass mixes the examples of a batch
+    /// (Burn's `BatchNorm`): per-example gradients through it are not defined, and running it
+    /// under vmap would overwrite its running statistics with batched tensors. Refused before
+    /// anything runs; the module is left as it was.
+    #[error("{transform}: the module at `{path}` is a {layer}, which in training mode mixes the \
+             examples of a batch (it normalizes with the batch's statistics and updates its \
+             running statistics from them), so per-example gradients through it are not defined; \
+             replace it with GroupNorm or LayerNorm (Burn's `GroupNorm`, `LayerNorm`), or \
+             compute per-example quantities with the model in eval mode (`model.valid()`)")]
+    MixesExamples {
+        /// The transform refusing the module.
+        transform: &'static str,
+        /// The layer's path in the module (`""` for the module itself).
+        path: String,
+        /// The layer's type (`BatchNorm`).
+        layer: &'static str,
     },
     /// A chunk size that is zero or negative (`chunked_vmap`, `checkpoint_chunked_scan`).
     #[error("{transform}: chunk_size must be positive, got chunk_size = {chunk_size}")]
@@ -279,4 +303,41 @@ fn fmt_leading(args: &[(String, usize)]) -> String {
         .map(|(a, s)| format!("{a} has leading size {s}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+impl VmapError {
+    /// The error as raised by the user-facing transform `transform` (built on others): a
+    /// randomness refusal names the transform whose setting the user changes.
+    pub(crate) fn in_transform(self, transform: &'static str) -> Self {
+        match self {
+            VmapError::Randomness { op, size, .. } => VmapError::Randomness {
+                transform,
+                op,
+                size,
+            },
+            other => other,
+        }
+    }
+}
+
+/// The text of [`VmapError::AxisOutOfRange`].
+fn fmt_axis(spec: &str, argument: &str, axis: isize, rank: usize, shape: &[usize]) -> String {
+    let valid = if rank == 0 {
+        "there is no axis to map".to_string()
+    } else {
+        format!("valid axes are {} to {}", -(rank as isize), rank - 1)
+    };
+    if spec == "out_axes" {
+        format!(
+            "vmap: out_axes: {argument}: axis {axis} is out of range: the function returns a \
+             tensor of rank {} (shape {shape:?}) for one example, so the batched result has rank \
+             {rank}; {valid}",
+            rank.saturating_sub(1)
+        )
+    } else {
+        format!(
+            "vmap: {spec}: {argument}: axis {axis} is out of range for a tensor of rank {rank} \
+             (shape {shape:?}); {valid}"
+        )
+    }
 }

@@ -61,7 +61,7 @@ impl Level {
 /// let noisy = |x: Tensor<B, 1>| x.clone() + x.random_like(Distribution::Default);
 ///
 /// // Default: random numbers inside vmap are an error that explains the choice.
-/// let err = vmap(noisy).call::<B, B, _, _, _, Tensor<B, 2>>(xs.clone()).unwrap_err();
+/// let err = vmap(noisy).call(xs.clone()).unwrap_err();
 /// assert!(matches!(err, VmapError::Randomness { .. }));
 ///
 /// // Different: one independent draw per example.

@@ -648,7 +648,7 @@ fn should_report_derived_paths_in_vmap_errors() {
         bias: data([5, 3], 1.0),
     };
     let err = vmap(|l: Linear<V>| l.bias)
-        .call::<V, V, _, _, _, Tensor<V, 2>>(params)
+        .call_as::<V, V, _, _, _, Tensor<V, 2>>(params)
         .unwrap_err();
     assert_eq!(
         err,
@@ -662,7 +662,7 @@ fn should_report_derived_paths_in_vmap_errors() {
         bias: data([4, 3], 1.0),
     };
     let err = vmap(|l: BatchedLinear<V>| l.bias)
-        .call::<V, V, _, _, _, Tensor<V, 3>>(params)
+        .call_as::<V, V, _, _, _, Tensor<V, 3>>(params)
         .unwrap_err();
     assert!(
         matches!(&err, VmapError::LeafMismatch { path, expected_rank: 3, got_rank: 2, .. } if path == "args.weight"),
@@ -701,7 +701,7 @@ fn should_accumulate_a_derived_output_with_a_derived_accumulator_spec() {
             per_example: Concat,
             sum: Sum,
         })
-        .call::<V, V, _, _, _, Stats<Tensor<V, 2>, Tensor<V, 1>>>(data::<V, 2>([2, 3], 0.0))
+        .call_as::<V, V, _, _, _, Stats<Tensor<V, 2>, Tensor<V, 1>>>(data::<V, 2>([2, 3], 0.0))
         .map(|_| ())
         .unwrap_err();
     assert!(
@@ -1070,7 +1070,7 @@ fn should_clip_per_example_global_norms_under_vmap() {
             bias: data::<V, 2>([n, 1], 3.0) * 0.1,
         },
     };
-    let clipped: BatchedMlp<V> = vmap(clip).call(grads.clone()).unwrap();
+    let clipped: BatchedMlp<V> = vmap(clip).call_as(grads.clone()).unwrap();
 
     let leaves = |m: BatchedMlp<V>| {
         [

@@ -145,7 +145,7 @@ fn should_accept_a_spec_of_erased_accumulators() {
     let (m, c): (Tensor<I, 1>, Tensor<I, 2>) = micro_vmap(|v: Tensor<I, 1>| (v.clone(), v))
         .microbatch_size(2)
         .accumulator(spec)
-        .call(xs.clone())
+        .call_as(xs.clone())
         .unwrap();
     close(m.unsqueeze(), xs.clone().mean_dim(0));
     close(c, xs);
@@ -185,7 +185,7 @@ fn should_run_a_custom_accumulator() {
         let got: Tensor<I, 1> = micro_vmap(f)
             .microbatch_size(m)
             .accumulator(Custom(Max))
-            .call(xs.clone())
+            .call_as(xs.clone())
             .unwrap();
         close(got.unsqueeze(), looped(&xs).max_dim(0));
     }
@@ -225,7 +225,7 @@ fn should_report_a_custom_accumulator_with_the_wrong_rows() {
     let e = micro_vmap(f)
         .microbatch_size(2)
         .accumulator(Custom(Broken))
-        .call::<I, I, _, _, _, Tensor<I, 1>>(xs)
+        .call_as::<I, I, _, _, _, Tensor<I, 1>>(xs)
         .unwrap_err();
     assert!(
         matches!(&e, VmapError::AccumulatorRows { accumulator, expected: 1, got: 2, .. } if accumulator == "broken"),
@@ -255,7 +255,7 @@ fn should_keep_int_dtypes_and_promote_means() {
     let m: Tensor<I, 1> = micro_vmap(sq)
         .microbatch_size(2)
         .accumulator(Mean)
-        .call(xs)
+        .call_as(xs)
         .unwrap();
     assert_eq!(m.into_data().to_vec::<f32>().unwrap(), vec![7.5]);
 }
@@ -334,7 +334,7 @@ fn should_return_typed_errors() {
     let xs = Tensor::<I, 2>::ones([6, 3], &dev());
     let e = micro_vmap(f)
         .microbatch_size(4)
-        .call::<I, I, _, _, _, Tensor<I, 2>>(xs.clone())
+        .call_as::<I, I, _, _, _, Tensor<I, 2>>(xs.clone())
         .unwrap_err();
     assert_eq!(
         e,
@@ -347,7 +347,7 @@ fn should_return_typed_errors() {
 
     let e = micro_vmap(f)
         .microbatch_size(0)
-        .call::<I, I, _, _, _, Tensor<I, 2>>(xs.clone())
+        .call_as::<I, I, _, _, _, Tensor<I, 2>>(xs.clone())
         .unwrap_err();
     assert!(matches!(
         e,
@@ -360,7 +360,7 @@ fn should_return_typed_errors() {
     let e = micro_vmap(f)
         .microbatch_size(3)
         .num_real_microbatches(Some(3))
-        .call::<I, I, _, _, _, Tensor<I, 2>>(xs.clone())
+        .call_as::<I, I, _, _, _, Tensor<I, 2>>(xs.clone())
         .unwrap_err();
     assert_eq!(
         e,
@@ -378,7 +378,7 @@ fn should_return_typed_errors() {
 
     let e = micro_vmap(|(a, b): (Tensor<I, 1>, Tensor<I, 1>)| a + b)
         .microbatch_size(2)
-        .call::<I, I, _, _, _, Tensor<I, 2>>((xs.clone(), Tensor::<I, 2>::ones([4, 3], &dev())))
+        .call_as::<I, I, _, _, _, Tensor<I, 2>>((xs.clone(), Tensor::<I, 2>::ones([4, 3], &dev())))
         .unwrap_err();
     assert!(
         matches!(&e, VmapError::InconsistentBatchSizes { arguments } if arguments.len() == 2),
@@ -388,7 +388,7 @@ fn should_return_typed_errors() {
     // An accumulator tree that does not fit the output names the path.
     let e = micro_vmap(f)
         .accumulator((Sum, Sum))
-        .call::<I, I, _, _, _, Tensor<I, 1>>(xs)
+        .call_as::<I, I, _, _, _, Tensor<I, 1>>(xs)
         .unwrap_err();
     assert!(
         matches!(&e, VmapError::TreeMismatch { what, .. } if what == "accumulator"),
@@ -445,7 +445,7 @@ fn should_give_per_example_gradients_of_several_arguments() {
             .batch_argnums([2, 3])
             .microbatch_size(m)
             .accumulator(Concat)
-            .call(args())
+            .call_as(args())
             .unwrap();
         pw.into_data().assert_approx_eq::<f32>(
             &TensorData::new(gw.clone(), [n, 3]),
@@ -519,7 +519,7 @@ fn should_return_micro_grad_errors() {
         )
     };
     let call = |mg: burn_vmap::transform::micro::MicroGrad<_, _>| -> VmapError {
-        mg.call::<AD, _, _, _, Tensor<I, 1>, (), ()>(args())
+        mg.call_as::<AD, _, _, _, Tensor<I, 1>, (), ()>(args())
             .unwrap_err()
     };
     let e = call(micro_grad(linreg).batch_argnums([2, 3]).microbatch_size(4));
@@ -553,7 +553,7 @@ fn should_return_micro_grad_errors() {
         x.matmul(w.unsqueeze_dim::<2>(1).unsqueeze::<3>())
             .reshape([-1])
     })
-    .call::<AD, _, _, _, Tensor<I, 1>, (), ()>((
+    .call_as::<AD, _, _, _, Tensor<I, 1>, (), ()>((
         Tensor::<AD, 1>::zeros([3], &dev()),
         Tensor::<AD, 3>::ones([n, 2, 3], &dev()),
     ))
@@ -565,7 +565,7 @@ fn should_return_micro_grad_errors() {
 
     // An int argument cannot be differentiated.
     let e = micro_grad(|(_w, x): (Tensor<AD, 1, Int>, Tensor<AD, 1>)| x.sum())
-        .call::<AD, _, _, _, Tensor<I, 1, Int>, (), ()>((
+        .call_as::<AD, _, _, _, Tensor<I, 1, Int>, (), ()>((
             Tensor::<AD, 1, Int>::zeros([3], &dev()),
             Tensor::<AD, 2>::ones([n, 3], &dev()),
         ))
@@ -602,14 +602,14 @@ fn should_give_module_gradients_equal_to_the_loop() {
     let loss = |m: &Net<AD>, (x, y): (Tensor<AD, 2>, Tensor<AD, 2>)| {
         (m.forward(x) - y).powi_scalar(2).mean()
     };
-    let (per, _): (ParamGrads<I>, MicroAux<I, (), ()>) = micro_grad_module(&net, loss)
+    let (per, _): (ParamGrads<I>, MicroAux<I, (), ()>) = micro_grad_module(loss)
         .microbatch_size(3)
         .accumulator(Concat)
-        .call((x.clone(), y.clone()))
+        .call(&net, (x.clone(), y.clone()))
         .unwrap();
-    let (sum, _): (ParamGrads<I>, MicroAux<I, (), ()>) = micro_grad_module(&net, loss)
+    let (sum, _): (ParamGrads<I>, MicroAux<I, (), ()>) = micro_grad_module(loss)
         .microbatch_size(2)
-        .call((x.clone(), y.clone()))
+        .call(&net, (x.clone(), y.clone()))
         .unwrap();
     for i in 0..n {
         let xi = x.clone().slice([i..i + 1, 0..4]);

@@ -71,7 +71,7 @@ fn forward_oracle<const D: usize, const DB: usize, const O: usize, const OB: usi
     f: impl Fn(Tensor<AD, D>) -> Tensor<AD, O>,
     what: &str,
 ) {
-    let got: Tensor<AD, OB> = vmap(&f).call(xs.clone()).unwrap();
+    let got: Tensor<AD, OB> = vmap(&f).call_as(xs.clone()).unwrap();
     let want: Vec<Tensor<AD, O>> = (0..xs.dims()[0]).map(|i| f(example(&xs, i))).collect();
     assert_close(
         got.into_data(),
@@ -464,7 +464,7 @@ fn should_refuse_dropout_without_a_randomness_mode() {
         dropout: DropoutConfig::new(0.5).init(),
     });
     let err = vmap(|x: Tensor<AD, 1>| m.dropout.forward(m.fc.forward(x)))
-        .call::<AD, AD, _, _, _, Tensor<AD, 2>>(normal([E, 4]))
+        .call_as::<AD, AD, _, _, _, Tensor<AD, 2>>(normal([E, 4]))
         .unwrap_err();
     assert!(
         matches!(err, VmapError::Randomness { size: E, .. }),
@@ -626,7 +626,7 @@ fn should_use_per_example_batch_norm_statistics_and_report_escaped_running_stats
     // Eval mode on the escaped running statistics: the next vmap reports it.
     let eval = bn_v.valid();
     let err = vmap(|x: Tensor<V, 3>| eval.forward(x))
-        .call::<V, V, _, _, _, Tensor<V, 4>>(xs.clone().inner())
+        .call_as::<V, V, _, _, _, Tensor<V, 4>>(xs.clone().inner())
         .unwrap_err();
     assert!(matches!(err, VmapError::EscapedBatch { .. }), "{err}");
     assert!(err.to_string().contains("BatchNorm"));

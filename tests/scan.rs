@@ -630,7 +630,7 @@ fn should_report_chunked_vmap_errors() {
 
     let g = chunked_vmap(f, 3).unwrap();
     let err = g
-        .call::<V, V, _, _, _, Tensor<V, 1>>((
+        .call_as::<V, V, _, _, _, Tensor<V, 1>>((
             tensor::<V, 2>(1, [10, 3]),
             tensor::<V, 2>(2, [4, 3]),
         ))
@@ -650,7 +650,7 @@ fn should_report_chunked_vmap_errors() {
     let scalar: Tensor<V, 0> = scalar(1.0);
     let err = chunked_vmap(h, 2)
         .unwrap()
-        .call::<V, V, _, _, _, Tensor<V, 1>>((tensor::<V, 2>(3, [4, 3]), scalar))
+        .call_as::<V, V, _, _, _, Tensor<V, 1>>((tensor::<V, 2>(3, [4, 3]), scalar))
         .unwrap_err();
     assert!(matches!(err, VmapError::AxisOutOfRange { .. }), "{err:?}");
     assert!(err.to_string().contains("args[1]"), "{err}");

@@ -166,7 +166,14 @@ pub(crate) fn derive_tree(input: &DeriveInput) -> syn::Result<TokenStream> {
     };
     // `leaves` is unused for a struct without tree fields.
     let allow_unused = quote_spanned!(Span::call_site()=> #[allow(unused_variables)]);
+    let type_maps = if existing.is_none() {
+        type_maps(input, &fields, &leaf_params)
+    } else {
+        TokenStream::new()
+    };
     Ok(quote! {
+        #type_maps
+
         #[automatically_derived]
         impl #impl_generics ::burn_vmap::Tree<#backend> for #name #ty_generics #where_clause {
             #allow_unused
@@ -184,4 +191,73 @@ pub(crate) fn derive_tree(input: &DeriveInput) -> syn::Result<TokenStream> {
             }
         }
     })
+}
+
+/// `Lift` and `AccOutput` for a struct whose tree fields are bare type parameters
+/// (`struct Stats<P, T> { per_example: P, total: T }`), so a transform returning it, or
+/// accumulating with it, needs no annotation: `Stats<P, T>` lifts to `Stats<P::Lifted,
+/// T::Lifted>`, and as an accumulator tree maps `Stats<O0, O1>` to `Stats<P::Output,
+/// T::Output>`. Other structs get neither (their callers name results with `call_as`).
+fn type_maps(input: &DeriveInput, fields: &[Field], leaf_params: &[syn::Ident]) -> TokenStream {
+    let name = &input.ident;
+    let bare = |ty: &Type| match ty {
+        Type::Path(p) if p.qself.is_none() => p
+            .path
+            .get_ident()
+            .filter(|id| leaf_params.contains(id))
+            .cloned(),
+        _ => None,
+    };
+    let eligible = input.generics.lifetimes().next().is_none()
+        && input.generics.const_params().next().is_none()
+        && input
+            .generics
+            .type_params()
+            .all(|p| p.bounds.is_empty() && p.default.is_none())
+        && fields.iter().all(|f| match f.mode {
+            Mode::Tree => bare(f.ty).is_some(),
+            _ => !bounds::mentions(f.ty, leaf_params),
+        })
+        && leaf_params
+            .iter()
+            .all(|p| fields.iter().any(|f| f.mode == Mode::Tree && bare(f.ty).as_ref() == Some(p)));
+    if !eligible || leaf_params.is_empty() {
+        return TokenStream::new();
+    }
+    let b = format_ident!("__TreeBackend");
+    let private = quote!(::burn_vmap::tree::__private);
+    let params = leaf_params;
+    let outs: Vec<syn::Ident> = params.iter().map(|p| format_ident!("__Out{}", p)).collect();
+    let where_extra = input
+        .generics
+        .where_clause
+        .as_ref()
+        .map(|w| {
+            let preds = &w.predicates;
+            quote!(#preds,)
+        })
+        .unwrap_or_default();
+    quote! {
+        #[automatically_derived]
+        impl<#b: #private::Backend, #(#params),*> ::burn_vmap::tree::Lift<#b> for #name<#(#params),*>
+        where
+            #where_extra
+            #(#params: ::burn_vmap::tree::Lift<#b>,)*
+            #name<#(<#params as ::burn_vmap::tree::Lift<#b>>::Lifted),*>: ::burn_vmap::Tree<#b>,
+        {
+            type Lifted = #name<#(<#params as ::burn_vmap::tree::Lift<#b>>::Lifted),*>;
+        }
+
+        #[automatically_derived]
+        impl<#b: #private::Backend, #(#params,)* #(#outs),*>
+            ::burn_vmap::accumulate::AccOutput<#b, #name<#(#outs),*>> for #name<#(#params),*>
+        where
+            #where_extra
+            #(#params: ::burn_vmap::accumulate::AccOutput<#b, #outs>,)*
+            #name<#(<#params as ::burn_vmap::accumulate::AccOutput<#b, #outs>>::Output),*>:
+                ::burn_vmap::Tree<#b>,
+        {
+            type Output = #name<#(<#params as ::burn_vmap::accumulate::AccOutput<#b, #outs>>::Output),*>;
+        }
+    }
 }

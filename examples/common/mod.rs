@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::Module;
 use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData, TensorMetadata, TensorPrimitive};
@@ -328,8 +328,8 @@ impl<B: Backend> Mlp<B> {
             act: Relu::new(),
         };
         // Burn initializes parameters lazily, and a clone of a lazy parameter draws its own
-        // values: materialize them now so that clones (one per optimizer) start equal.
-        model.visit(&mut Materialize);
+        // values: initialize them now so that clones (one per optimizer) start equal.
+        burn_vmap::transform::grad::init_params(&model);
         model
     }
 
@@ -361,15 +361,6 @@ impl<B: Backend> Mlp<B> {
     }
 }
 
-/// Reads every float parameter once, which initializes it.
-struct Materialize;
-
-impl<B: Backend> ModuleVisitor<B> for Materialize {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let _ = param.val();
-    }
-}
-
 // -------------------------------------------------------------------------------------------------
 // Gradients as flat vectors
 // -------------------------------------------------------------------------------------------------
@@ -379,19 +370,6 @@ pub fn flatten<B: Backend>(t: TensorPrimitive<B>) -> Tensor<B, 1> {
     let t = t.tensor();
     let n = t.shape().num_elements();
     Tensor::from_primitive(TensorPrimitive::Float(B::float_reshape(t, [n].into())))
-}
-
-/// Applies `f` to every gradient of `grads`, seen as a flat vector (the shape is restored).
-/// Written for one example, it works per example inside a `transform_fn`.
-pub fn map_flat<B: Backend>(
-    grads: ParamGrads<B>,
-    f: impl Fn(Tensor<B, 1>) -> Tensor<B, 1>,
-) -> ParamGrads<B> {
-    grads.map(|_, g| {
-        let shape = g.shape();
-        let t = f(flatten(g)).into_primitive().tensor();
-        TensorPrimitive::Float(B::float_reshape(t, shape))
-    })
 }
 
 /// Every gradient of `grads` as `(path, flat vector)`, in order.

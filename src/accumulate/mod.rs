@@ -47,12 +47,14 @@
 //! type-erased form ([`Acc`]) and what the microbatched loop (`transform::micro`) runs on it.
 
 mod erased;
+mod output;
 
 use burn::tensor::{Element, Tensor};
 use burn_backend::backend::Backend;
 use burn_backend::tensor::Ordered;
 
 pub use erased::Acc;
+pub use output::AccOutput;
 pub(crate) use erased::{accumulator_spec, from_flat, to_flat, Flat};
 
 /// Where an accumulator runs: the sizes of the microbatching.
@@ -108,10 +110,11 @@ impl<B: Backend, K: Ordered<B, Elem: Element>> AccKind<B> for K {}
 ///
 /// type B = Vmap<TestBackend>;
 /// let xs = Tensor::<B, 2>::from_floats([[3.0], [-1.0], [7.0], [2.0]], &Default::default());
+/// // A custom accumulator's result type is named (`call_as`): it cannot follow from the types.
 /// let m: Tensor<B, 1> = micro_vmap(|x: Tensor<B, 1>| x * 2.0)
 ///     .microbatch_size(2)
 ///     .accumulator(Custom(Max))
-///     .call(xs)
+///     .call_as(xs)
 ///     .unwrap();
 /// assert_eq!(m.into_data().to_vec::<f32>().unwrap(), vec![14.0]);
 /// ```
@@ -196,7 +199,8 @@ pub struct Sum;
 
 /// Averages over the batch (optax's `MEAN`). With microbatching, the sum of the microbatch means
 /// is divided by the TOTAL number of microbatches, even when fewer are run
-/// (`num_real_microbatches`). Int outputs are averaged as floats.
+/// (`num_real_microbatches`). Int outputs are averaged as floats. The mean of an empty batch is
+/// NaN (0 / 0, as `jnp.mean`); [`Sum`] gives zeros and [`Concat`] an empty batch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Mean;
 

@@ -67,6 +67,7 @@ pub(crate) use axes_setters;
 /// # Errors
 /// [`VmapError::AxisOutOfRange`] naming `argument` (its path) and its `shape`.
 pub(crate) fn normalize_axis(
+    spec: &'static str,
     axis: isize,
     rank: usize,
     argument: &str,
@@ -75,6 +76,7 @@ pub(crate) fn normalize_axis(
     let a = if axis < 0 { axis + rank as isize } else { axis };
     if a < 0 || a as usize >= rank {
         return Err(VmapError::AxisOutOfRange {
+            spec,
             argument: argument.into(),
             axis,
             rank,
@@ -113,7 +115,7 @@ pub(crate) fn map_inputs<B: Backend, I: Tree<B>>(
         match axis {
             Some(a) => {
                 let shape = leaf.shape();
-                let a = normalize_axis(a, shape.num_dims(), path, &shape)?;
+                let a = normalize_axis("in_axes", a, shape.num_dims(), path, &shape)?;
                 sizes.push((path.clone(), shape[a]));
                 axes.push(Some(a));
             }

@@ -5,7 +5,7 @@ use crate::transform::columns;
 use crate::transform::transform_call;
 use crate::transform::vmap::vmap;
 use crate::tree::{rows, Leaf, TreeDef};
-use crate::VmapError;
+use crate::{Randomness, VmapError};
 
 /// Vectorizes `f` like [`vmap`], but over at most `chunk_size` examples at once: powerpax's
 /// `chunked_vmap`.
@@ -59,6 +59,7 @@ pub fn chunked_vmap<F>(f: F, chunk_size: isize) -> Result<ChunkedVmapped<F>, Vma
         f,
         chunk_size: chunk_size as usize,
         axes: AxesOptions::default(),
+        randomness: Randomness::Error,
     })
 }
 
@@ -68,10 +69,18 @@ pub struct ChunkedVmapped<F> {
     f: F,
     chunk_size: usize,
     axes: AxesOptions,
+    randomness: Randomness,
 }
 
 impl<F> ChunkedVmapped<F> {
     axes_setters!();
+
+    /// What random ops inside `f` do, as [`Vmapped::randomness`](crate::transform::vmap::Vmapped::randomness)
+    /// (default [`Randomness::Error`]; with `Different`, every chunk draws its own numbers).
+    pub fn randomness(mut self, randomness: Randomness) -> Self {
+        self.randomness = randomness;
+        self
+    }
 
     /// The chunk size.
     pub fn chunk_size(&self) -> usize {
@@ -79,13 +88,26 @@ impl<F> ChunkedVmapped<F> {
     }
 
     transform_call! {
-        vectorized;
-        /// Applies the chunked vectorized function to `inputs`. Type parameters as in
-        /// [`Vmapped::call`](crate::transform::vmap::Vmapped::call).
+        lifted;
+        /// Applies the chunked vectorized function to `inputs`; the result type follows from
+        /// `f`'s, as [`Vmapped::call`](crate::transform::vmap::Vmapped::call).
         ///
         /// # Errors
         /// See [`chunked_vmap`].
-        pub fn call(&self, inputs: I) -> Result<O, VmapError> {
+        [R: crate::tree::Lift<BO>]
+        pub fn call(&self, inputs: I) -> Result<R::Lifted, VmapError> {
+            self.call_as(inputs)
+        }
+    }
+
+    transform_call! {
+        vectorized;
+        /// As [`call`](ChunkedVmapped::call), with the result type named by the caller, as
+        /// [`Vmapped::call_as`](crate::transform::vmap::Vmapped::call_as).
+        ///
+        /// # Errors
+        /// See [`chunked_vmap`].
+        pub fn call_as(&self, inputs: I) -> Result<O, VmapError> {
             let Mapped {
                 leaves,
                 def,
@@ -94,9 +116,12 @@ impl<F> ChunkedVmapped<F> {
             } = map_inputs(inputs, &self.axes.in_axes)?;
             let vmapped = vmap(&self.f)
                 .in_axes(self.axes.in_axes.clone())
-                .out_axes(self.axes.out_axes.clone());
+                .out_axes(self.axes.out_axes.clone())
+                .randomness(self.randomness);
             if size <= self.chunk_size {
-                return vmapped.call(I::unflatten_named(&def, leaves, "args")?);
+                return vmapped
+                    .call_as(I::unflatten_named(&def, leaves, "args")?)
+                    .map_err(|e| e.in_transform("chunked_vmap"));
             }
 
             let mut outs: Vec<Vec<Leaf<BO>>> = Vec::new();
@@ -112,7 +137,9 @@ impl<F> ChunkedVmapped<F> {
                         None => leaf.clone(),
                     })
                     .collect();
-                let out: O = vmapped.call(I::unflatten_named(&def, chunk, "args")?)?;
+                let out: O = vmapped
+                    .call_as(I::unflatten_named(&def, chunk, "args")?)
+                    .map_err(|e| e.in_transform("chunked_vmap"))?;
                 let (out_leaves, d) = out.flatten();
                 out_def.get_or_insert(d);
                 outs.push(out_leaves);
@@ -129,7 +156,7 @@ impl<F> ChunkedVmapped<F> {
                     None => result.push(col.into_iter().next().expect("one output per chunk")),
                     Some(a) => {
                         let shape = col[0].shape();
-                        let a = normalize_axis(a, shape.num_dims(), &path, &shape)?;
+                        let a = normalize_axis("out_axes", a, shape.num_dims(), &path, &shape)?;
                         result.push(Leaf::cat(col, a));
                     }
                 }

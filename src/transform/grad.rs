@@ -121,6 +121,49 @@ impl<B: Backend> ParamGrads<B> {
         }
     }
 
+    /// Applies `f` to every gradient seen as one flat vector, then restores the gradient's
+    /// shape: the map for elementwise work on a whole gradient tree (adding noise, squaring,
+    /// taking signs), whatever the parameters' ranks.
+    ///
+    /// ```
+    /// use burn::backend::Autodiff;
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::tensor::Tensor;
+    /// use burn_vmap::testing::TestBackend;
+    /// use burn_vmap::{ParamGrads, Vmap};
+    /// type I = Vmap<TestBackend>;
+    /// type AD = Autodiff<I>;
+    /// let device = Default::default();
+    /// let model: Linear<AD> = LinearConfig::new(3, 2).init(&device);
+    /// let loss = model.forward(Tensor::<AD, 2>::ones([1, 3], &device)).sum();
+    /// let grads = ParamGrads::<I>::from_module(&mut loss.backward(), &model);
+    ///
+    /// let doubled = grads.clone().map_flat(|g| g * 2.0);
+    /// let w: Tensor<I, 2> = doubled.get("weight").unwrap();
+    /// assert_eq!(w.dims(), [3, 2]);
+    /// assert_eq!(w.into_data().to_vec::<f32>().unwrap(), vec![2.0; 6]);
+    /// ```
+    ///
+    /// # Panics
+    /// If `f` returns a vector of another length than it was given (a bug in `f`: the map is
+    /// for elementwise functions).
+    pub fn map_flat(self, f: impl Fn(Tensor<B, 1>) -> Tensor<B, 1>) -> Self {
+        self.map(|path, g| {
+            let shape = g.shape();
+            let n = shape.num_elements();
+            let flat = Tensor::<B, 1>::from_primitive(g).reshape([n]);
+            let out = f(flat);
+            assert_eq!(
+                out.dims()[0],
+                n,
+                "ParamGrads::map_flat: the function returned {} values for `{path}`, which has {n}; \
+                 map_flat is for elementwise functions",
+                out.dims()[0]
+            );
+            TensorPrimitive::Float(B::float_reshape(out.into_primitive().tensor(), shape))
+        })
+    }
+
     /// Per-example gradients (leading batch dim) averaged over the batch: the batch gradient of
     /// a mean loss.
     pub fn mean_batch(self) -> Self {
@@ -249,9 +292,87 @@ impl<B: Backend> Tree<B> for ParamGrads<B> {
     }
 }
 
-/// Reads every parameter once, which runs Burn's lazy initialization (its random draw must not
-/// happen inside vmap, where random ops need a `Randomness` choice).
-pub(crate) fn init_params<B: Backend, M: burn::module::Module<B>>(module: &M) {
+/// Makes `module` ready for a per-example transform, or says why it cannot be: every
+/// parameter is read once (Burn initializes parameters lazily, on first use, and that random
+/// draw must not happen inside vmap), and a module that mixes the examples of a batch is refused
+/// before anything runs, so its state is left as it was.
+///
+/// The refused layers are those whose training-mode forward pass computes statistics over the
+/// batch: Burn's `BatchNorm` (on an autodiff backend it normalizes with the batch's mean and
+/// variance and overwrites its running statistics). A per-example gradient through it is not
+/// the gradient of one example, and under vmap its running statistics would become batched
+/// tensors that outlive the call.
+///
+/// # Errors
+/// [`VmapError::MixesExamples`] naming the module's path and the fix.
+pub(crate) fn prepare_module<B: Backend, M: burn::module::Module<B>>(
+    module: &M,
+    transform: &'static str,
+) -> Result<(), VmapError> {
+    let mut check = CheckModule {
+        path: Vec::new(),
+        found: None,
+    };
+    module.visit(&mut check);
+    if let Some((path, layer)) = check.found {
+        return Err(VmapError::MixesExamples {
+            transform,
+            path,
+            layer,
+        });
+    }
+    module.visit(&mut InitParams);
+    Ok(())
+}
+
+/// The layers whose training-mode forward pass mixes the examples of a batch, by the type name
+/// Burn's `#[derive(Module)]` reports for the fields they own (`"Struct:BatchNorm"`).
+const MIXES_EXAMPLES: &[&str] = &["BatchNorm"];
+
+/// Finds the first layer of [`MIXES_EXAMPLES`] and its path (`""` for the module itself).
+struct CheckModule {
+    path: Vec<String>,
+    found: Option<(String, &'static str)>,
+}
+
+impl<B: Backend> ModuleVisitor<B> for CheckModule {
+    fn enter_module(&mut self, name: &str, container_type: &str) {
+        let owner = container_type.strip_prefix("Struct:").unwrap_or("");
+        if self.found.is_none() {
+            if let Some(layer) = MIXES_EXAMPLES.iter().find(|l| **l == owner) {
+                // `name` is a field of the layer: the layer's own path is the enclosing one.
+                self.found = Some((self.path.join("."), layer));
+            }
+        }
+        self.path.push(name.to_string());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+}
+
+/// Initializes every parameter of `module` now: reads each once, which runs Burn's lazy
+/// initialization.
+///
+/// Burn draws a parameter's initial values on first use, and each clone of a parameter that was
+/// never read draws its own: two clones of a fresh model (say, one per optimizer, or a
+/// baseline and a DP run) start from different weights. Call this once after `init` to fix the
+/// weights. The transforms that take a module ([`per_example_grads`],
+/// [`micro_grad_module`](crate::micro_grad_module)) call it themselves (a draw inside vmap would
+/// need a [`Randomness`](crate::Randomness) choice).
+///
+/// ```
+/// use burn::module::Module;
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::transform::grad::init_params;
+/// let model: Linear<TestBackend> = LinearConfig::new(3, 2).init(&Default::default());
+/// init_params(&model);
+/// let (a, b) = (model.clone(), model);
+/// assert_eq!(a.weight.val().into_data(), b.weight.val().into_data());
+/// ```
+pub fn init_params<B: Backend, M: burn::module::Module<B>>(module: &M) {
     module.visit(&mut InitParams);
 }
 
@@ -292,7 +413,9 @@ impl<B: Backend> ModuleVisitor<B> for InitParams {
 /// ```
 ///
 /// # Errors
-/// As [`vmap`]: inconsistent batch sizes, or inputs whose ranks do not fit `loss_fn`.
+/// As [`vmap`]: inconsistent batch sizes, or inputs whose ranks do not fit `loss_fn`; and
+/// [`VmapError::MixesExamples`] for a module containing a layer that mixes the examples of a
+/// batch (`BatchNorm` in training mode), refused before anything runs.
 pub fn per_example_grads<AB, M, I, A, F>(
     module: &M,
     inputs: I,
@@ -306,9 +429,7 @@ where
     A: Tree<AB>,
     F: Fn(&M, A) -> Tensor<AB, 1>,
 {
-    // Burn initializes parameters lazily, on first use; the random draw must not happen inside
-    // vmap (where random ops need a `Randomness` choice and would otherwise be refused).
-    module.visit(&mut InitParams);
+    prepare_module(module, "per_example_grads")?;
     let grads: ParamGrads<AB::InnerBackend> = vmap(|args: A| {
         let loss = loss_fn(module, args);
         let mut grads = loss.backward();

@@ -40,11 +40,16 @@ pub use vmap::vmap;
 ///   the results; `I`: the argument tree of the call (with its batch axes); `A`: what the mapped
 ///   `f: F` takes (the mapped axes removed); `R`: what `f` returns; `O`: the result of the call
 ///   (the batch axes inserted).
+/// - `lifted`: the inferring `call` of `vmap`, `chunked_vmap` and `micro_vmap`: as `vectorized`
+///   without `O`, which the item names from `R` (`<R as Lift<BO>>::Lifted`; see
+///   [`Lift`](crate::tree::Lift)).
 /// - `scan`: `scan` and `sliced_scan` over the builder's `F`, `C`, `XS`. `B`: the backend; `X`:
 ///   one row of `XS`; `Y`: one step's output; `YS`: the stacked outputs.
-/// - `micro_grad`: `micro_grad`'s calls over the builder's parts. `AB`: the autodiff backend;
-///   `I`: the argument tuple; `A`: what `f` takes; `Out`: what `f` returns; `G`: the
-///   accumulated gradients; `MO`, `XO`: the stacked metrics and aux.
+/// - `micro_grad`: `micro_grad`'s calls over the builder's parts (`S`, `T`, `M`, `V`). `AB`: the
+///   autodiff backend; `I`: the argument tuple; `A`: what `f` takes; `Out`: what `f` returns;
+///   `G`: one example's raw gradient tree (the item adds `MO`, `XO` or the result types).
+/// - `micro_grad_module`: the same for `micro_grad_module`, whose `f` takes the module `Mod`
+///   first.
 /// - `custom`: `custom_vmap` and its call. `B`: the backend; `A`, `R`: what `f` takes and
 ///   returns; `RO`, `OB`: what the rule returns (outputs, which are batched).
 ///
@@ -82,6 +87,16 @@ macro_rules! transform_call {
             O: $crate::tree::Tree<BO>,
         ] $($item)*);
     };
+    (@lifted $($item:tt)*) => {
+        transform_call!(@emit [BI, BO, I, A, R] [
+            BI: $crate::BatchOps,
+            BO: $crate::BatchOps,
+            F: Fn(A) -> R,
+            I: $crate::tree::Tree<BI>,
+            A: $crate::tree::Tree<BI>,
+            R: $crate::tree::Tree<BO>,
+        ] $($item)*);
+    };
     (@scan $($item:tt)*) => {
         transform_call!(@emit [B, X, Y, YS] [
             B: burn_backend::backend::Backend,
@@ -94,21 +109,32 @@ macro_rules! transform_call {
         ] $($item)*);
     };
     (@micro_grad $($item:tt)*) => {
-        transform_call!(@emit [AB, I, A, Out, G, MO, XO] [
+        transform_call!(@emit [AB, I, A, Out, G] [
             AB: burn::tensor::backend::AutodiffBackend + $crate::BatchOps,
             AB::InnerBackend: $crate::BatchOps,
             F: Fn(A) -> Out,
             I: $crate::tree::Tree<AB>,
             A: $crate::tree::Tree<AB>,
             Out: $crate::transform::micro::LossOutput<AB>,
-            G: $crate::tree::Tree<AB::InnerBackend>,
-            MO: $crate::tree::Tree<AB::InnerBackend>,
-            XO: $crate::tree::Tree<AB::InnerBackend>,
             S: $crate::tree::Tree<AB::InnerBackend> + Clone,
             T: $crate::transform::micro::GradFn<AB::InnerBackend>,
             M: $crate::transform::micro::GradFn<AB::InnerBackend>,
             V: $crate::transform::micro::VmapFn,
-            Src: $crate::transform::micro::GradSource<AB>,
+        ] $($item)*);
+    };
+    (@micro_grad_module $($item:tt)*) => {
+        transform_call!(@emit [AB, Mod, I, A, Out] [
+            AB: burn::tensor::backend::AutodiffBackend + $crate::BatchOps,
+            AB::InnerBackend: $crate::BatchOps,
+            Mod: burn::module::AutodiffModule<AB>,
+            F: Fn(&Mod, A) -> Out,
+            I: $crate::tree::Tree<AB>,
+            A: $crate::tree::Tree<AB>,
+            Out: $crate::transform::micro::LossOutput<AB>,
+            S: $crate::tree::Tree<AB::InnerBackend> + Clone,
+            T: $crate::transform::micro::GradFn<AB::InnerBackend>,
+            M: $crate::transform::micro::GradFn<AB::InnerBackend>,
+            V: $crate::transform::micro::VmapFn,
         ] $($item)*);
     };
     (@custom $($item:tt)*) => {

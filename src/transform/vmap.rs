@@ -4,7 +4,7 @@ use crate::batching::BatchOps;
 use crate::level::{is_finished, Level, Randomness, VmapScope};
 use crate::transform::axes::{axes_setters, map_inputs, normalize_axis, Axes, AxesOptions, Mapped};
 use crate::transform::transform_call;
-use crate::tree::Tree;
+use crate::tree::{Lift, Tree};
 use crate::VmapError;
 
 /// Vectorizes `f` over a batch axis: JAX's `jax.vmap`.
@@ -130,7 +130,7 @@ pub(crate) fn unbatch_outputs<B: BatchOps, R: Tree<B>, O: Tree<B>>(
         match axis {
             Some(a) => {
                 let shape = leaf.shape();
-                let a = normalize_axis(a, shape.num_dims() + 1, &path, &shape)?;
+                let a = normalize_axis("out_axes", a, shape.num_dims() + 1, &path, &shape)?;
                 result.push(leaf.unbatch(level, size, a));
             }
             None => {
@@ -175,21 +175,39 @@ impl<F> Vmapped<F> {
     }
 
     transform_call! {
-        vectorized;
-        /// Applies the vectorized function to `inputs`.
+        lifted;
+        /// Applies the vectorized function to `inputs`; the result is `f`'s output with one more
+        /// axis on every tensor ([`Lift`]: `Tensor<B, D>` becomes `Tensor<B, D + 1>`), so it
+        /// needs no annotation.
         ///
         /// `I` is the batched argument tree, `A` what `f` takes (mapped axes removed), `R` what
-        /// `f` returns and `O` the batched result (batch axes inserted at `out_axes`).
+        /// `f` returns. For a result that is not `R` lifted (an `out_axes` of `None`, or a struct
+        /// without a [`Lift`] type), name it with [`call_as`](Vmapped::call_as).
         ///
         /// # Errors
         /// See [`vmap`].
-        pub fn call(&self, inputs: I) -> Result<O, VmapError> {
+        [R: Lift<BO>]
+        pub fn call(&self, inputs: I) -> Result<R::Lifted, VmapError> {
+            self.call_as(inputs)
+        }
+    }
+
+    transform_call! {
+        vectorized;
+        /// As [`call`](Vmapped::call), with the result type `O` named by the caller (`let out:
+        /// O = vmap(f).call_as(xs)?`): the batch axes inserted at `out_axes`, none for an
+        /// `out_axes` of `None`. Checked when the call runs.
+        ///
+        /// # Errors
+        /// See [`vmap`].
+        pub fn call_as(&self, inputs: I) -> Result<O, VmapError> {
             let batched = batch_inputs(inputs, &self.axes.in_axes)?;
             let args = A::unflatten_named(&batched.def, batched.leaves, "args")?;
             let scope = VmapScope::enter(batched.level, batched.size, self.randomness);
             let out = (self.f)(args);
             if let Some(refused) = scope.take_refused() {
                 return Err(VmapError::Randomness {
+                    transform: "vmap",
                     op: refused.op.into(),
                     size: refused.size,
                 });

@@ -61,7 +61,7 @@ pub enum NodeKind {
 impl fmt::Debug for TreeDef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TreeDef::Leaf => write!(f, "*"),
+            TreeDef::Leaf => write!(f, "tensor"),
             TreeDef::Static(v) => match v.downcast_ref::<StaticCell>() {
                 Some(cell) => write!(f, "Static<{}>", cell.type_name),
                 None => write!(f, "Static"),

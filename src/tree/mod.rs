@@ -15,6 +15,7 @@ mod def;
 mod dynamic;
 mod impls;
 mod leaf;
+mod lift;
 mod spec;
 mod visit;
 
@@ -27,6 +28,7 @@ pub use dynamic::DynTree;
 pub use impls::Static;
 pub(crate) use leaf::rows;
 pub use leaf::{Leaf, Leaves};
+pub use lift::Lift;
 pub use spec::Spec;
 pub use visit::{TensorMapper, TensorVisitor, TensorZipper, MAX_RANK};
 

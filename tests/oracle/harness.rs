@@ -968,7 +968,7 @@ pub fn vmapped_b<BI: BatchOps, BO: BatchOps>(
         .randomness(burn_vmap::Randomness::Different)
         .in_axes(in_axes)
         .out_axes(out_axes)
-        .call(args)
+        .call_as(args)
 }
 
 pub fn describe(operands: &[Operand], levels: &[LevelCfg], inputs: &[Host]) -> String {

@@ -225,7 +225,7 @@ fn vmap_errors_name_the_argument() {
     let b = Tensor::<V, 2>::zeros([3, 3], &device);
     let f = |(a, b): (Tensor<V, 1>, Tensor<V, 1>)| a + b;
     let err = vmap(f)
-        .call::<_, _, _, _, _, Tensor<V, 2>>((a.clone(), b))
+        .call_as::<_, _, _, _, _, Tensor<V, 2>>((a.clone(), b))
         .unwrap_err();
     assert!(
         matches!(err, VmapError::InconsistentBatchSizes { .. }),
@@ -233,12 +233,12 @@ fn vmap_errors_name_the_argument() {
     );
     let err = vmap(|a: Tensor<V, 1>| a)
         .in_axes(2isize)
-        .call::<_, _, _, _, _, Tensor<V, 2>>(a.clone())
+        .call_as::<_, _, _, _, _, Tensor<V, 2>>(a.clone())
         .unwrap_err();
     assert!(matches!(err, VmapError::AxisOutOfRange { .. }), "{err}");
     let err = vmap(|a: Tensor<V, 2>| a)
         .in_axes(Option::<isize>::None)
-        .call::<_, _, _, _, _, Tensor<V, 2>>(a)
+        .call_as::<_, _, _, _, _, Tensor<V, 2>>(a)
         .unwrap_err();
     assert!(matches!(err, VmapError::NothingMapped), "{err}");
     let _ = Vmap::<burn_vmap::testing::TestBackend>::default();

@@ -12,7 +12,8 @@ use burn_backend::TensorMetadata;
 
 use super::Inner;
 use crate::transform::grad::ParamGrads;
-use crate::tree::{DynTree, Leaf, Tree};
+use crate::accumulate::AccOutput;
+use crate::tree::{DynTree, Leaf, Lift, Tree};
 use crate::VmapError;
 
 /// What a loss function returns: a loss tensor with one element, or `(loss, aux)` where `aux` is
@@ -49,6 +50,59 @@ pub trait GradFn<B: Backend> {
     fn apply(&self, grads: DynTree<B>) -> Result<DynTree<B>, VmapError>;
 }
 
+/// The type a [`GradFn`] makes of one example's gradient tree `G`: how the result type of
+/// [`micro_grad`](super::micro_grad) follows from the closures given to it.
+pub trait GradOut<G> {
+    /// The function's output for a gradient tree of type `G`.
+    type Out;
+}
+
+impl<G> GradOut<G> for Identity {
+    type Out = G;
+}
+
+impl<G> GradOut<G> for NoMetrics {
+    type Out = ();
+}
+
+impl<Fc, G, O> GradOut<G> for TreeFn<Fc, G, O> {
+    type Out = O;
+}
+
+/// The result types of [`micro_grad`](super::micro_grad) with the parts `(S, T, M)`
+/// (accumulator, `transform_fn`, `metrics_fn`), one example's raw gradient tree `G` and the loss
+/// function's aux `X`, on the backend `B` of the gradients: how a call's result follows from the
+/// builder's types. Implemented for every combination whose types are known ([`AccOutput`],
+/// [`GradOut`], [`Lift`]); the others name their result with `call_as`.
+pub trait MicroGradTypes<B: Backend, G, X> {
+    /// The accumulated (transformed) gradients.
+    type Grads: Tree<B>;
+    /// The stacked metrics ([`MicroAux::metrics`]).
+    type Metrics: Tree<B>;
+    /// The stacked aux ([`MicroAux::aux`]).
+    type Aux: Tree<B>;
+}
+
+impl<B: Backend, G, X, S, T, M> MicroGradTypes<B, G, X> for (S, T, M)
+where
+    T: GradOut<G>,
+    M: GradOut<G>,
+    S: AccOutput<B, T::Out>,
+    M::Out: Lift<B>,
+    X: Lift<B>,
+{
+    type Grads = S::Output;
+    type Metrics = <M::Out as Lift<B>>::Lifted;
+    type Aux = X::Lifted;
+}
+
+/// What a call of [`micro_grad`](super::micro_grad) returns, from its [`MicroGradTypes`] `P`:
+/// the accumulated gradients and the stacked per-example parts.
+pub type MicroGradResult<B, P, G, X> = (
+    <P as MicroGradTypes<B, G, X>>::Grads,
+    MicroAux<B, <P as MicroGradTypes<B, G, X>>::Metrics, <P as MicroGradTypes<B, G, X>>::Aux>,
+);
+
 /// The identity `transform_fn` (the default).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Identity;
@@ -70,11 +124,16 @@ impl<B: Backend> GradFn<B> for NoMetrics {
 }
 
 /// A closure `Fn(G) -> O` as a [`GradFn`].
-pub struct TreeFn<Fc, G, O>(pub(super) Fc, pub(super) PhantomData<fn(G) -> O>);
+pub struct TreeFn<Fc, G, O>(
+    pub(super) Fc,
+    /// The function's argument as error messages name it (`transform_fn(g)`).
+    pub(super) &'static str,
+    pub(super) PhantomData<fn(G) -> O>,
+);
 
 impl<B: Backend, Fc: Fn(G) -> O, G: Tree<B>, O: Tree<B>> GradFn<B> for TreeFn<Fc, G, O> {
     fn apply(&self, grads: DynTree<B>) -> Result<DynTree<B>, VmapError> {
-        let g: G = grads.into_tree("grads")?;
+        let g: G = grads.into_tree(self.1)?;
         Ok(DynTree::new((self.0)(g)))
     }
 }
@@ -119,6 +178,11 @@ impl<AB: AutodiffBackend> GradSource<AB> for ArgGrads {
     }
 }
 
+/// Marks a [`MicroGrad`](super::MicroGrad) built by [`micro_grad_module`](super::micro_grad_module):
+/// its gradients are a module's parameters', and its call takes the module.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ModuleParams;
+
 /// Gradients of a Burn module's parameters, as [`ParamGrads`] (see [`micro_grad_module`](super::micro_grad_module)).
 #[derive(Debug)]
 pub struct ModuleGrads<'a, M>(pub(super) &'a M);
@@ -134,7 +198,7 @@ impl<AB: AutodiffBackend, M: AutodiffModule<AB>> GradSource<AB> for ModuleGrads<
 /// The per-example outputs of [`micro_grad`](super::micro_grad), stacked on a leading batch axis (optax's `Aux`).
 /// Rows of microbatches that were not run are zero.
 #[derive(Debug, Clone)]
-pub struct MicroAux<B: Backend, M, X> {
+pub struct MicroAux<B: Backend, M = (), X = ()> {
     /// The loss of every example: `[B]`.
     pub values: Tensor<B, 1>,
     /// `metrics_fn` of every example's raw gradient, stacked (`()` without `metrics_fn`).

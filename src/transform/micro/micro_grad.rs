@@ -10,7 +10,8 @@ use burn_backend::backend::Backend;
 use burn_backend::{Shape, TensorMetadata};
 
 use super::grad_fn::{
-    ArgGrads, GradFn, GradSource, Identity, LossOutput, MicroAux, ModuleGrads, NoMetrics, TreeFn,
+    ArgGrads, GradFn, GradSource, Identity, LossOutput, MicroAux, MicroGradResult, MicroGradTypes,
+    NoMetrics, TreeFn,
 };
 use super::run::{microbatching_setters, run_microbatched, Microbatching};
 use super::{Axes, Inner, PlainVmap, VmapFn};
@@ -72,7 +73,7 @@ use crate::VmapError;
 ///     .accumulator(Mean)
 ///     .transform_fn(|g: Tensor<I, 1>| (g.clone(), g.clone() * g))
 ///     .metrics_fn(|g: Tensor<I, 1>| (g.clone() * g).sum().sqrt())
-///     .call::<_, _, _, _, (Tensor<I, 1>, Tensor<I, 1>), Tensor<I, 2>, ()>((params, features, targets))
+///     .call((params, features, targets))
 ///     .unwrap();
 /// assert_eq!(g.into_data().to_vec::<f32>().unwrap(), vec![-3.0]);
 /// assert_eq!(g2.into_data().to_vec::<f32>().unwrap(), vec![14.0]);
@@ -95,72 +96,12 @@ pub fn micro_grad<F>(f: F) -> MicroGrad<F> {
     MicroGrad::new(f, ArgGrads, opts)
 }
 
-/// [`micro_grad`] for a Burn `Module`: per-example gradients of the module's parameters, as
-/// [`ParamGrads`](crate::transform::grad::ParamGrads) (convert the accumulated result with
-/// [`into_gradients_params`](crate::transform::grad::ParamGrads::into_gradients_params) for `optimizer.step`).
-///
-/// `f(model, args)` computes the loss; `args` is a tuple whose entries are all batched on
-/// axis 0 unless [`batch_argnums`](MicroGrad::batch_argnums) says otherwise. Everything
-/// else is as [`micro_grad`]: `keep_batch_dim` (default `true`: `f` sees a batch of one, so an
-/// existing batched forward pass works unchanged), microbatching, accumulator (default
-/// **[`Sum`]**), `transform_fn` and `metrics_fn` over the per-example [`ParamGrads`](crate::transform::grad::ParamGrads). Build the
-/// model on `Autodiff<Vmap<B>>` (it trains normally there: nothing is batched outside).
-///
-/// # Example: per-example clipping (DP-SGD's gradient)
-/// ```
-/// use burn::backend::Autodiff;
-/// use burn::nn::{Linear, LinearConfig};
-/// use burn::tensor::Tensor;
-/// use burn_vmap::accumulate::Mean;
-/// use burn_vmap::testing::TestBackend;
-/// use burn_vmap::{clip_by_global_norm, global_norm, micro_grad_module, MicroAux, ParamGrads, Vmap};
-/// type I = Vmap<TestBackend>;
-/// type AD = Autodiff<I>;
-/// let device = Default::default();
-/// let model: Linear<AD> = LinearConfig::new(3, 1).init(&device);
-/// let x = Tensor::<AD, 2>::ones([8, 3], &device);
-/// let y = Tensor::<AD, 2>::zeros([8, 1], &device);
-///
-/// let (grads, aux): (ParamGrads<I>, MicroAux<I, Tensor<I, 2>, ()>) =
-///     micro_grad_module(&model, |m: &Linear<AD>, (x, y): (Tensor<AD, 2>, Tensor<AD, 2>)| {
-///         (m.forward(x) - y).powi_scalar(2).mean()
-///     })
-///     .microbatch_size(4)
-///     .accumulator(Mean)
-///     .transform_fn(|g: ParamGrads<I>| clip_by_global_norm(g, 1.0))
-///     .metrics_fn(|g: ParamGrads<I>| global_norm(&g))
-///     .call((x, y))
-///     .unwrap();
-/// assert_eq!(aux.metrics.dims(), [8, 1]); // the raw per-example norms
-/// assert!(global_norm(&grads).into_scalar() <= 1.0 + 1e-6); // a mean of clipped gradients
-/// let for_optimizer = grads.into_gradients_params();
-/// ```
-pub fn micro_grad_module<'a, AB, M, A, Out, F>(
-    model: &'a M,
-    f: F,
-) -> MicroGrad<impl Fn(A) -> Out + 'a, Sum, Identity, NoMetrics, PlainVmap, ModuleGrads<'a, M>>
-where
-    M: burn::module::Module<AB>,
-    AB: AutodiffBackend,
-    F: Fn(&M, A) -> Out + 'a,
-{
-    crate::transform::grad::init_params(model);
-    let opts = GradOptions {
-        argnums: vec![],
-        single_argnum: false,
-        batch_argnums: None,
-        keep_batch_dim: true,
-        micro: Microbatching::default(),
-    };
-    MicroGrad::new(move |a| f(model, a), ModuleGrads(model), opts)
-}
-
 /// A function transformed by [`micro_grad`] (or [`micro_grad_module`]).
 #[derive(Debug, Clone)]
 pub struct MicroGrad<F, S = Sum, T = Identity, M = NoMetrics, V = PlainVmap, Src = ArgGrads> {
-    f: F,
+    pub(super) f: F,
     source: Src,
-    opts: GradOptions,
+    pub(super) opts: GradOptions,
     accumulator: S,
     transform_fn: T,
     metrics_fn: M,
@@ -169,13 +110,13 @@ pub struct MicroGrad<F, S = Sum, T = Identity, M = NoMetrics, V = PlainVmap, Src
 
 /// The settings of [`MicroGrad`] that do not change its type.
 #[derive(Debug, Clone)]
-struct GradOptions {
-    argnums: Vec<usize>,
-    single_argnum: bool,
+pub(super) struct GradOptions {
+    pub(super) argnums: Vec<usize>,
+    pub(super) single_argnum: bool,
     /// `None`: every argument (the module variant's default).
-    batch_argnums: Option<Vec<usize>>,
-    keep_batch_dim: bool,
-    micro: Microbatching,
+    pub(super) batch_argnums: Option<Vec<usize>>,
+    pub(super) keep_batch_dim: bool,
+    pub(super) micro: Microbatching,
 }
 
 /// Argument positions: one index (the gradient has that argument's structure) or several (a
@@ -202,7 +143,7 @@ impl ArgNums for Vec<usize> {
 
 impl<F, Src> MicroGrad<F, Sum, Identity, NoMetrics, PlainVmap, Src> {
     /// The builder with the default accumulator, functions and vectorizer.
-    fn new(f: F, source: Src, opts: GradOptions) -> Self {
+    pub(super) fn new(f: F, source: Src, opts: GradOptions) -> Self {
         MicroGrad {
             f,
             source,
@@ -252,7 +193,7 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
         self,
         transform_fn: Fc,
     ) -> MicroGrad<F, S, TreeFn<Fc, G, O>, M, V, Src> {
-        self.map_parts(|s, _, m, v| (s, TreeFn(transform_fn, PhantomData), m, v))
+        self.map_parts(|s, _, m, v| (s, TreeFn(transform_fn, "transform_fn(g)", PhantomData), m, v))
     }
 
     /// Computed on every example's RAW gradient tree and returned stacked in
@@ -261,7 +202,17 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
         self,
         metrics_fn: Fc,
     ) -> MicroGrad<F, S, T, TreeFn<Fc, G, O>, V, Src> {
-        self.map_parts(|s, t, _, v| (s, t, TreeFn(metrics_fn, PhantomData), v))
+        self.map_parts(|s, t, _, v| (s, t, TreeFn(metrics_fn, "metrics_fn(g)", PhantomData), v))
+    }
+
+    /// What random ops inside `f` do, as [`Vmapped::randomness`](crate::transform::vmap::Vmapped::randomness):
+    /// the vectorizer becomes a plain vmap with that mode (`Randomness::Different` gives every
+    /// example its own draws, as dropout needs).
+    pub fn randomness(
+        self,
+        randomness: crate::Randomness,
+    ) -> MicroGrad<F, S, T, M, crate::Randomness, Src> {
+        self.vmap_fn(randomness)
     }
 
     /// The vectorizer run on each microbatch (default [`PlainVmap`]).
@@ -293,34 +244,33 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
         }
     }
 
-    transform_call! {
-        micro_grad;
-        /// Applies the transform to the argument tuple `args` (on the autodiff backend `AB`).
-        ///
-        /// Type parameters: `AB` the autodiff backend, `I` the argument tuple, `A` what `f` takes,
-        /// `Out` what `f` returns ([`LossOutput`]), `G` the accumulated gradients, `MO` the stacked
-        /// metrics, `XO` the stacked aux. Usually only the last three need naming.
-        ///
-        /// # Errors
-        /// See [`micro_grad`].
-        #[allow(clippy::type_complexity)]
-        pub fn call(&self, args: I) -> Result<(G, MicroAux<AB::InnerBackend, MO, XO>), VmapError> {
-            self.call_with(args, self.opts.micro.num_real_microbatches)
-        }
-    }
-
-    transform_call! {
-        micro_grad;
-        /// As [`call`](MicroGrad::call), with `num_real_microbatches` for this call only.
-        ///
-        /// # Errors
-        /// See [`micro_grad`].
-        #[allow(clippy::type_complexity)]
-        pub fn call_with(
-            &self,
-            args: I,
-            num_real_microbatches: Option<usize>,
-        ) -> Result<(G, MicroAux<AB::InnerBackend, MO, XO>), VmapError> {
+    /// The transform on the argument tuple `args` (on the autodiff backend `AB`), with the loss
+    /// function `f` and the gradient source `source`: what every call runs.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn run<AB, I, A, Out, G, MO, XO, Fx, Sx>(
+        &self,
+        f: &Fx,
+        source: &Sx,
+        args: I,
+        num_real_microbatches: Option<usize>,
+        transform: &'static str,
+    ) -> Result<(G, MicroAux<AB::InnerBackend, MO, XO>), VmapError>
+    where
+        AB: AutodiffBackend + crate::BatchOps,
+        AB::InnerBackend: crate::BatchOps,
+        Fx: Fn(A) -> Out,
+        Sx: GradSource<AB>,
+        I: Tree<AB>,
+        A: Tree<AB>,
+        Out: LossOutput<AB>,
+        G: Tree<AB::InnerBackend>,
+        MO: Tree<AB::InnerBackend>,
+        XO: Tree<AB::InnerBackend>,
+        S: Tree<AB::InnerBackend> + Clone,
+        T: GradFn<AB::InnerBackend>,
+        M: GradFn<AB::InnerBackend>,
+        V: VmapFn,
+    {
             let (leaves, def) = args.flatten();
             let plan = self.opts.plan(&leaves, &def)?;
             let grad_spec =
@@ -331,7 +281,7 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
             let failure: RefCell<Option<VmapError>> = RefCell::new(None);
             let step = |args: DynTree<AB>| -> DynTree<AB::InnerBackend> {
                 let args = plan.with_unit_dims(args);
-                match self.example_step::<AB, A, Out>(args, &plan) {
+                match self.example_step::<AB, A, Out, Fx, Sx>(f, source, args, &plan) {
                     Ok(t) => t,
                     Err(e) => {
                         failure.borrow_mut().get_or_insert(e);
@@ -346,26 +296,27 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
             };
             let result = run_microbatched(&step, &self.vmap_fn, &plan.in_axes, mapped, micro, &acc);
             if let Some(e) = failure.into_inner() {
-                return Err(e);
+                return Err(e.in_transform(transform));
             }
-            unpack(result?)
-        }
+            unpack(result.map_err(|e| e.in_transform(transform))?)
     }
 
     /// One example (vectorized): value, gradient, transform, metrics, aux.
-    fn example_step<AB, A, Out>(
+    fn example_step<AB, A, Out, Fx, Sx>(
         &self,
+        f: &Fx,
+        source: &Sx,
         args: DynTree<AB>,
         plan: &ArgPlan,
     ) -> Result<DynTree<AB::InnerBackend>, VmapError>
     where
         AB: AutodiffBackend,
-        F: Fn(A) -> Out,
+        Fx: Fn(A) -> Out,
         A: Tree<AB>,
         Out: LossOutput<AB>,
         T: GradFn<AB::InnerBackend>,
         M: GradFn<AB::InnerBackend>,
-        Src: GradSource<AB>,
+        Sx: GradSource<AB>,
     {
         let DynTree { leaves, def } = args;
         let leaves: Vec<Leaf<AB>> = leaves
@@ -381,7 +332,7 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
             .collect();
         let tracked: Vec<Leaf<AB>> = plan.order.iter().map(|&i| leaves[i].clone()).collect();
         let a = A::unflatten_named(&def, leaves, "args")?;
-        let (loss, aux) = (self.f)(a).split();
+        let (loss, aux) = f(a).split();
         let loss = loss.tensor();
         let shape = loss.shape();
         if shape.num_elements() != 1 {
@@ -394,7 +345,7 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
             leaves: tracked,
             def: plan.grad_def.clone(),
         };
-        let g = self.source.extract(&mut grads, tracked);
+        let g = source.extract(&mut grads, tracked);
         drop(grads);
         let metrics = self.metrics_fn.apply(g.clone())?;
         let transformed = self.transform_fn.apply(g)?;
@@ -417,6 +368,65 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
             def: aux_def,
         };
         Ok(DynTree::tuple(vec![transformed, value, metrics, aux]))
+    }
+}
+
+impl<F, S, T, M, V> MicroGrad<F, S, T, M, V, ArgGrads> {
+    transform_call! {
+        micro_grad;
+        /// Applies the transform to the argument tuple `args` (on the autodiff backend `AB`).
+        ///
+        /// The result type follows from the builder's ([`MicroGradTypes`]): the accumulated
+        /// gradients (their type is what `transform_fn` returns, or the raw gradient's type
+        /// without one; [`Concat`] adds the batch axis) and [`MicroAux`] with the stacked loss
+        /// values, metrics and aux. The raw gradient's type `G` comes from the typed closure of
+        /// `transform_fn` or `metrics_fn`; with neither, name the result with
+        /// [`call_as`](MicroGrad::call_as).
+        ///
+        /// # Errors
+        /// See [`micro_grad`].
+        [(S, T, M): MicroGradTypes<AB::InnerBackend, G, Out::Aux>]
+        pub fn call(
+            &self,
+            args: I,
+        ) -> Result<MicroGradResult<AB::InnerBackend, (S, T, M), G, Out::Aux>, VmapError> {
+            self.run(&self.f, &ArgGrads, args, self.opts.micro.num_real_microbatches, "micro_grad")
+        }
+    }
+
+    transform_call! {
+        micro_grad;
+        /// As [`call`](MicroGrad::call), with `num_real_microbatches` for this call only.
+        ///
+        /// # Errors
+        /// See [`micro_grad`].
+        [(S, T, M): MicroGradTypes<AB::InnerBackend, G, Out::Aux>]
+        pub fn call_with(
+            &self,
+            args: I,
+            num_real_microbatches: Option<usize>,
+        ) -> Result<MicroGradResult<AB::InnerBackend, (S, T, M), G, Out::Aux>, VmapError> {
+            self.run(&self.f, &ArgGrads, args, num_real_microbatches, "micro_grad")
+        }
+    }
+
+    transform_call! {
+        micro_grad;
+        /// As [`call`](MicroGrad::call), with the result named by the caller: `let (grads, aux):
+        /// (G, MicroAux<I, MO, XO>) = micro_grad(f).call_as(args)?`, for results whose types
+        /// do not follow from the builder's (no typed `transform_fn` or `metrics_fn`, an
+        /// accumulator [`Spec`], an aux struct without [`Lift`](crate::tree::Lift)).
+        ///
+        /// # Errors
+        /// See [`micro_grad`].
+        #[allow(clippy::type_complexity)]
+        [G: Tree<AB::InnerBackend>, MO: Tree<AB::InnerBackend>, XO: Tree<AB::InnerBackend>]
+        pub fn call_as<MO, XO>(
+            &self,
+            args: I,
+        ) -> Result<(G, MicroAux<AB::InnerBackend, MO, XO>), VmapError> {
+            self.run(&self.f, &ArgGrads, args, self.opts.micro.num_real_microbatches, "micro_grad")
+        }
     }
 }
 
@@ -574,8 +584,8 @@ fn unpack<B: Backend, G: Tree<B>, MO: Tree<B>, XO: Tree<B>>(
         grads.into_tree("grads")?,
         MicroAux {
             values,
-            metrics: metrics.into_tree("metrics")?,
-            aux: aux.into_tree("aux")?,
+            metrics: metrics.into_tree("aux.metrics")?,
+            aux: aux.into_tree("aux.aux")?,
         },
     ))
 }

@@ -2,7 +2,7 @@
 
 use super::run::{microbatching_setters, run_microbatched, Microbatching};
 use super::{Axes, PlainVmap, VmapFn};
-use crate::accumulate::{accumulator_spec, Concat};
+use crate::accumulate::{accumulator_spec, AccOutput, Concat};
 use crate::transform::axes::map_inputs;
 use crate::transform::transform_call;
 use crate::tree::{Spec, Tree};
@@ -106,6 +106,13 @@ impl<F, S, V> MicroVmap<F, S, V> {
         self.map_parts(|_, vmap_fn| (accumulator, vmap_fn))
     }
 
+    /// What random ops inside `f` do, as [`Vmapped::randomness`](crate::transform::vmap::Vmapped::randomness):
+    /// the vectorizer becomes a plain vmap with that mode (`Randomness::Different` gives every
+    /// example its own draws, as dropout needs).
+    pub fn randomness(self, randomness: crate::Randomness) -> MicroVmap<F, S, crate::Randomness> {
+        self.vmap_fn(randomness)
+    }
+
     /// The vectorizer run on each microbatch (default [`PlainVmap`]).
     pub fn vmap_fn<V2: VmapFn>(self, vmap_fn: V2) -> MicroVmap<F, S, V2> {
         self.map_parts(|accumulator, _| (accumulator, vmap_fn))
@@ -125,37 +132,61 @@ impl<F, S, V> MicroVmap<F, S, V> {
     }
 
     transform_call! {
-        vectorized;
-        /// Applies the transform. Types as [`Vmapped::call`](crate::transform::vmap::Vmapped::call); an output
-        /// leaf accumulated by [`Concat`] gains the batch axis, a reduced one keeps `f`'s shape.
+        lifted;
+        /// Applies the transform; the result type follows from `f`'s output and the accumulator
+        /// ([`AccOutput`]): an output leaf accumulated by [`Concat`] gains the batch axis, a
+        /// reduced one keeps `f`'s shape.
         ///
         /// # Errors
         /// See [`micro_vmap`].
-        [S: Tree<BO> + Clone, V: VmapFn]
-        pub fn call(&self, inputs: I) -> Result<O, VmapError> {
-            self.call_with(inputs, self.micro.num_real_microbatches)
+        [S: Tree<BO> + Clone + AccOutput<BO, R>, V: VmapFn]
+        pub fn call(&self, inputs: I) -> Result<S::Output, VmapError> {
+            self.run(inputs, self.micro.num_real_microbatches)
+        }
+    }
+
+    transform_call! {
+        lifted;
+        /// As [`call`](MicroVmap::call), with `num_real_microbatches` for this call only.
+        ///
+        /// # Errors
+        /// See [`micro_vmap`].
+        [S: Tree<BO> + Clone + AccOutput<BO, R>, V: VmapFn]
+        pub fn call_with(
+            &self,
+            inputs: I,
+            num_real_microbatches: Option<usize>,
+        ) -> Result<S::Output, VmapError> {
+            self.run(inputs, num_real_microbatches)
         }
     }
 
     transform_call! {
         vectorized;
-        /// As [`call`](MicroVmap::call), with `num_real_microbatches` for this call only.
+        /// As [`call`](MicroVmap::call), with the result type `O` named by the caller (`let out:
+        /// O = micro_vmap(f).call_as(xs)?`), for accumulator trees without an [`AccOutput`]
+        /// (a [`Spec`], a custom accumulator).
         ///
         /// # Errors
         /// See [`micro_vmap`].
         [S: Tree<BO> + Clone, V: VmapFn]
-        pub fn call_with(
-            &self,
-            inputs: I,
-            num_real_microbatches: Option<usize>,
-        ) -> Result<O, VmapError> {
+        pub fn call_as(&self, inputs: I) -> Result<O, VmapError> {
+            self.run(inputs, self.micro.num_real_microbatches)
+        }
+    }
+
+    transform_call! {
+        vectorized;
+        [S: Tree<BO> + Clone, V: VmapFn]
+        fn run(&self, inputs: I, num_real_microbatches: Option<usize>) -> Result<O, VmapError> {
             let acc = accumulator_spec::<BO>(&self.accumulator.clone().flatten().1)?;
             let mapped = map_inputs(inputs, &self.in_axes)?;
             let micro = Microbatching {
                 num_real_microbatches,
                 ..self.micro
             };
-            let out = run_microbatched(&self.f, &self.vmap_fn, &self.in_axes, mapped, micro, &acc)?;
+            let out = run_microbatched(&self.f, &self.vmap_fn, &self.in_axes, mapped, micro, &acc)
+                .map_err(|e| e.in_transform("micro_vmap"))?;
             out.into_tree("out")
         }
     }

@@ -14,16 +14,21 @@
 mod grad_fn;
 mod micro_grad;
 mod micro_vmap;
+mod module;
 mod norms;
 mod run;
 mod vmap_fn;
 
 pub use grad_fn::{
-    ArgGrads, GradFn, GradSource, Identity, LossOutput, MicroAux, ModuleGrads, NoMetrics, TreeFn,
+    ArgGrads, GradFn, GradOut, GradSource, Identity, LossOutput, MicroAux, MicroGradResult,
+    MicroGradTypes, ModuleGrads, ModuleParams, NoMetrics, TreeFn,
 };
-pub use micro_grad::{micro_grad, micro_grad_module, ArgNums, MicroGrad};
+pub use micro_grad::{micro_grad, ArgNums, MicroGrad};
+pub use module::micro_grad_module;
 pub use micro_vmap::{micro_vmap, MicroVmap};
-pub use norms::{clip_by_global_norm, global_norm, scale_tree};
+pub use norms::{
+    clip_by_global_norm, clip_by_global_norm_finite, global_norm, non_finite, scale_tree,
+};
 pub use vmap_fn::{ChunkedVmapFn, PlainVmap, VmapFn};
 
 use crate::transform::axes::Axes;

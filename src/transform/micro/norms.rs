@@ -85,3 +85,72 @@ pub fn clip_by_global_norm<B: Backend, T: Tree<B> + Clone>(tree: T, max_norm: f6
     let factor = norm.clamp_min(max_norm).recip() * max_norm;
     scale_tree(tree, factor)
 }
+
+/// [`clip_by_global_norm`] that also zeroes a tree holding a NaN or an infinity, so one bad
+/// example cannot make a clipped sum non-finite: the tree is scaled as
+/// `clip_by_global_norm` scales it when its global norm is finite, and replaced by zeros when
+/// it is not (a NaN or an infinity anywhere in it, or squares that overflow `f32`). Pair it with
+/// [`non_finite`] as `metrics_fn` to count the zeroed examples.
+///
+/// **The default, [`clip_by_global_norm`], keeps optax's semantics**: a non-finite gradient
+/// stays non-finite, and so does every sum it enters (a loud failure rather than a silently
+/// dropped example). Choose this one when the training loop should go on without the bad
+/// examples, and watch the count. Zeroing the values of a dense layer's per-example weight
+/// gradient multiplies out its factored form (a `B × d_in × d_out` tensor per layer, where
+/// `clip_by_global_norm` never builds it).
+///
+/// ```
+/// use burn::tensor::Tensor;
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::transform::micro::clip_by_global_norm_finite;
+/// let d = Default::default();
+/// let g = Tensor::<TestBackend, 1>::from_floats([3.0, 4.0], &d);
+/// let c = clip_by_global_norm_finite(g, 1.0);
+/// assert_eq!(c.into_data().to_vec::<f32>().unwrap(), vec![0.6, 0.8]);
+/// let bad = Tensor::<TestBackend, 1>::from_floats([f32::NAN, 4.0], &d);
+/// let c = clip_by_global_norm_finite(bad, 1.0);
+/// assert_eq!(c.into_data().to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
+/// ```
+pub fn clip_by_global_norm_finite<B: Backend, T: Tree<B> + Clone>(tree: T, max_norm: f64) -> T {
+    let norm = global_norm(&tree);
+    let bad = not_finite(norm.clone());
+    let factor = (norm.clamp_min(max_norm).recip() * max_norm).mask_fill(bad.clone(), 0.0);
+    let (leaves, def) = scale_tree(tree, factor).flatten();
+    let bad = bad.into_primitive();
+    let leaves = leaves
+        .into_iter()
+        .map(|leaf| match leaf {
+            Leaf::Float(t) => {
+                // NaN · 0 is NaN: the values themselves are replaced.
+                let t = t.tensor();
+                let shape = t.shape();
+                let mask = B::bool_reshape(bad.clone(), vec![1; shape.num_dims()].into());
+                let mask = B::bool_expand(mask, shape);
+                Leaf::Float(TensorPrimitive::Float(B::float_mask_fill(t, mask, 0.0.into())))
+            }
+            other => other,
+        })
+        .collect();
+    T::unflatten(&def, leaves).expect("the same tree rebuilds")
+}
+
+/// `[1.0]` when `tree` holds a NaN or an infinity (its global norm is not finite), else
+/// `[0.0]`. As a `metrics_fn`, the sum of `MicroAux::metrics` counts the examples that
+/// [`clip_by_global_norm_finite`] zeroed.
+///
+/// ```
+/// use burn::tensor::Tensor;
+/// use burn_vmap::testing::TestBackend;
+/// use burn_vmap::transform::micro::non_finite;
+/// let d = Default::default();
+/// assert_eq!(non_finite(&Tensor::<TestBackend, 1>::from_floats([1.0, f32::INFINITY], &d)).into_scalar(), 1.0);
+/// assert_eq!(non_finite(&Tensor::<TestBackend, 1>::from_floats([1.0, 2.0], &d)).into_scalar(), 0.0);
+/// ```
+pub fn non_finite<B: Backend, T: Tree<B> + Clone>(tree: &T) -> Tensor<B, 1> {
+    not_finite(global_norm(tree)).float()
+}
+
+/// Where `t` is NaN or infinite.
+fn not_finite<B: Backend>(t: Tensor<B, 1>) -> Tensor<B, 1, burn::tensor::Bool> {
+    t.clone().is_nan().bool_or(t.is_inf())
+}

@@ -42,7 +42,7 @@ impl VmapFn for PlainVmap {
     transform_call! {
         vectorized;
         fn apply<F>(&self, f: &F, in_axes: &Axes, inputs: I) -> Result<O, VmapError> {
-            vmap(|a: A| f(a)).in_axes(in_axes.clone()).call(inputs)
+            vmap(|a: A| f(a)).in_axes(in_axes.clone()).call_as(inputs)
         }
     }
 }
@@ -70,7 +70,7 @@ impl VmapFn for Randomness {
             vmap(|a: A| f(a))
                 .in_axes(in_axes.clone())
                 .randomness(*self)
-                .call(inputs)
+                .call_as(inputs)
         }
     }
 }
@@ -116,7 +116,7 @@ impl VmapFn for ChunkedVmapFn {
         fn apply<F>(&self, f: &F, in_axes: &Axes, inputs: I) -> Result<O, VmapError> {
             crate::transform::chunked_vmap(|a: A| f(a), self.chunk_size)?
                 .in_axes(in_axes.clone())
-                .call(inputs)
+                .call_as(inputs)
         }
     }
 }

@@ -138,7 +138,7 @@ pub(crate) fn api_auto_vmap(case: &Case) -> Result<Run, String> {
                 .call(a)
                 .unwrap_or_else(|e| panic::panic_any(InnerVmapError(e)))
         };
-        match panic::catch_unwind(AssertUnwindSafe(|| vmap(outer).call(Pt::Tuple(args)))) {
+        match panic::catch_unwind(AssertUnwindSafe(|| vmap(outer).call_as(Pt::Tuple(args)))) {
             Ok(r) => r,
             Err(payload) => match payload.downcast::<InnerVmapError>() {
                 Ok(e) => Err(e.0),

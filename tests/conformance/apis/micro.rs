@@ -92,7 +92,7 @@ pub(crate) fn api_micro_vmap(case: &Case) -> Result<Run, String> {
         Ok(b) => b,
         Err(e) => return Ok(Run::Error(e)),
     };
-    Ok(match built.call::<V, V, _, _, _, Pt<V>>(Pt::Tuple(args)) {
+    Ok(match built.call_as::<V, V, _, _, _, Pt<V>>(Pt::Tuple(args)) {
         Ok(out) => {
             let mut outputs = Outputs::new();
             collect_outputs("out", out, &mut outputs);
@@ -219,7 +219,7 @@ pub(crate) fn micro_grad_run<Out: LossOutput<AD>>(
             }
         });
     let args = Pt::Tuple(build_args::<AD>(case)?);
-    let (grads, aux) = match built.call::<AD, _, _, _, Pt<V>, Pt<V>, Pt<V>>(args) {
+    let (grads, aux) = match built.call_as::<AD, _, _, _, Pt<V>, Pt<V>, Pt<V>>(args) {
         Ok(r) => r,
         Err(e) => return Ok(Run::Error(e)),
     };

@@ -89,17 +89,17 @@ pub(crate) fn vmap_run<BI: BatchOps, BO: BatchOps>(
     let args = Pt::Tuple(build_args::<BI>(case)?);
     let prog = move |a: Pt<BI>| f(a.into_args());
     let result: Result<Pt<BO>, VmapError> = match inner {
-        None => vmap(prog).in_axes(in_axes).out_axes(out_axes).call(args),
+        None => vmap(prog).in_axes(in_axes).out_axes(out_axes).call_as(args),
         Some((inner_in, inner_out)) => {
             let outer = move |a: Pt<BI>| -> Pt<BO> {
                 vmap(prog)
                     .in_axes(inner_in.clone())
                     .out_axes(inner_out.clone())
-                    .call(a)
+                    .call_as(a)
                     .unwrap_or_else(|e| panic::panic_any(InnerVmapError(e)))
             };
             match panic::catch_unwind(AssertUnwindSafe(|| {
-                vmap(outer).in_axes(in_axes).out_axes(out_axes).call(args)
+                vmap(outer).in_axes(in_axes).out_axes(out_axes).call_as(args)
             })) {
                 Ok(r) => r,
                 Err(payload) => match payload.downcast::<InnerVmapError>() {

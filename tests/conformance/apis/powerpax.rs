@@ -74,7 +74,7 @@ pub(crate) fn api_chunked_vmap(case: &Case) -> Result<Run, String> {
         Err(e) => return Ok(Run::Error(e)),
     };
     let args = Pt::Tuple(build_args::<V>(case)?);
-    Ok(match chunked.call::<V, V, _, _, _, Pt<V>>(args) {
+    Ok(match chunked.call_as::<V, V, _, _, _, Pt<V>>(args) {
         Ok(out) => {
             let mut outputs = Outputs::new();
             collect_outputs("out", out, &mut outputs);
