@@ -66,6 +66,11 @@ pub mod testing;
 pub mod transform;
 pub mod tree;
 
+/// The README's code blocks, compiled and run as doctests (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use backend::Vmap;
 pub use batching::BatchOps;
 pub use error::VmapError;
