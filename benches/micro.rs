@@ -37,8 +37,7 @@ use burn::tensor::{Distribution, Int, Tensor, TensorPrimitive};
 use burn_vmap::accumulate::{Concat, Mean};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::{
-    clip_by_global_norm, micro_grad_module, per_example_grads, BatchOps, ParamGrads,
-    Tree, Vmap,
+    clip_by_global_norm, micro_grad_module, per_example_grads, BatchOps, ParamGrads, Tree, Vmap,
 };
 use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode};
 

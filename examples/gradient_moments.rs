@@ -72,8 +72,6 @@ pub struct Moments {
     pub loss: f64,
 }
 
-/// The batch means of `(g, g², sign g)`.
-
 /// The layer of a parameter path: `layers.0.weight` -> `layers.0`.
 fn layer_of(path: &str) -> &str {
     path.rsplit_once('.').map_or(path, |(layer, _)| layer)

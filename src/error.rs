@@ -194,11 +194,13 @@ pub enum VmapError {
     /// (Burn's `BatchNorm`): per-example gradients through it are not defined, and running it
     /// under vmap would overwrite its running statistics with batched tensors. Refused before
     /// anything runs; the module is left as it was.
-    #[error("{transform}: the module at `{path}` is a {layer}, which in training mode mixes the \
+    #[error(
+        "{transform}: the module at `{path}` is a {layer}, which in training mode mixes the \
              examples of a batch (it normalizes with the batch's statistics and updates its \
              running statistics from them), so per-example gradients through it are not defined; \
              replace it with GroupNorm or LayerNorm (Burn's `GroupNorm`, `LayerNorm`), or \
-             compute per-example quantities with the model in eval mode (`model.valid()`)")]
+             compute per-example quantities with the model in eval mode (`model.valid()`)"
+    )]
     MixesExamples {
         /// The transform refusing the module.
         transform: &'static str,

@@ -68,11 +68,17 @@ fn should_refuse_batch_norm_in_micro_grad_module_and_leave_the_module_intact() {
             transform,
             path,
             layer,
-        } => assert_eq!((*transform, path.as_str(), *layer), ("micro_grad_module", "norm", "BatchNorm")),
+        } => assert_eq!(
+            (*transform, path.as_str(), *layer),
+            ("micro_grad_module", "norm", "BatchNorm")
+        ),
         other => panic!("expected MixesExamples, got {other}"),
     }
     let msg = err.to_string();
-    assert!(msg.contains("GroupNorm") && msg.contains("LayerNorm"), "{msg}");
+    assert!(
+        msg.contains("GroupNorm") && msg.contains("LayerNorm"),
+        "{msg}"
+    );
 
     // The running statistics are as they were, and eval mode still runs.
     assert_eq!(values(net.norm.running_mean.value()), mean_before);
@@ -109,10 +115,7 @@ fn mse(m: &Linear<AD>, (x, y): (Tensor<AD, 2>, Tensor<AD, 2>)) -> Tensor<AD, 1> 
 }
 
 fn empty_batch() -> (Tensor<AD, 2>, Tensor<AD, 2>) {
-    (
-        Tensor::zeros([0, 3], &dev()),
-        Tensor::zeros([0, 2], &dev()),
-    )
+    (Tensor::zeros([0, 3], &dev()), Tensor::zeros([0, 2], &dev()))
 }
 
 #[test]
@@ -143,9 +146,15 @@ fn should_concat_an_empty_batch_to_empty_gradients() {
     let w: Tensor<I, 3> = per.get("weight").unwrap();
     assert_eq!(w.dims(), [0, 3, 2]);
 
-    let per = per_example_grads(&model, empty_batch(), |m: &Linear<AD>, (x, y): (Tensor<AD, 1>, Tensor<AD, 1>)| {
-        (m.forward(x.unsqueeze::<2>()) - y.unsqueeze()).powi_scalar(2).sum()
-    })
+    let per = per_example_grads(
+        &model,
+        empty_batch(),
+        |m: &Linear<AD>, (x, y): (Tensor<AD, 1>, Tensor<AD, 1>)| {
+            (m.forward(x.unsqueeze::<2>()) - y.unsqueeze())
+                .powi_scalar(2)
+                .sum()
+        },
+    )
     .unwrap();
     let w: Tensor<I, 3> = per.get("weight").unwrap();
     assert_eq!(w.dims(), [0, 3, 2]);
@@ -163,7 +172,9 @@ fn should_give_nan_for_mean_of_an_empty_batch_and_empty_vmaps() {
     assert!(values(b).iter().all(|v| v.is_nan()));
 
     let xs = Tensor::<I, 2>::zeros([0, 3], &dev());
-    let ys = vmap(|x: Tensor<I, 1>| x.clone() * x.sum()).call(xs.clone()).unwrap();
+    let ys = vmap(|x: Tensor<I, 1>| x.clone() * x.sum())
+        .call(xs.clone())
+        .unwrap();
     assert_eq!(ys.dims(), [0, 3]);
     let total = micro_vmap(|x: Tensor<I, 1>| x * 2.0)
         .microbatch_size(2)
@@ -173,10 +184,11 @@ fn should_give_nan_for_mean_of_an_empty_batch_and_empty_vmaps() {
     assert_eq!(values(total), vec![0.0; 3]);
 
     let p = Tensor::<AD, 1>::ones([3], &dev());
-    let (g, aux) = micro_grad(|(p, x): (Tensor<AD, 1>, Tensor<AD, 2>)| (x.squeeze_dim::<1>(0) * p).sum())
-        .transform_fn(|g: Tensor<I, 1>| g)
-        .call((p, Tensor::<AD, 2>::zeros([0, 3], &dev())))
-        .unwrap();
+    let (g, aux) =
+        micro_grad(|(p, x): (Tensor<AD, 1>, Tensor<AD, 2>)| (x.squeeze_dim::<1>(0) * p).sum())
+            .transform_fn(|g: Tensor<I, 1>| g)
+            .call((p, Tensor::<AD, 2>::zeros([0, 3], &dev())))
+            .unwrap();
     assert_eq!(values(g), vec![0.0; 3]);
     assert_eq!(aux.values.dims(), [0]);
 }
@@ -274,10 +286,19 @@ fn should_name_the_transform_and_its_randomness_setting() {
         .unwrap_err();
     let msg = err.to_string();
     assert!(
-        matches!(err, VmapError::Randomness { transform: "micro_grad_module", .. }),
+        matches!(
+            err,
+            VmapError::Randomness {
+                transform: "micro_grad_module",
+                ..
+            }
+        ),
         "{msg}"
     );
-    assert!(msg.contains("micro_grad_module(f).randomness(Randomness::Different)"), "{msg}");
+    assert!(
+        msg.contains("micro_grad_module(f).randomness(Randomness::Different)"),
+        "{msg}"
+    );
     let (grads, _) = micro_grad_module(loss)
         .randomness(Randomness::Different)
         .call(&model, (x,))

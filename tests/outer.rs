@@ -194,14 +194,12 @@ fn should_match_materialized_gradients_in_micro_grad_module() {
     let xs = inputs();
     // optax's `keep_batch_dim`: the loss sees a batch of one, `[1, D_IN]`.
     let (sum, _): (ParamGrads<V>, MicroAux<V, (), ()>) =
-        micro_grad_module(|m: &Linear<AD>, (x,): (Tensor<AD, 2>,)| {
-            m.forward(x).sin().sum()
-        })
-        .microbatch_size(1)
-        .accumulator(Sum)
-        .transform_fn(|g: ParamGrads<V>| burn_vmap::clip_by_global_norm(g, 0.3))
-        .call(&layer, (xs.clone(),))
-        .unwrap();
+        micro_grad_module(|m: &Linear<AD>, (x,): (Tensor<AD, 2>,)| m.forward(x).sin().sum())
+            .microbatch_size(1)
+            .accumulator(Sum)
+            .transform_fn(|g: ParamGrads<V>| burn_vmap::clip_by_global_norm(g, 0.3))
+            .call(&layer, (xs.clone(),))
+            .unwrap();
     let loss = |m: &Linear<AD>, x: Tensor<AD, 1>| m.forward(x).sin().sum();
     let per_example = burn_vmap::per_example_grads(&layer, xs, loss).unwrap();
     let w: Tensor<V, 3> = per_example.get("weight").unwrap();
@@ -341,13 +339,11 @@ fn should_concat_microbatches_factored() {
         .unwrap();
     for mb in [1, 2, 3, 6] {
         let (cat, _): (ParamGrads<V>, MicroAux<V, (), ()>) =
-            micro_grad_module(|m: &Linear<AD>, (x,): (Tensor<AD, 2>,)| {
-                m.forward(x).sin().sum()
-            })
-            .microbatch_size(mb)
-            .accumulator(Concat)
-            .call(&layer, (xs.clone(),))
-            .unwrap();
+            micro_grad_module(|m: &Linear<AD>, (x,): (Tensor<AD, 2>,)| m.forward(x).sin().sum())
+                .microbatch_size(mb)
+                .accumulator(Concat)
+                .call(&layer, (xs.clone(),))
+                .unwrap();
         let w: Tensor<V, 3> = cat.get("weight").unwrap();
         assert!(is_lazy(&w), "microbatch {mb}: Concat stays factored");
         close(w, want.clone());

@@ -218,9 +218,11 @@ fn type_maps(input: &DeriveInput, fields: &[Field], leaf_params: &[syn::Ident]) 
             Mode::Tree => bare(f.ty).is_some(),
             _ => !bounds::mentions(f.ty, leaf_params),
         })
-        && leaf_params
-            .iter()
-            .all(|p| fields.iter().any(|f| f.mode == Mode::Tree && bare(f.ty).as_ref() == Some(p)));
+        && leaf_params.iter().all(|p| {
+            fields
+                .iter()
+                .any(|f| f.mode == Mode::Tree && bare(f.ty).as_ref() == Some(p))
+        });
     if !eligible || leaf_params.is_empty() {
         return TokenStream::new();
     }

@@ -54,8 +54,8 @@ use burn_backend::backend::Backend;
 use burn_backend::tensor::Ordered;
 
 pub use erased::Acc;
-pub use output::AccOutput;
 pub(crate) use erased::{accumulator_spec, from_flat, to_flat, Flat};
+pub use output::AccOutput;
 
 /// Where an accumulator runs: the sizes of the microbatching.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

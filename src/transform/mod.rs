@@ -77,24 +77,20 @@ macro_rules! transform_call {
         transform_call!(@$family $vis $attr $bound $name [$($($param)*)?] [$($args)*] [$ret] [$body]);
     };
     (@vectorized $($item:tt)*) => {
-        transform_call!(@emit [BI, BO, I, A, R, O] [
-            BI: $crate::BatchOps,
-            BO: $crate::BatchOps,
-            F: Fn(A) -> R,
-            I: $crate::tree::Tree<BI>,
-            A: $crate::tree::Tree<BI>,
-            R: $crate::tree::Tree<BO>,
-            O: $crate::tree::Tree<BO>,
-        ] $($item)*);
+        transform_call!(@mapped [BI, BO, I, A, R, O] [O: $crate::tree::Tree<BO>,] $($item)*);
     };
     (@lifted $($item:tt)*) => {
-        transform_call!(@emit [BI, BO, I, A, R] [
+        transform_call!(@mapped [BI, BO, I, A, R] [] $($item)*);
+    };
+    (@mapped [$($generic:ident),*] [$($extra:tt)*] $($item:tt)*) => {
+        transform_call!(@emit [$($generic),*] [
             BI: $crate::BatchOps,
             BO: $crate::BatchOps,
             F: Fn(A) -> R,
             I: $crate::tree::Tree<BI>,
             A: $crate::tree::Tree<BI>,
             R: $crate::tree::Tree<BO>,
+            $($extra)*
         ] $($item)*);
     };
     (@scan $($item:tt)*) => {
@@ -109,25 +105,19 @@ macro_rules! transform_call {
         ] $($item)*);
     };
     (@micro_grad $($item:tt)*) => {
-        transform_call!(@emit [AB, I, A, Out, G] [
-            AB: burn::tensor::backend::AutodiffBackend + $crate::BatchOps,
-            AB::InnerBackend: $crate::BatchOps,
-            F: Fn(A) -> Out,
-            I: $crate::tree::Tree<AB>,
-            A: $crate::tree::Tree<AB>,
-            Out: $crate::transform::micro::LossOutput<AB>,
-            S: $crate::tree::Tree<AB::InnerBackend> + Clone,
-            T: $crate::transform::micro::GradFn<AB::InnerBackend>,
-            M: $crate::transform::micro::GradFn<AB::InnerBackend>,
-            V: $crate::transform::micro::VmapFn,
-        ] $($item)*);
+        transform_call!(@micro [AB, I, A, Out, G] [F: Fn(A) -> Out,] $($item)*);
     };
     (@micro_grad_module $($item:tt)*) => {
-        transform_call!(@emit [AB, Mod, I, A, Out] [
-            AB: burn::tensor::backend::AutodiffBackend + $crate::BatchOps,
-            AB::InnerBackend: $crate::BatchOps,
+        transform_call!(@micro [AB, Mod, I, A, Out] [
             Mod: burn::module::AutodiffModule<AB>,
             F: Fn(&Mod, A) -> Out,
+        ] $($item)*);
+    };
+    (@micro [$($generic:ident),*] [$($f_bound:tt)*] $($item:tt)*) => {
+        transform_call!(@emit [$($generic),*] [
+            AB: burn::tensor::backend::AutodiffBackend + $crate::BatchOps,
+            AB::InnerBackend: $crate::BatchOps,
+            $($f_bound)*
             I: $crate::tree::Tree<AB>,
             A: $crate::tree::Tree<AB>,
             Out: $crate::transform::micro::LossOutput<AB>,

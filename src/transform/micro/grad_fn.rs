@@ -11,8 +11,8 @@ use burn_backend::backend::Backend;
 use burn_backend::TensorMetadata;
 
 use super::Inner;
-use crate::transform::grad::ParamGrads;
 use crate::accumulate::AccOutput;
+use crate::transform::grad::ParamGrads;
 use crate::tree::{DynTree, Leaf, Lift, Tree};
 use crate::VmapError;
 

@@ -193,7 +193,14 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
         self,
         transform_fn: Fc,
     ) -> MicroGrad<F, S, TreeFn<Fc, G, O>, M, V, Src> {
-        self.map_parts(|s, _, m, v| (s, TreeFn(transform_fn, "transform_fn(g)", PhantomData), m, v))
+        self.map_parts(|s, _, m, v| {
+            (
+                s,
+                TreeFn(transform_fn, "transform_fn(g)", PhantomData),
+                m,
+                v,
+            )
+        })
     }
 
     /// Computed on every example's RAW gradient tree and returned stacked in
@@ -271,34 +278,34 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
         M: GradFn<AB::InnerBackend>,
         V: VmapFn,
     {
-            let (leaves, def) = args.flatten();
-            let plan = self.opts.plan(&leaves, &def)?;
-            let grad_spec =
-                accumulator_spec::<AB::InnerBackend>(&self.accumulator.clone().flatten().1)?;
-            let concat = Spec::Leaf(Acc::new(Concat));
-            let acc = Spec::Seq(vec![grad_spec, concat.clone(), concat.clone(), concat]);
+        let (leaves, def) = args.flatten();
+        let plan = self.opts.plan(&leaves, &def)?;
+        let grad_spec =
+            accumulator_spec::<AB::InnerBackend>(&self.accumulator.clone().flatten().1)?;
+        let concat = Spec::Leaf(Acc::new(Concat));
+        let acc = Spec::Seq(vec![grad_spec, concat.clone(), concat.clone(), concat]);
 
-            let failure: RefCell<Option<VmapError>> = RefCell::new(None);
-            let step = |args: DynTree<AB>| -> DynTree<AB::InnerBackend> {
-                let args = plan.with_unit_dims(args);
-                match self.example_step::<AB, A, Out, Fx, Sx>(f, source, args, &plan) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        failure.borrow_mut().get_or_insert(e);
-                        DynTree::tuple(vec![])
-                    }
+        let failure: RefCell<Option<VmapError>> = RefCell::new(None);
+        let step = |args: DynTree<AB>| -> DynTree<AB::InnerBackend> {
+            let args = plan.with_unit_dims(args);
+            match self.example_step::<AB, A, Out, Fx, Sx>(f, source, args, &plan) {
+                Ok(t) => t,
+                Err(e) => {
+                    failure.borrow_mut().get_or_insert(e);
+                    DynTree::tuple(vec![])
                 }
-            };
-            let mapped = map_inputs(DynTree { leaves, def }, &plan.in_axes)?;
-            let micro = Microbatching {
-                num_real_microbatches,
-                ..self.opts.micro
-            };
-            let result = run_microbatched(&step, &self.vmap_fn, &plan.in_axes, mapped, micro, &acc);
-            if let Some(e) = failure.into_inner() {
-                return Err(e.in_transform(transform));
             }
-            unpack(result.map_err(|e| e.in_transform(transform))?)
+        };
+        let mapped = map_inputs(DynTree { leaves, def }, &plan.in_axes)?;
+        let micro = Microbatching {
+            num_real_microbatches,
+            ..self.opts.micro
+        };
+        let result = run_microbatched(&step, &self.vmap_fn, &plan.in_axes, mapped, micro, &acc);
+        if let Some(e) = failure.into_inner() {
+            return Err(e.in_transform(transform));
+        }
+        unpack(result.map_err(|e| e.in_transform(transform))?)
     }
 
     /// One example (vectorized): value, gradient, transform, metrics, aux.
@@ -385,6 +392,7 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V, ArgGrads> {
         ///
         /// # Errors
         /// See [`micro_grad`].
+        #[allow(clippy::type_complexity)]
         [(S, T, M): MicroGradTypes<AB::InnerBackend, G, Out::Aux>]
         pub fn call(
             &self,
@@ -400,6 +408,7 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V, ArgGrads> {
         ///
         /// # Errors
         /// See [`micro_grad`].
+        #[allow(clippy::type_complexity)]
         [(S, T, M): MicroGradTypes<AB::InnerBackend, G, Out::Aux>]
         pub fn call_with(
             &self,

@@ -24,8 +24,8 @@ pub use grad_fn::{
     MicroGradTypes, ModuleGrads, ModuleParams, NoMetrics, TreeFn,
 };
 pub use micro_grad::{micro_grad, ArgNums, MicroGrad};
-pub use module::micro_grad_module;
 pub use micro_vmap::{micro_vmap, MicroVmap};
+pub use module::micro_grad_module;
 pub use norms::{
     clip_by_global_norm, clip_by_global_norm_finite, global_norm, non_finite, scale_tree,
 };

@@ -1,8 +1,12 @@
 //! [`micro_grad_module`]: [`micro_grad`](super::micro_grad) over a Burn module's parameters.
 
-use super::grad_fn::{MicroAux, MicroGradResult, MicroGradTypes, ModuleGrads, ModuleParams};
+use super::grad_fn::{
+    Identity, MicroAux, MicroGradResult, MicroGradTypes, ModuleGrads, ModuleParams, NoMetrics,
+};
 use super::micro_grad::{GradOptions, MicroGrad};
 use super::run::Microbatching;
+use super::PlainVmap;
+use crate::accumulate::Sum;
 use crate::transform::grad::{prepare_module, ParamGrads};
 use crate::transform::transform_call;
 use crate::tree::Tree;
@@ -54,7 +58,9 @@ use crate::VmapError;
 /// assert!(global_norm(&grads).into_scalar() <= 1.0 + 1e-6); // a mean of clipped gradients
 /// let for_optimizer = grads.into_gradients_params();
 /// ```
-pub fn micro_grad_module<F>(loss_fn: F) -> MicroGrad<F, crate::accumulate::Sum, super::Identity, super::NoMetrics, super::PlainVmap, ModuleParams> {
+pub fn micro_grad_module<F>(
+    loss_fn: F,
+) -> MicroGrad<F, Sum, Identity, NoMetrics, PlainVmap, ModuleParams> {
     let opts = GradOptions {
         argnums: vec![],
         single_argnum: false,
@@ -75,6 +81,7 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V, ModuleParams> {
         /// # Errors
         /// See [`micro_grad`](super::micro_grad), and [`VmapError::MixesExamples`] for a module
         /// with a `BatchNorm` (refused before anything runs).
+        #[allow(clippy::type_complexity)]
         [(S, T, M): MicroGradTypes<AB::InnerBackend, ParamGrads<AB::InnerBackend>, Out::Aux>]
         pub fn call(
             &self,
@@ -94,6 +101,7 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V, ModuleParams> {
         ///
         /// # Errors
         /// As [`call`](MicroGrad::call).
+        #[allow(clippy::type_complexity)]
         [(S, T, M): MicroGradTypes<AB::InnerBackend, ParamGrads<AB::InnerBackend>, Out::Aux>]
         pub fn call_with(
             &self,
@@ -129,6 +137,7 @@ impl<F, S, T, M, V> MicroGrad<F, S, T, M, V, ModuleParams> {
 
     transform_call! {
         micro_grad_module;
+        #[allow(clippy::type_complexity)]
         [G: Tree<AB::InnerBackend>, MO: Tree<AB::InnerBackend>, XO: Tree<AB::InnerBackend>]
         fn call_module<G, MO, XO>(
             &self,

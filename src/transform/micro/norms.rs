@@ -126,7 +126,11 @@ pub fn clip_by_global_norm_finite<B: Backend, T: Tree<B> + Clone>(tree: T, max_n
                 let shape = t.shape();
                 let mask = B::bool_reshape(bad.clone(), vec![1; shape.num_dims()].into());
                 let mask = B::bool_expand(mask, shape);
-                Leaf::Float(TensorPrimitive::Float(B::float_mask_fill(t, mask, 0.0.into())))
+                Leaf::Float(TensorPrimitive::Float(B::float_mask_fill(
+                    t,
+                    mask,
+                    0.0.into(),
+                )))
             }
             other => other,
         })

@@ -92,14 +92,16 @@ pub(crate) fn api_micro_vmap(case: &Case) -> Result<Run, String> {
         Ok(b) => b,
         Err(e) => return Ok(Run::Error(e)),
     };
-    Ok(match built.call_as::<V, V, _, _, _, Pt<V>>(Pt::Tuple(args)) {
-        Ok(out) => {
-            let mut outputs = Outputs::new();
-            collect_outputs("out", out, &mut outputs);
-            Run::Outputs(outputs)
-        }
-        Err(e) => Run::Error(e),
-    })
+    Ok(
+        match built.call_as::<V, V, _, _, _, Pt<V>>(Pt::Tuple(args)) {
+            Ok(out) => {
+                let mut outputs = Outputs::new();
+                collect_outputs("out", out, &mut outputs);
+                Run::Outputs(outputs)
+            }
+            Err(e) => Run::Error(e),
+        },
+    )
 }
 
 /// A loss `Pt` as Burn's scalar `[1]`.

@@ -99,7 +99,10 @@ pub(crate) fn vmap_run<BI: BatchOps, BO: BatchOps>(
                     .unwrap_or_else(|e| panic::panic_any(InnerVmapError(e)))
             };
             match panic::catch_unwind(AssertUnwindSafe(|| {
-                vmap(outer).in_axes(in_axes).out_axes(out_axes).call_as(args)
+                vmap(outer)
+                    .in_axes(in_axes)
+                    .out_axes(out_axes)
+                    .call_as(args)
             })) {
                 Ok(r) => r,
                 Err(payload) => match payload.downcast::<InnerVmapError>() {
