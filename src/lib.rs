@@ -57,6 +57,8 @@ mod compat;
 mod error;
 pub mod level;
 mod ops;
+#[cfg(feature = "collective")]
+pub mod parallel;
 mod physical;
 pub mod prelude;
 pub(crate) mod rules;
