@@ -61,6 +61,7 @@ mod ops;
 pub mod parallel;
 mod physical;
 pub mod prelude;
+pub mod privacy;
 pub(crate) mod rules;
 pub mod strict;
 pub mod tensor;

@@ -52,6 +52,33 @@ impl<AB: AutodiffBackend> ModuleVisitor<AB> for Collect<'_, AB> {
     }
 }
 
+struct Zeros<AB: AutodiffBackend> {
+    path: Vec<String>,
+    out: Vec<(String, ParamId, TensorPrimitive<AB::InnerBackend>)>,
+}
+
+impl<AB: AutodiffBackend> ModuleVisitor<AB> for Zeros<AB> {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<AB, D>>) {
+        let value = param.val();
+        if value.is_require_grad() {
+            let zeros = Tensor::<AB::InnerBackend, D>::zeros(value.shape(), &value.device());
+            self.out.push((
+                self.path.join("."),
+                param.id,
+                TensorPrimitive::Float(zeros.into_primitive().tensor()),
+            ));
+        }
+    }
+}
+
 impl<B: Backend> ParamGrads<B> {
     /// Takes the gradients of `module`'s parameters out of `grads` (parameters without a
     /// gradient are skipped).
@@ -194,6 +221,41 @@ impl<B: Backend> ParamGrads<B> {
             });
         }
         total.expect("per_example_norms: no gradient").sqrt()
+    }
+
+    /// Zeros in the shape of every trainable parameter of `module`, keyed as
+    /// [`from_module`](Self::from_module) keys them: the gradient of an empty batch.
+    pub fn zeros_like<AB, M>(module: &M) -> Self
+    where
+        AB: AutodiffBackend<InnerBackend = B>,
+        M: AutodiffModule<AB>,
+    {
+        let mut zeros = Zeros::<AB> {
+            path: Vec::new(),
+            out: Vec::new(),
+        };
+        module.visit(&mut zeros);
+        Self { entries: zeros.out }
+    }
+
+    /// The entrywise sum of two gradient trees of one module (the same parameters in the same
+    /// order, as two calls on one model give).
+    pub(crate) fn sum_with(self, other: Self) -> Self {
+        debug_assert_eq!(self.entries.len(), other.entries.len());
+        Self {
+            entries: self
+                .entries
+                .into_iter()
+                .zip(other.entries)
+                .map(|((p, i, a), (_, _, b))| {
+                    (
+                        p,
+                        i,
+                        TensorPrimitive::Float(B::float_add(a.tensor(), b.tensor())),
+                    )
+                })
+                .collect(),
+        }
     }
 
     /// Converts to Burn's [`GradientsParams`] for `optimizer.step(lr, model, grads)`.
