@@ -1,167 +1,136 @@
-//! DP-SGD (Abadi et al., 2016) on a Burn MLP: per-example clipping and Gaussian noise, next to
-//! the same model trained without privacy.
+//! DP-SGD (Abadi et al., 2016) on a Burn MLP with `burn_vmap::privacy`: Poisson-sampled batches
+//! from a `burn::data` dataset, per-example clipping, Gaussian noise from a CSPRNG, and the ε
+//! that holds for exactly that, by RDP and by PLD; next to the same model trained without
+//! privacy (outside the guarantee).
 //!
 //! ```text
-//! cargo run --release --example dp_sgd                      # UCI digits, shipped in data/
-//! cargo run --release --example dp_sgd -- --mnist DIR       # MNIST IDX files in DIR
+//! cargo run --release --example dp_sgd                          # UCI digits, shipped in data/
+//! cargo run --release --example dp_sgd -- --target-epsilon 2    # σ calibrated to ε = 2
+//! cargo run --release --example dp_sgd -- --mnist DIR           # MNIST IDX files in DIR
 //! ```
 //!
-//! On the digits both runs take a few seconds. On MNIST (60,000 images, MLP 784-128-10, batch
-//! 256 in microbatches of 64) one epoch of DP-SGD takes minutes on a 2-core CPU: raise
-//! `--epochs` on a faster machine (or a GPU backend feature).
+//! Options: `--epochs N`, `--expected-batch B` (q·N), `--lr LR`, `--clip C`, `--sigma S` or
+//! `--target-epsilon E` (calibrates σ for the whole run), `--microbatch M` (examples per
+//! vectorized pass; bounds memory), `--delta D`, `--seed S` (the data split, the initial weights
+//! and the baseline's shuffling; the DP noise and sampling always come from the operating
+//! system's entropy).
 //!
-//! Options: `--epochs N`, `--batch-size B`, `--lr LR`, `--clip C`, `--sigma S`,
-//! `--microbatch M` (examples per vectorized pass; bounds memory), `--delta D`, `--seed S`.
-//!
-//! The model lives on `Autodiff<Vmap<B>>` and trains like any Burn model there. The private
-//! step differs from the standard one only in how the gradient is computed: see
-//! [`train_step`] and [`dp_train_step`].
+//! The DP step differs from the standard Burn step in about ten lines: see [`fit_private`].
 
 #[path = "common/mod.rs"]
 pub mod common;
 
 use std::error::Error;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use burn::backend::Autodiff;
-use burn::module::Module;
+use burn::data::dataloader::batcher::Batcher;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Int, Tensor};
+use burn::tensor::{Int, Tensor};
+use burn_vmap::privacy::accounting::{calibrate_noise_multiplier, AccountantKind};
+use burn_vmap::privacy::{DpSgd, DpSgdConfig, PoissonLoader};
 use burn_vmap::testing::TestBackend;
-use burn_vmap::{clip_by_global_norm, micro_grad_module, ParamGrads, Vmap, VmapError};
+use burn_vmap::Vmap;
 
 use common::{epoch_batches, progress, Dataset, Mlp, SplitMix64};
 
 type I = Vmap<TestBackend>;
 type AD = Autodiff<I>;
 
-/// DP-SGD's parameters.
-#[derive(Debug, Clone, Copy)]
-pub struct DpConfig {
-    /// `C`: every example's gradient is clipped to this global L2 norm.
-    pub clip: f64,
-    /// `σ`: the noise multiplier; the noise on the summed gradient has std `σ·C`.
-    pub sigma: f64,
-    /// Examples per vectorized pass (`None`: the whole batch at once). Must divide the batch.
-    pub microbatch: Option<usize>,
-}
+/// A batch: images `[n, dim]` in `[0, 1]` and their labels `[n]`.
+pub type Batch<B> = (Tensor<B, 2>, Tensor<B, 1, Int>);
 
-/// The standard Burn training step (the non-private baseline).
-pub fn train_step<O: Optimizer<Mlp<AD>, AD>>(
-    model: Mlp<AD>,
-    optim: &mut O,
-    lr: f64,
-    x: Tensor<AD, 2>,
-    y: Tensor<AD, 1, Int>,
-) -> Mlp<AD> {
-    let grads = model.loss(x, y).backward();
-    let grads = GradientsParams::from_grads(grads, &model);
-    optim.step(lr, model, grads)
-}
+/// The examples of a [`Dataset`] as a `burn::data` dataset: item `i` is the index `i`, and the
+/// batcher reads the rows.
+pub struct Indices(pub usize);
 
-/// The same step with DP-SGD: only the gradient changes.
-///
-/// # Errors
-/// A microbatch size that does not divide the batch.
-pub fn dp_train_step<O: Optimizer<Mlp<AD>, AD>>(
-    model: Mlp<AD>,
-    optim: &mut O,
-    lr: f64,
-    x: Tensor<AD, 2>,
-    y: Tensor<AD, 1, Int>,
-    dp: &DpConfig,
-) -> Result<Mlp<AD>, VmapError> {
-    let grads = dp_gradients(&model, x, y, dp)?;
-    Ok(optim.step(lr, model, grads.into_gradients_params()))
-}
-
-/// DP-SGD's gradient of a batch: every example's gradient clipped to norm `C`, summed,
-/// Gaussian noise of std `σ·C` added to the sum, divided by the batch size.
-///
-/// # Errors
-/// A microbatch size that does not divide the batch.
-pub fn dp_gradients(
-    model: &Mlp<AD>,
-    x: Tensor<AD, 2>,
-    y: Tensor<AD, 1, Int>,
-    dp: &DpConfig,
-) -> Result<ParamGrads<I>, VmapError> {
-    let batch_size = x.dims()[0];
-    // Per-example gradients (one vectorized backward pass per microbatch), each clipped to
-    // norm C, then SUMMED: `Sum` is micro_grad's default accumulator.
-    let (clipped_sum, _) =
-        micro_grad_module(|m: &Mlp<AD>, (x, y): (Tensor<AD, 2>, Tensor<AD, 1, Int>)| m.loss(x, y))
-            .microbatch_size(dp.microbatch)
-            .transform_fn(|g| clip_by_global_norm(g, dp.clip))
-            .call(model, (x, y))?;
-    // Noise on the SUM, whose sensitivity to one example is C, THEN divide by the batch size.
-    // (Adding σ·C noise to the MEAN, whose sensitivity is C / B, would add B times too little
-    // noise: a known privacy bug.)
-    Ok(clipped_sum.map_flat(|sum| {
-        let noise = Tensor::random(
-            sum.shape(),
-            Distribution::Normal(0.0, dp.sigma * dp.clip),
-            &sum.device(),
-        );
-        (sum + noise) / batch_size as f64
-    }))
-}
-
-/// The privacy spent by `steps` DP-SGD steps that each sample a fraction `q` of the data with
-/// noise multiplier `sigma`: `(ε, best Rényi order)` at `delta`, by the Rényi-DP accountant of
-/// the sampled Gaussian mechanism (Mironov, Talwar & Zhang 2019, integer orders 2..=256) and
-/// the classic RDP-to-(ε, δ) conversion `ε = steps·ε_α + ln(1/δ) / (α − 1)`.
-///
-/// The bound assumes Poisson sampling (each example joins a batch independently with
-/// probability `q`); this example shuffles and cuts fixed-size batches, the common practical
-/// substitute that libraries report the same ε for.
-pub fn dp_epsilon(q: f64, sigma: f64, steps: usize, delta: f64) -> (f64, u32) {
-    if sigma <= 0.0 {
-        return (f64::INFINITY, 0);
+impl burn::data::dataset::Dataset<usize> for Indices {
+    fn get(&self, index: usize) -> Option<usize> {
+        (index < self.0).then_some(index)
     }
-    let mut best = (f64::INFINITY, 0);
-    for alpha in 2u32..=256 {
-        // ln A_α = ln Σ_k C(α,k) (1−q)^(α−k) q^k exp((k² − k) / 2σ²)
-        let a = alpha as f64;
-        let mut terms = Vec::with_capacity(alpha as usize + 1);
-        let mut ln_binom = 0.0f64;
-        for k in 0..=alpha {
-            if k > 0 {
-                ln_binom += ((a - k as f64 + 1.0) / k as f64).ln();
-            }
-            let kf = k as f64;
-            let ln_rest = if alpha - k == 0 {
-                0.0
-            } else {
-                (a - kf) * (1.0 - q).ln()
-            };
-            let ln_q = if k == 0 { 0.0 } else { kf * q.ln() };
-            terms.push(ln_binom + ln_rest + ln_q + (kf * kf - kf) / (2.0 * sigma * sigma));
-        }
-        let max = terms.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let ln_a = max + terms.iter().map(|t| (t - max).exp()).sum::<f64>().ln();
-        let rdp = ln_a / (a - 1.0);
-        let eps = steps as f64 * rdp + (1.0 / delta).ln() / (a - 1.0);
-        if eps < best.0 {
-            best = (eps, alpha);
-        }
+
+    fn len(&self) -> usize {
+        self.0
     }
-    best
 }
 
-/// Settings of a run.
-#[derive(Debug, Clone)]
-struct Settings {
+/// The batcher: the rows of the given indices.
+pub struct Rows(pub Arc<Dataset>);
+
+impl<B: Backend> Batcher<B, usize, Batch<B>> for Rows {
+    fn batch(&self, items: Vec<usize>, device: &B::Device) -> Batch<B> {
+        self.0.batch(&items, device)
+    }
+}
+
+/// The loss of a batch (one example is a batch of one).
+pub fn loss(model: &Mlp<AD>, (x, y): Batch<AD>) -> Tensor<AD, 1> {
+    model.loss(x, y)
+}
+
+/// The optimizer both runs use.
+fn sgd() -> impl Optimizer<Mlp<AD>, AD> {
+    SgdConfig::new()
+        .with_momentum(Some(MomentumConfig::new().with_momentum(0.9)))
+        .init::<AD, Mlp<AD>>()
+}
+
+/// The standard Burn training loop: shuffled fixed-size batches, no privacy.
+pub fn fit_baseline(
+    mut model: Mlp<AD>,
+    data: &Dataset,
     epochs: usize,
     batch_size: usize,
     lr: f64,
-    dp: DpConfig,
-    delta: Option<f64>,
-    seed: u64,
-    hidden: usize,
+    rng: &mut SplitMix64,
+) -> Mlp<AD> {
+    let device = Default::default();
+    let mut optim = sgd();
+    let bar = progress(epochs * data.len() / batch_size, "baseline");
+    for _ in 0..epochs {
+        for idx in epoch_batches(data.len(), batch_size, rng) {
+            let (x, y) = data.batch::<AD>(&idx, &device);
+            let grads = GradientsParams::from_grads(model.loss(x, y).backward(), &model);
+            model = optim.step(lr, model, grads);
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    model
+}
+
+/// The same loop with DP-SGD: Poisson-sampled batches from the loader, and the step of the
+/// [`DpSgd`] wrapper around the same optimizer (clip, sum, noise, divide by q·N, account).
+///
+/// # Errors
+/// A refused model or setting (see `burn_vmap::privacy::PrivacyError`).
+pub fn fit_private(
+    mut model: Mlp<AD>,
+    data: Arc<Dataset>,
+    steps: usize,
+    lr: f64,
+    config: DpSgdConfig,
+) -> Result<(Mlp<AD>, DpSgd<impl Optimizer<Mlp<AD>, AD>>), Box<dyn Error>> {
+    let n = data.len();
+    let mut loader = PoissonLoader::<AD, _, _>::new(
+        Arc::new(Indices(n)),
+        Arc::new(Rows(data)),
+        config.sampling_rate,
+        Default::default(),
+    )?;
+    let mut dp = DpSgd::new(sgd(), config)?;
+    let bar = progress(steps, "DP-SGD");
+    for _ in 0..steps {
+        let step = loader.next_batch(); // Poisson: a random size, possibly empty
+        model = dp.step(lr, model, loss, step.batch)?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok((model, dp))
 }
 
 fn main() {
@@ -188,98 +157,78 @@ fn run() -> Result<(), Box<dyn Error>> {
         }
     };
     let big = mnist.is_some();
-    let s = Settings {
-        epochs: common::flag(&args, "--epochs")?.unwrap_or(if big { 1 } else { 30 }),
-        batch_size: common::flag(&args, "--batch-size")?.unwrap_or(if big { 256 } else { 64 }),
-        lr: common::flag(&args, "--lr")?.unwrap_or(0.1),
-        dp: DpConfig {
-            clip: common::flag(&args, "--clip")?.unwrap_or(1.0),
-            sigma: common::flag(&args, "--sigma")?.unwrap_or(1.0),
-            microbatch: common::flag(&args, "--microbatch")?.or(big.then_some(64)),
-        },
-        delta: common::flag(&args, "--delta")?,
-        seed,
-        hidden: if big { 128 } else { 64 },
+    let n = train.len();
+    let epochs: usize = common::flag(&args, "--epochs")?.unwrap_or(if big { 1 } else { 30 });
+    let expected_batch: usize =
+        common::flag(&args, "--expected-batch")?.unwrap_or(if big { 256 } else { 64 });
+    let lr: f64 = common::flag(&args, "--lr")?.unwrap_or(0.1);
+    let clip: f64 = common::flag(&args, "--clip")?.unwrap_or(1.0);
+    let delta: f64 = common::flag(&args, "--delta")?.unwrap_or(1.0 / (10.0 * n as f64));
+    let microbatch: Option<usize> = common::flag(&args, "--microbatch")?.or(big.then_some(64));
+    let hidden = if big { 128 } else { 64 };
+
+    let q = expected_batch as f64 / n as f64;
+    let steps = epochs * (1.0 / q).ceil() as usize;
+    let target: Option<f64> = common::flag(&args, "--target-epsilon")?;
+    let sigma = match (target, common::flag::<f64>(&args, "--sigma")?) {
+        (Some(_), Some(_)) => return Err("give --sigma or --target-epsilon, not both".into()),
+        (Some(eps), None) => {
+            calibrate_noise_multiplier(eps, delta, q, steps as u64, AccountantKind::Rdp, 1e-3)?
+        }
+        (None, sigma) => sigma.unwrap_or(1.0),
     };
-    let delta = s.delta.unwrap_or(1.0 / (10.0 * train.len() as f64));
+
     println!(
-        "{name}: {} training and {} test images of {} pixels; MLP {}-{}-10",
-        train.len(),
+        "{name}: {n} training and {} test images of {} pixels; MLP {}-{hidden}-10",
         test.len(),
         train.dim,
-        train.dim,
-        s.hidden
+        train.dim
     );
     println!(
-        "{} epochs, batch {}, SGD (momentum 0.9) lr {}; DP: clip C = {}, noise σ = {}",
-        s.epochs, s.batch_size, s.lr, s.dp.clip, s.dp.sigma
+        "{epochs} epochs = {steps} steps; SGD (momentum 0.9) lr {lr}; DP: Poisson sampling at \
+         q = {q:.4} (expected batch {expected_batch}), clip C = {clip}, noise σ = {sigma:.3}{}",
+        if target.is_some() {
+            " (calibrated)"
+        } else {
+            ""
+        }
     );
 
     let device = Default::default();
-    I::seed(&device, s.seed);
-    let init = Mlp::<AD>::new(&[train.dim, s.hidden, 10], &device);
+    I::seed(&device, seed);
+    let init = Mlp::<AD>::new(&[train.dim, hidden, 10], &device);
 
     let start = Instant::now();
-    let baseline = fit(init.clone(), &train, &s, None, &mut rng.clone())?;
+    let baseline = fit_baseline(init.clone(), &train, epochs, expected_batch, lr, &mut rng);
     let t_baseline = start.elapsed();
+    let config = DpSgdConfig::new(clip, sigma, q, n)
+        .with_delta(delta)
+        .with_microbatch_size(microbatch);
     let start = Instant::now();
-    let private = fit(init, &train, &s, Some(&s.dp), &mut rng.clone())?;
+    let (private, dp) = fit_private(init, Arc::new(train), steps, lr, config)?;
     let t_private = start.elapsed();
 
     let (xt, yt) = test.all::<AD>(&device);
-    let acc_baseline = baseline.accuracy(xt.clone(), yt.clone());
-    let acc_private = private.accuracy(xt, yt);
-    let steps = s.epochs * (train.len() / s.batch_size);
-    let q = s.batch_size as f64 / train.len() as f64;
-    let (eps, order) = dp_epsilon(q, s.dp.sigma, steps, delta);
-
     println!();
-    println!("{:<24} {:>14} {:>10}", "", "test accuracy", "time");
+    println!("{:<44} {:>14} {:>8}", "", "test accuracy", "time");
     println!(
-        "{:<24} {:>13.1}% {:>9.1}s",
-        "non-private SGD",
-        100.0 * acc_baseline,
+        "{:<44} {:>13.1}% {:>7.1}s",
+        "non-private SGD (outside the guarantee)",
+        100.0 * baseline.accuracy(xt.clone(), yt.clone()),
         t_baseline.as_secs_f64()
     );
     println!(
-        "{:<24} {:>13.1}% {:>9.1}s",
+        "{:<44} {:>13.1}% {:>7.1}s",
         "DP-SGD",
-        100.0 * acc_private,
+        100.0 * private.accuracy(xt, yt),
         t_private.as_secs_f64()
     );
+    println!();
     println!(
-        "privacy: ({eps:.2}, {delta:.1e})-DP after {steps} steps at sampling rate {q:.3} \
-         (RDP accountant, order {order})"
+        "privacy of the DP-SGD model: ε = {:.3} by PLD, {:.3} by RDP, at δ = {delta:.1e}",
+        dp.epsilon_pld()?,
+        dp.epsilon()?
     );
+    println!("{}", dp.statement()?);
     Ok(())
-}
-
-/// Trains `model` for `s.epochs`; with `dp`, every step is a DP-SGD step.
-fn fit(
-    mut model: Mlp<AD>,
-    data: &Dataset,
-    s: &Settings,
-    dp: Option<&DpConfig>,
-    rng: &mut SplitMix64,
-) -> Result<Mlp<AD>, Box<dyn Error>> {
-    let device = model.devices().remove(0);
-    let mut optim = SgdConfig::new()
-        .with_momentum(Some(MomentumConfig::new().with_momentum(0.9)))
-        .init::<AD, Mlp<AD>>();
-    let steps_per_epoch = data.len() / s.batch_size;
-    let what = if dp.is_some() { "DP-SGD" } else { "baseline" };
-    let bar = progress(s.epochs * steps_per_epoch, what);
-    for epoch in 0..s.epochs {
-        for idx in epoch_batches(data.len(), s.batch_size, rng) {
-            let (x, y) = data.batch::<AD>(&idx, &device);
-            model = match dp {
-                None => train_step(model, &mut optim, s.lr, x, y),
-                Some(dp) => dp_train_step(model, &mut optim, s.lr, x, y, dp)?,
-            };
-            bar.inc(1);
-        }
-        bar.set_message(format!("epoch {}", epoch + 1));
-    }
-    bar.finish_and_clear();
-    Ok(model)
 }

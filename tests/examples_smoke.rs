@@ -1,6 +1,7 @@
 //! The pieces of the `dp_sgd` and `gradient_moments` examples, at tiny sizes, against
 //! independent oracles: the shipped digits, the MNIST IDX loader, DP-SGD's clipping and noise
-//! calibration against a loop of single-example backward passes, the privacy accountant, the
+//! calibration against a loop of single-example backward passes, Poisson batches through the
+//! example's batcher, the
 //! per-example moments against the loop and the batch gradient, and the moment optimizers
 //! against Burn's Adam and their definitions.
 // Both examples include `examples/common`; each test uses one copy.
@@ -294,6 +295,28 @@ fn looped_clipped_mean(
     (sum, norms)
 }
 
+/// The example's DP-SGD wrapper with no noise and `q·N` = the batch size: its gradient is the
+/// mean of the clipped per-example gradients.
+fn dp_mean(
+    model: &DpMlp,
+    x: Tensor<AD, 2>,
+    y: Tensor<AD, 1, burn::tensor::Int>,
+    clip: f64,
+    microbatch: Option<usize>,
+) -> ParamGrads<I> {
+    let b = x.dims()[0];
+    let config =
+        burn_vmap::privacy::DpSgdConfig::new(clip, 0.0, 1.0, b).with_microbatch_size(microbatch);
+    let mut dp = burn_vmap::privacy::DpSgd::with_rng(
+        burn::optim::SgdConfig::new().init::<AD, DpMlp>(),
+        config,
+        burn_vmap::privacy::PrivacyRng::seeded(0),
+    )
+    .unwrap();
+    dp.noisy_gradient(model, dp_sgd::loss, Some((x, y)))
+        .unwrap()
+}
+
 #[test]
 fn should_equal_the_mean_of_clipped_per_example_gradients_without_noise() {
     let device = Default::default();
@@ -305,14 +328,10 @@ fn should_equal_the_mean_of_clipped_per_example_gradients_without_noise() {
     // The test means something only if some examples are clipped and some are not.
     assert!(norms.iter().any(|&n| n > clip), "{norms:?}");
 
-    for microbatch in [None, Some(2), Some(3)] {
+    // Microbatch sizes that divide the batch and that do not (a ragged last microbatch).
+    for microbatch in [None, Some(2), Some(3), Some(4)] {
         let (x, y) = data.batch::<AD>(&idx, &device);
-        let dp = dp_sgd::DpConfig {
-            clip,
-            sigma: 0.0,
-            microbatch,
-        };
-        let got = dp_sgd::dp_gradients(&model, x, y, &dp).unwrap();
+        let got = dp_mean(&model, x, y, clip, microbatch);
         assert_close(
             &format!("microbatch {microbatch:?}"),
             &values(&got),
@@ -328,72 +347,36 @@ fn should_equal_the_mean_of_clipped_per_example_gradients_without_noise() {
         .into_iter()
         .map(|(p, v)| (p, v.into_iter().map(f64::from).collect()))
         .collect();
-    let dp = dp_sgd::DpConfig {
-        clip: 1e6,
-        sigma: 0.0,
-        microbatch: None,
-    };
-    let got = dp_sgd::dp_gradients(&model, x, y, &dp).unwrap();
+    let got = dp_mean(&model, x, y, 1e6, None);
     assert_close("no clipping", &values(&got), &plain, 1e-5);
 }
 
 #[test]
-fn should_add_noise_of_std_sigma_c_to_the_sum_then_divide_by_the_batch() {
-    let device = Default::default();
-    I::seed(&device, 5);
-    let model = DpMlp::new(&[64, 8, 10], &device);
-    let (data, idx) = digits_batch(8);
-    let (clip, sigma, b) = (0.5, 2.0, idx.len() as f64);
-    let clean = {
-        let (x, y) = data.batch::<AD>(&idx, &device);
-        let dp = dp_sgd::DpConfig {
-            clip,
-            sigma: 0.0,
-            microbatch: None,
-        };
-        values(&dp_sgd::dp_gradients(&model, x, y, &dp).unwrap())
-    };
-    let (x, y) = data.batch::<AD>(&idx, &device);
-    let dp = dp_sgd::DpConfig {
-        clip,
-        sigma,
-        microbatch: Some(4),
-    };
-    let noisy = values(&dp_sgd::dp_gradients(&model, x, y, &dp).unwrap());
-    // noise on the mean = N(0, (σC)²) / B: scaled back by B, its std is σC = 1.
-    let noise: Vec<f64> = noisy
-        .iter()
-        .zip(&clean)
-        .flat_map(|((_, a), (_, c))| a.iter().zip(c).map(|(&a, &c)| (a - c) as f64 * b))
+fn should_draw_poisson_batches_through_the_examples_batcher() {
+    use std::sync::Arc;
+    let digits = Arc::new(dp_sgd::common::load_digits().unwrap());
+    let n = digits.len();
+    let mut loader = burn_vmap::privacy::PoissonLoader::<AD, _, _>::with_rng(
+        Arc::new(dp_sgd::Indices(n)),
+        Arc::new(dp_sgd::Rows(digits.clone())),
+        16.0 / n as f64,
+        Default::default(),
+        burn_vmap::privacy::PrivacyRng::seeded(4),
+    )
+    .unwrap();
+    let sizes: Vec<usize> = (0..20)
+        .map(|_| {
+            let step = loader.next_batch();
+            if let Some((x, y)) = &step.batch {
+                assert_eq!((x.dims(), y.dims()), ([step.size, 64], [step.size]));
+            }
+            step.size
+        })
         .collect();
-    let n = noise.len() as f64; // 64*8 + 8 + 8*10 + 10 = 610 samples
-    assert_eq!(noise.len(), 610);
-    let mean = noise.iter().sum::<f64>() / n;
-    let std = (noise.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
-    // Sampling error of the std: about 1/sqrt(2n) = 2.9 %; calibrating the noise to the mean
-    // (std σC/B) or to the sum without dividing (σC·B) would be off by a factor 8.
-    assert!(
-        (std - sigma * clip).abs() < 0.15,
-        "noise std {std}, expected {}",
-        sigma * clip
-    );
-    assert!(mean.abs() < 0.15, "noise mean {mean}");
-}
-
-#[test]
-fn should_reject_a_microbatch_that_does_not_divide_the_batch() {
-    let device = Default::default();
-    let model = DpMlp::new(&[64, 4, 10], &device);
-    let (data, idx) = digits_batch(6);
-    let (x, y) = data.batch::<AD>(&idx, &device);
-    let dp = dp_sgd::DpConfig {
-        clip: 1.0,
-        sigma: 1.0,
-        microbatch: Some(4),
-    };
-    let e = dp_sgd::dp_gradients(&model, x, y, &dp).unwrap_err();
-    let msg = e.to_string();
-    assert!(msg.contains('6') && msg.contains('4'), "{msg}");
+    // Poisson sampling: the sizes vary around q·N = 16.
+    assert!(sizes.iter().any(|&s| s != sizes[0]), "{sizes:?}");
+    let mean = sizes.iter().sum::<usize>() as f64 / 20.0;
+    assert!((mean - 16.0).abs() < 5.0, "{sizes:?}");
 }
 
 #[test]
@@ -413,40 +396,18 @@ fn should_train_with_the_dp_step() {
     let (data, idx) = digits_batch(16);
     let (x, y) = data.batch::<AD>(&idx, &device);
     let before = model.loss(x.clone(), y.clone()).into_scalar();
-    let mut optim = burn::optim::SgdConfig::new().init::<AD, DpMlp>();
-    let dp = dp_sgd::DpConfig {
-        clip: 1.0,
-        sigma: 0.01,
-        microbatch: Some(8),
-    };
+    let config = burn_vmap::privacy::DpSgdConfig::new(1.0, 0.01, 1.0, 16).with_microbatch_size(8);
+    let mut dp =
+        burn_vmap::privacy::DpSgd::new(burn::optim::SgdConfig::new().init::<AD, DpMlp>(), config)
+            .unwrap();
     for _ in 0..20 {
-        model = dp_sgd::dp_train_step(model, &mut optim, 0.5, x.clone(), y.clone(), &dp).unwrap();
+        model = dp
+            .step(0.5, model, dp_sgd::loss, Some((x.clone(), y.clone())))
+            .unwrap();
     }
     let after = model.loss(x, y).into_scalar();
     assert!(after < 0.75 * before, "loss {before} -> {after}");
-}
-
-#[test]
-fn should_account_privacy_like_the_gaussian_mechanism_and_tf_privacy() {
-    // q = 1: no subsampling, RDP of the Gaussian mechanism α/(2σ²) per step.
-    let (sigma, steps, delta) = (2.0f64, 10usize, 1e-5f64);
-    let want = (2..=256)
-        .map(|a| {
-            let a = a as f64;
-            steps as f64 * a / (2.0 * sigma * sigma) + (1.0 / delta).ln() / (a - 1.0)
-        })
-        .fold(f64::INFINITY, f64::min);
-    let (eps, _) = dp_sgd::dp_epsilon(1.0, sigma, steps, delta);
-    assert!((eps - want).abs() < 1e-9 * want, "{eps} vs {want}");
-    // TensorFlow Privacy's MNIST tutorial setting: N = 60000, batch 256, σ = 1.1, 60 epochs,
-    // δ = 1e-5 reports ε ≈ 3.01 with the same accountant.
-    let (eps, _) = dp_sgd::dp_epsilon(256.0 / 60000.0, 1.1, 60 * 60000 / 256, 1e-5);
-    assert!((eps - 3.01).abs() < 0.02, "{eps}");
-    // More steps or less noise spend more privacy; no noise, no privacy.
-    let e = |q, s, t| dp_sgd::dp_epsilon(q, s, t, 1e-5).0;
-    assert!(e(0.01, 1.0, 2000) > e(0.01, 1.0, 1000));
-    assert!(e(0.01, 0.8, 1000) > e(0.01, 1.0, 1000));
-    assert!(e(0.01, 0.0, 1000).is_infinite());
+    assert_eq!(dp.steps(), 20);
 }
 
 // -------------------------------------------------------------------------------------------------
