@@ -357,6 +357,11 @@ enum Op {
     PerExample,
     Scalar(f32),
     SumDim(usize),
+    MeanDim(usize),
+    DivScalar(f32),
+    DivPerExample,
+    /// `sum()` (to `[1]`), reshaped back to rank 3 to keep the chain going.
+    SumAll,
     CatSelf,
     Select(Vec<i64>),
 }
@@ -367,6 +372,10 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         Just(Op::PerExample),
         (-2.0f32..2.0).prop_map(Op::Scalar),
         (0usize..3).prop_map(Op::SumDim),
+        (0usize..3).prop_map(Op::MeanDim),
+        (0.5f32..2.0).prop_map(Op::DivScalar),
+        Just(Op::DivPerExample),
+        Just(Op::SumAll),
         Just(Op::CatSelf),
         prop::collection::vec(0i64..64, 0..6).prop_map(Op::Select),
     ]
@@ -384,6 +393,18 @@ fn apply(op: &Op, t: Tensor<V, 3>, c: &Tensor<V, 3>) -> Tensor<V, 3> {
         }
         Op::Scalar(s) => t * *s,
         Op::SumDim(d) => t.sum_dim(*d),
+        Op::MeanDim(d) => {
+            if t.dims()[*d] == 0 {
+                return t; // the mean over nothing is NaN on both sides
+            }
+            t.mean_dim(*d)
+        }
+        Op::DivScalar(s) => t / *s,
+        Op::DivPerExample => {
+            let rows = t.dims()[0];
+            t / c.clone().slice(0..rows.min(c.dims()[0]))
+        }
+        Op::SumAll => t.sum().reshape([1, 1, 1]),
         Op::CatSelf => Tensor::cat(vec![t.clone(), t * 2.0], 0),
         Op::Select(idx) => {
             let rows = t.dims()[0] as i64;
@@ -406,18 +427,24 @@ proptest! {
         b in 0usize..5,
         d_in in 1usize..5,
         d_out in 1usize..5,
+        out_axis in 0usize..3,
         ops in prop::collection::vec(op_strategy(), 1..4),
     ) {
         let device = Default::default();
         let layer: Linear<AD> = LinearConfig::new(d_in, d_out).init(&device);
         let _ = (layer.weight.val(), layer.bias.as_ref().map(|b| b.val()));
         let xs = Tensor::<AD, 2>::random([b, d_in], Distribution::Normal(0.0, 1.0), &device);
-        let mut g = weight_grads(&layer, xs);
-        let mut d = dense(&g);
+        // The examples leave vmap at `out_axis`; the chain then runs on that layout.
+        let mut g = weight_grads_at(&layer, xs.clone(), out_axis as isize);
+        let mut d = match out_axis {
+            0 => dense(&weight_grads(&layer, xs)),
+            1 => dense(&weight_grads(&layer, xs)).permute([1, 0, 2]),
+            _ => dense(&weight_grads(&layer, xs)).permute([1, 2, 0]),
+        };
         // Enough per-example factors for any row count the chain reaches (cats double it).
         let c = Tensor::<V, 3>::random([8 * b.max(1), 1, 1], Distribution::Uniform(0.5, 2.0), &device);
         for op in &ops {
-            if matches!(op, Op::PerExample) && g.dims()[0] > c.dims()[0] {
+            if matches!(op, Op::PerExample | Op::DivPerExample) && g.dims()[0] > c.dims()[0] {
                 continue;
             }
             g = apply(op, g, &c);
@@ -426,4 +453,70 @@ proptest! {
         }
         close(g, d);
     }
+}
+
+/// Per-example weight gradients of `sum(sin(layer(x)))`, moved to `out_axes` `axis` by vmap.
+fn weight_grads_at(layer: &Linear<AD>, xs: Tensor<AD, 2>, axis: isize) -> Tensor<V, 3> {
+    vmap(|x: Tensor<AD, 1>| {
+        let mut g = layer.forward(x).sin().sum().backward();
+        ParamGrads::<V>::from_module(&mut g, layer)
+            .get::<2>("weight")
+            .unwrap()
+    })
+    .out_axes(axis)
+    .call(xs)
+    .unwrap()
+}
+
+#[test]
+fn should_reduce_a_weight_gradient_moved_to_the_last_axis_like_its_dense_value() {
+    // Issue 16: with out_axes -1, `(g * g).sum()` gave 135.5 for 26.5 and `sum_dim(2)` came
+    // back unreduced.
+    let layer = layer();
+    let xs = inputs();
+    let g = weight_grads_at(&layer, xs.clone(), -1);
+    assert_eq!(g.dims(), [D_IN, D_OUT, B]);
+    let d = weight_grads(&layer, xs).permute([1, 2, 0]);
+    close(g.clone(), d.clone());
+    close((g.clone() * g.clone()).sum(), (d.clone() * d.clone()).sum());
+    close(g.clone().sum_dim(2), d.clone().sum_dim(2));
+    close(g.clone().mean_dim(0), d.clone().mean_dim(0));
+    close(g.sum(), d.sum());
+}
+
+#[test]
+fn should_unbatch_a_weight_gradient_at_every_axis_like_its_dense_value() {
+    let layer = layer();
+    let xs = inputs();
+    let d0 = weight_grads(&layer, xs.clone());
+    for axis in [0isize, 1, 2, -1, -2, -3] {
+        let g = weight_grads_at(&layer, xs.clone(), axis);
+        let want = match axis.rem_euclid(3) {
+            0 => d0.clone(),
+            1 => d0.clone().permute([1, 0, 2]),
+            _ => d0.clone().permute([1, 2, 0]),
+        };
+        close(g.clone(), want.clone());
+        for dim in 0..3 {
+            close(g.clone().sum_dim(dim), want.clone().sum_dim(dim));
+            close(g.clone().mean_dim(dim), want.clone().mean_dim(dim));
+        }
+        close(
+            (g.clone() * g.clone()).sum(),
+            (want.clone() * want.clone()).sum(),
+        );
+        close(g.clone() / 3.0, want.clone() / 3.0);
+    }
+}
+
+#[test]
+fn should_take_the_mean_along_a_leading_dim_where_one_factor_varies() {
+    // A shared input: `a` is constant along the examples, `g` varies.
+    let ts = Tensor::<AD, 2>::random([B, D_OUT], Distribution::Default, &Default::default());
+    let g = shared_input_weight_grads(ts);
+    assert!(is_lazy(&g));
+    let d = dense(&g);
+    close(g.clone().mean_dim(0), d.clone().mean_dim(0));
+    close(g.clone().sum_dim(0), d.clone().sum_dim(0));
+    close((g.clone() / 2.0).sum(), (d / 2.0).sum());
 }

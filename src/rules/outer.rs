@@ -316,6 +316,17 @@ pub(crate) fn unbatch<B: Backend>(
     size: usize,
     axis: usize,
 ) -> Result<VT<B>, VT<B>> {
+    // The factored layout keeps the two matrix dims last: an axis that lands among them (an
+    // `out_axes` of -1 or -2 on a weight gradient) leaves the factored form, multiplied out by
+    // the general rule. Moving the factors there would put the batch inside the matrix dims,
+    // where the sum and `sum_dim` rules would read the wrong dims.
+    if t.is_lazy_outer() {
+        let rank = t.physical_shape().num_dims();
+        let lead = t.bdims.len() - usize::from(t.bdims.position(level).is_some());
+        if lead + axis > rank.saturating_sub(2 + usize::from(t.bdims.position(level).is_some())) {
+            return Err(t);
+        }
+    }
     let (a, g, mut bdims) = t.into_outer()?;
     match bdims.remove(level) {
         Some((pos, _)) => {
