@@ -40,6 +40,8 @@
 //! | [`tensor`] | [`VmapTensor`](tensor::VmapTensor), the primitive of `Vmap<B>`, and its [`BatchDims`](tensor::BatchDims) |
 //! | [`level`] | vmap [`Level`](level::Level)s and [`Randomness`] |
 //! | [`strict`] | strict mode: whether an op without a batching rule may loop over the examples |
+//! | [`privacy`] | DP-SGD that holds: [`PoissonLoader`](privacy::PoissonLoader), [`DpSgd`](privacy::DpSgd), noise from [`PrivacyRng`](privacy::PrivacyRng), the accountants ([`accounting`](privacy::accounting)) |
+//! | `parallel` | (feature `collective`) data-parallel peers on Burn's collective |
 //! | [`testing`] | [`TestBackend`](testing::TestBackend), the inner backend the cargo feature selects |
 //! | [`prelude`] | the root names and every transform function, for `use burn_vmap::prelude::*` |
 //!
