@@ -1,5 +1,5 @@
 //! What the crate's tests, examples and benches run on: [`TestBackend`], the inner backend
-//! selected by the cargo feature (`ndarray`, the default, `wgpu` or `cuda`).
+//! selected by the cargo feature (`ndarray`, the default, `flex`, `wgpu` or `cuda`).
 //!
 //! ```
 //! use burn::tensor::Tensor;
@@ -12,14 +12,24 @@
 //! ```
 
 /// The inner backend selected by the crate's cargo feature, for tests, examples and benches:
-/// `ndarray` (default), `wgpu` or `cuda`.
+/// `cuda`, else `wgpu`, else `flex`, else `ndarray` (the default; a feature given on the
+/// command line wins over it: `--features flex` selects Flex).
 #[cfg(feature = "cuda")]
 pub type TestBackend = burn::backend::Cuda;
 /// The inner backend selected by the crate's cargo feature, for tests, examples and benches:
-/// `ndarray` (default), `wgpu` or `cuda`.
+/// `cuda`, else `wgpu`, else `flex`, else `ndarray` (the default).
 #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
 pub type TestBackend = burn::backend::Wgpu;
 /// The inner backend selected by the crate's cargo feature, for tests, examples and benches:
-/// `ndarray` (default), `wgpu` or `cuda`.
-#[cfg(all(feature = "ndarray", not(feature = "wgpu"), not(feature = "cuda")))]
+/// `cuda`, else `wgpu`, else `flex`, else `ndarray` (the default).
+#[cfg(all(feature = "flex", not(feature = "wgpu"), not(feature = "cuda")))]
+pub type TestBackend = burn::backend::Flex;
+/// The inner backend selected by the crate's cargo feature, for tests, examples and benches:
+/// `cuda`, else `wgpu`, else `flex`, else `ndarray` (the default).
+#[cfg(all(
+    feature = "ndarray",
+    not(feature = "flex"),
+    not(feature = "wgpu"),
+    not(feature = "cuda")
+))]
 pub type TestBackend = burn::backend::NdArray;

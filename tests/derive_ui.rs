@@ -5,9 +5,10 @@
 //! after a toolchain change and review the diff.
 
 /// The derive does not depend on the backend: the cases run in the default (ndarray) build only,
-/// not again under `--features wgpu`/`cuda` (trybuild would rebuild every dependency for them).
+/// not again under `--features flex`/`wgpu`/`cuda` (trybuild would rebuild every dependency for
+/// them, and the messages name the backend).
 #[test]
-#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+#[cfg(not(any(feature = "flex", feature = "wgpu", feature = "cuda")))]
 fn should_fail_to_compile_bad_derives() {
     let t = trybuild::TestCases::new();
     t.compile_fail("tests/ui/*.rs");
