@@ -30,19 +30,16 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor};
+use burn::tensor::Tensor;
 use burn_vmap::privacy::accounting::{calibrate_noise_multiplier, AccountantKind};
 use burn_vmap::privacy::{DpSgd, DpSgdConfig, PoissonLoader};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::Vmap;
 
-use common::{epoch_batches, progress, Dataset, Mlp, SplitMix64};
+use common::{epoch_batches, progress, Batch, Dataset, Mlp, SplitMix64};
 
 type I = Vmap<TestBackend>;
 type AD = Autodiff<I>;
-
-/// A batch: images `[n, dim]` in `[0, 1]` and their labels `[n]`.
-pub type Batch<B> = (Tensor<B, 2>, Tensor<B, 1, Int>);
 
 /// The examples of a [`Dataset`] as a `burn::data` dataset: item `i` is the index `i`, and the
 /// batcher reads the rows.

@@ -37,7 +37,10 @@ use burn_collective::{
     PeerId, ReduceOperation,
 };
 
+use crate::privacy::{DpSgd, PrivacyError};
 use crate::transform::grad::ParamGrads;
+use crate::tree::Tree;
+use crate::BatchOps;
 
 /// Which peers take part in a data-parallel run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -345,4 +348,45 @@ pub fn start_orchestrator(port: u16) -> std::io::Result<()> {
         .name("burn-vmap-orchestrator".into())
         .spawn(move || runtime.block_on(burn_collective::start_global_orchestrator(port)))?;
     Ok(())
+}
+
+impl<O> DpSgd<O> {
+    /// One data-parallel DP-SGD step as `peer`: the clipped per-example gradient sum of this
+    /// peer's `shard` (Poisson-sampled from its part of the data at the global rate `q`; `None`
+    /// when empty), plus this peer's share of the noise (standard deviation `σC / √n` for `n`
+    /// peers, [`Peer::noise_share`]), summed over all peers by one all-reduce, divided by the
+    /// global expected batch size `q·N`, then the inner optimizer's step. Every peer applies
+    /// the same update, so replicas stay equal; the step is accounted once, at the global rate
+    /// (see the [module](self) for why the guarantee holds). The config's `dataset_size` is the
+    /// global `N`.
+    ///
+    /// # Errors
+    /// As [`DpSgd::step`], and [`PrivacyError::Parallel`] for a collective call that fails or
+    /// times out.
+    pub fn step_data_parallel<AB, M, A, F>(
+        &mut self,
+        lr: f64,
+        model: M,
+        loss_fn: F,
+        shard: Option<A>,
+        peer: &Peer<AB::InnerBackend>,
+    ) -> Result<M, PrivacyError>
+    where
+        AB: burn::tensor::backend::AutodiffBackend + BatchOps,
+        AB::InnerBackend: BatchOps,
+        M: burn::module::AutodiffModule<AB>,
+        O: burn::optim::Optimizer<M, AB>,
+        A: Tree<AB>,
+        F: Fn(&M, A) -> burn::tensor::Tensor<AB, 1>,
+    {
+        // This peer's clipped sum with its noise share, divided by q·N (the division commutes
+        // with the sum over peers); the step is accounted once, here, on every peer.
+        let share = self.with_noise_fraction(peer.noise_share(1.0), |dp| {
+            dp.noisy_gradient(&model, loss_fn, shard)
+        })?;
+        let total = peer.all_reduce_sum(share)?;
+        Ok(self
+            .inner_mut()
+            .step(lr, model, total.into_gradients_params()))
+    }
 }

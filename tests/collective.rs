@@ -13,6 +13,7 @@ use burn::nn::Linear;
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::{Tensor, TensorData};
 use burn_vmap::parallel::{start_orchestrator, ParallelError, Peer, Topology};
+use burn_vmap::privacy::{DpSgd, DpSgdConfig, PrivacyRng};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::{clip_by_global_norm, micro_grad_module, Vmap};
 
@@ -259,4 +260,58 @@ fn should_refuse_bad_addresses_and_peer_indices() {
         matches!(err, ParallelError::PeerOutOfRange { peer: 2, peers: 2 }),
         "{err}"
     );
+}
+
+#[test]
+fn should_sum_noise_shares_to_the_noise_of_one_device() {
+    // Two peers, empty shards: each adds N(0, σ²C²/2); the all-reduced sum is N(0, σ²C²), and
+    // both replicas take the same step.
+    let (sigma, clip, q, n) = (1.5, 2.0, 0.1, 100);
+    let big = || {
+        let device = Default::default();
+        let w: Vec<f32> = vec![0.0; 40 * 50];
+        Linear::<AD> {
+            weight: Param::from_tensor(Tensor::from_data(TensorData::new(w, [40, 50]), &device)),
+            bias: None,
+        }
+    };
+    let topology = Topology::Local { peers: 2 };
+    let peers: Vec<_> = (0..2)
+        .map(|i| {
+            let topology = topology.clone();
+            std::thread::spawn(move || {
+                let peer =
+                    Peer::<I>::register(i, Default::default(), &topology, Duration::from_secs(60))
+                        .unwrap();
+                let mut dp = DpSgd::with_rng(
+                    SgdConfig::new().init::<AD, Linear<AD>>(),
+                    DpSgdConfig::new(clip, sigma, q, n),
+                    PrivacyRng::seeded(100 + i as u64),
+                )
+                .unwrap();
+                let loss = |m: &Linear<AD>, x: Tensor<AD, 2>| m.forward(x).sum();
+                let model = dp
+                    .step_data_parallel(1.0, big(), loss, None::<Tensor<AD, 2>>, &peer)
+                    .unwrap();
+                peer.finish().unwrap();
+                assert_eq!(dp.steps(), 1);
+                model.weight.val().into_data().to_vec::<f32>().unwrap()
+            })
+        })
+        .collect();
+    let results: Vec<Vec<f32>> = peers.into_iter().map(|p| p.join().unwrap()).collect();
+    assert_eq!(results[0], results[1], "replicas take the same step");
+    // SGD with lr 1 from zeros: the weights are minus the noisy gradient, i.e. -noise / (q·N).
+    let noise: Vec<f64> = results[0]
+        .iter()
+        .map(|w| -(*w as f64) * q * n as f64)
+        .collect();
+    let m = noise.len() as f64;
+    let mean = noise.iter().sum::<f64>() / m;
+    let std = (noise.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (m - 1.0)).sqrt();
+    assert!(
+        (std - sigma * clip).abs() < 0.05 * sigma * clip,
+        "std {std}"
+    );
+    assert!(mean.abs() < 4.0 * sigma * clip / m.sqrt(), "mean {mean}");
 }

@@ -24,6 +24,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// and no download at run time.
 pub const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../data/digits.csv.gz");
 
+/// A batch: images `[n, dim]` in `[0, 1]` and their labels `[n]`.
+pub type Batch<B> = (Tensor<B, 2>, Tensor<B, 1, Int>);
+
 /// Images with integer pixels and their class labels.
 #[derive(Debug, Clone)]
 pub struct Dataset {

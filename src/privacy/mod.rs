@@ -97,4 +97,8 @@ pub enum PrivacyError {
     /// The accountant refused (its message names the argument).
     #[error(transparent)]
     Accounting(#[from] accounting::AccountingError),
+    /// A data-parallel step's collective call failed (feature `collective`).
+    #[cfg(feature = "collective")]
+    #[error(transparent)]
+    Parallel(#[from] crate::parallel::ParallelError),
 }

@@ -135,6 +135,9 @@ pub struct DpSgd<O> {
     rng: PrivacyRng,
     rdp: RdpAccountant,
     pld: PldAccountant,
+    /// The share of the noise's standard deviation this optimizer draws: 1 alone, `1/√n` as one
+    /// of `n` data-parallel peers.
+    noise_fraction: f64,
 }
 
 impl<O> DpSgd<O> {
@@ -159,6 +162,7 @@ impl<O> DpSgd<O> {
             rng,
             rdp: RdpAccountant::new(),
             pld: PldAccountant::new(),
+            noise_fraction: 1.0,
         })
     }
 
@@ -222,33 +226,9 @@ impl<O> DpSgd<O> {
         A: Tree<AB>,
         F: Fn(&M, A) -> Tensor<AB, 1>,
     {
-        let sum = self.clipped_sum(model, loss_fn, batch)?;
-        let std = self.config.noise_multiplier * self.config.clip_norm;
-        let noisy = add_gaussian_noise(sum, std, &mut self.rng)?;
-        let event = PoissonGaussian::new(self.config.sampling_rate, self.config.noise_multiplier)?;
-        self.rdp.compose(event, 1)?;
-        self.pld.compose(event, 1)?;
-        let expected = self.config.expected_batch_size();
-        Ok(noisy.map_flat(|t| t / expected))
-    }
-
-    /// The sum over `batch` of every example's gradient clipped to `C` (zeros for no batch).
-    fn clipped_sum<AB, M, A, F>(
-        &self,
-        model: &M,
-        loss_fn: F,
-        batch: Option<A>,
-    ) -> Result<ParamGrads<AB::InnerBackend>, PrivacyError>
-    where
-        AB: AutodiffBackend + BatchOps,
-        AB::InnerBackend: BatchOps,
-        M: AutodiffModule<AB>,
-        A: Tree<AB>,
-        F: Fn(&M, A) -> Tensor<AB, 1>,
-    {
         prepare_module(model, "DpSgd::step")?;
         let Some(batch) = batch else {
-            return Ok(ParamGrads::zeros_like(model));
+            return self.privatize(ParamGrads::zeros_like(model));
         };
         let (c, per_layer) = (self.config.clip_norm, self.config.per_layer);
         let clip = move |g: ParamGrads<AB::InnerBackend>| {
@@ -293,7 +273,43 @@ impl<O> DpSgd<O> {
                 None => s,
             });
         }
-        Ok(sum.expect("a part ran"))
+        self.privatize(sum.expect("a part ran"))
+    }
+
+    /// Noise on the clipped sum (this peer's share of it in a data-parallel step), the step
+    /// accounted, the division by `q·N`.
+    fn privatize<B: Backend>(&mut self, sum: ParamGrads<B>) -> Result<ParamGrads<B>, PrivacyError> {
+        let std = self.config.noise_multiplier * self.config.clip_norm * self.noise_fraction;
+        let noisy = add_gaussian_noise(sum, std, &mut self.rng)?;
+        self.account()?;
+        let expected = self.config.expected_batch_size();
+        Ok(noisy.map_flat(|t| t / expected))
+    }
+
+    /// Records one step of the mechanism in both accountants.
+    fn account(&mut self) -> Result<(), PrivacyError> {
+        let event = PoissonGaussian::new(self.config.sampling_rate, self.config.noise_multiplier)?;
+        self.rdp.compose(event, 1)?;
+        self.pld.compose(event, 1)?;
+        Ok(())
+    }
+
+    /// Runs `f` with this peer drawing `fraction` of the noise's standard deviation (a
+    /// data-parallel step's share).
+    pub(crate) fn with_noise_fraction<T>(
+        &mut self,
+        fraction: f64,
+        f: impl FnOnce(&mut Self) -> T,
+    ) -> T {
+        self.noise_fraction = fraction;
+        let out = f(self);
+        self.noise_fraction = 1.0;
+        out
+    }
+
+    /// The wrapped optimizer, mutably.
+    pub(crate) fn inner_mut(&mut self) -> &mut O {
+        &mut self.inner
     }
 
     /// ε so far at the configured δ, by RDP (exact orders, the improved conversion).
