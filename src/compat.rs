@@ -17,6 +17,12 @@
 //! | a folded `[0, k] x [k, n]` matmul divides by zero | ndarray | [`can_fold_rows`] |
 //! | reshaping to rank 0 panics | ndarray | [`reshapes_to_rank0`], [`rank0_through_data`] |
 //!
+//! **Flex** (`burn-flex`, feature `flex`) needs none of the workarounds above: it is detected as
+//! neither cubecl nor ndarray, so the rank-0 reshape goes straight to the backend (Flex reshapes
+//! to rank 0 and reshapes contiguous tensors as zero-copy views). The one applied to every
+//! backend, [`can_fold_rows`], only routes an empty batch (nothing to compute) and costs nothing.
+//! The whole test suite (loop oracle, conformance vectors, layers, transforms) runs on Flex in CI.
+//!
 //! Limits that shaped the design itself, and stay right on any backend (nothing to change on
 //! an upgrade):
 //!
