@@ -3,7 +3,7 @@
 use burn::tensor::{TensorData, TensorPrimitive};
 use burn_backend::backend::Backend;
 use burn_backend::TensorMetadata;
-use rand_distr::{Distribution, Normal};
+use rand_distr::{Distribution, Normal, StandardNormal};
 
 use super::{PrivacyError, PrivacyRng};
 use crate::transform::grad::ParamGrads;
@@ -40,7 +40,7 @@ pub fn add_gaussian_noise<B: Backend>(
     std: f64,
     rng: &mut PrivacyRng,
 ) -> Result<ParamGrads<B>, PrivacyError> {
-    let normal = Normal::new(0.0, std)
+    Normal::new(0.0, std)
         .ok()
         .filter(|_| std.is_finite())
         .ok_or_else(|| PrivacyError::Argument {
@@ -48,11 +48,16 @@ pub fn add_gaussian_noise<B: Backend>(
             expected: "a finite standard deviation >= 0",
             got: std.to_string(),
         })?;
+    let std = std as f32;
     Ok(grads.map(|_, g| {
         let t = g.tensor();
         let shape = t.shape();
+        // Standard normals (ziggurat) scaled: f32, as the gradients are.
         let values: Vec<f32> = (0..shape.num_elements())
-            .map(|_| normal.sample(rng.rng()) as f32)
+            .map(|_| {
+                let z: f32 = StandardNormal.sample(rng.rng());
+                z * std
+            })
             .collect();
         let data = TensorData::new(values, shape).convert_dtype(t.dtype());
         let noise = B::float_from_data(data, &B::float_device(&t));

@@ -133,7 +133,9 @@ pub struct DpSgd<O> {
     inner: O,
     config: DpSgdConfig,
     rng: PrivacyRng,
-    rdp: RdpAccountant,
+    /// Steps taken: every step is the same mechanism, so the RDP accountant is built from this
+    /// count when queried (one exact RDP evaluation, not one per step).
+    steps: u64,
     pld: PldAccountant,
     /// The share of the noise's standard deviation this optimizer draws: 1 alone, `1/√n` as one
     /// of `n` data-parallel peers.
@@ -160,7 +162,7 @@ impl<O> DpSgd<O> {
             inner,
             config,
             rng,
-            rdp: RdpAccountant::new(),
+            steps: 0,
             pld: PldAccountant::new(),
             noise_fraction: 1.0,
         })
@@ -178,7 +180,7 @@ impl<O> DpSgd<O> {
 
     /// Steps taken (each one accounted).
     pub fn steps(&self) -> u64 {
-        self.rdp.steps()
+        self.steps
     }
 
     /// One DP-SGD step of `model` with learning rate `lr` on a Poisson-sampled `batch` (`None`
@@ -289,13 +291,14 @@ impl<O> DpSgd<O> {
     /// Records one step of the mechanism in both accountants.
     fn account(&mut self) -> Result<(), PrivacyError> {
         let event = PoissonGaussian::new(self.config.sampling_rate, self.config.noise_multiplier)?;
-        self.rdp.compose(event, 1)?;
         self.pld.compose(event, 1)?;
+        self.steps += 1;
         Ok(())
     }
 
     /// Runs `f` with this peer drawing `fraction` of the noise's standard deviation (a
     /// data-parallel step's share).
+    #[cfg(feature = "collective")]
     pub(crate) fn with_noise_fraction<T>(
         &mut self,
         fraction: f64,
@@ -308,8 +311,20 @@ impl<O> DpSgd<O> {
     }
 
     /// The wrapped optimizer, mutably.
+    #[cfg(feature = "collective")]
     pub(crate) fn inner_mut(&mut self) -> &mut O {
         &mut self.inner
+    }
+
+    /// The RDP accountant of the steps so far.
+    fn rdp(&self) -> Result<RdpAccountant, PrivacyError> {
+        let mut rdp = RdpAccountant::new();
+        if self.steps > 0 {
+            let event =
+                PoissonGaussian::new(self.config.sampling_rate, self.config.noise_multiplier)?;
+            rdp.compose(event, self.steps)?;
+        }
+        Ok(rdp)
     }
 
     /// ε so far at the configured δ, by RDP (exact orders, the improved conversion).
@@ -317,7 +332,7 @@ impl<O> DpSgd<O> {
     /// # Errors
     /// [`PrivacyError::Accounting`].
     pub fn epsilon(&self) -> Result<f64, PrivacyError> {
-        Ok(self.rdp.epsilon(self.config.delta)?)
+        Ok(self.rdp()?.epsilon(self.config.delta)?)
     }
 
     /// ε so far at the configured δ, by privacy loss distributions (tighter than RDP; the
@@ -347,7 +362,7 @@ impl<O> DpSgd<O> {
     /// [`PrivacyError::Accounting`].
     pub fn statement_rdp(&self) -> Result<PrivacyStatement, PrivacyError> {
         Ok(self
-            .rdp
+            .rdp()?
             .statement(self.config.delta)?
             .with_clipping_norm(self.config.clip_norm))
     }

@@ -1,0 +1,192 @@
+//! The DP-SGD optimizer's step (`burn_vmap::privacy::DpSgd`: per-example clipping, noise from
+//! the CSPRNG on the sum, the division, the inner SGD step and the accountants) against the
+//! standard Burn step on the same inner backend, for the MLP and CNN bench models at expected
+//! batch 256 (`cargo bench --bench dp`). The ratios are printed at the end.
+//!
+//! The batch is fixed at 256 examples (the expected size; Poisson sampling varies it around
+//! that, which changes the work, not the ratio).
+
+use std::time::Duration;
+
+use burn::backend::Autodiff;
+use burn::module::Module;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::{GradientsParams, Optimizer, SgdConfig};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Distribution, Int, Tensor};
+use burn_vmap::privacy::{DpSgd, DpSgdConfig};
+use burn_vmap::testing::TestBackend;
+use burn_vmap::transform::grad::init_params;
+use burn_vmap::Vmap;
+use criterion::{criterion_group, Criterion};
+
+type AB = Autodiff<Vmap<TestBackend>>;
+type Plain = Autodiff<TestBackend>;
+
+const BATCH: usize = 256;
+
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    fc1: Linear<B>,
+    fc2: Linear<B>,
+    fc3: Linear<B>,
+    act: Relu,
+}
+
+impl<B: Backend> Mlp<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            fc1: LinearConfig::new(784, 512).init(device),
+            fc2: LinearConfig::new(512, 512).init(device),
+            fc3: LinearConfig::new(512, 10).init(device),
+            act: Relu::new(),
+        }
+    }
+
+    fn loss(&self, x: Tensor<B, 2>, y: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+        let h = self.act.forward(self.fc1.forward(x));
+        let h = self.act.forward(self.fc2.forward(h));
+        let logp = burn::tensor::activation::log_softmax(self.fc3.forward(h), 1);
+        logp.gather(1, y.unsqueeze_dim(1)).mean().neg()
+    }
+}
+
+#[derive(Module, Debug)]
+struct Cnn<B: Backend> {
+    conv1: Conv2d<B>,
+    conv2: Conv2d<B>,
+    fc: Linear<B>,
+    act: Relu,
+}
+
+impl<B: Backend> Cnn<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            conv1: Conv2dConfig::new([1, 16], [3, 3]).init(device),
+            conv2: Conv2dConfig::new([16, 32], [3, 3]).init(device),
+            fc: LinearConfig::new(32, 10).init(device),
+            act: Relu::new(),
+        }
+    }
+
+    fn loss(&self, x: Tensor<B, 4>, y: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+        let h = self.act.forward(self.conv1.forward(x));
+        let h = self.act.forward(self.conv2.forward(h));
+        let [n, c, hh, ww] = h.dims();
+        let pooled = h.reshape([n, c, hh * ww]).mean_dim(2).reshape([n, c]);
+        let logp = burn::tensor::activation::log_softmax(self.fc.forward(pooled), 1);
+        logp.gather(1, y.unsqueeze_dim(1)).mean().neg()
+    }
+}
+
+fn labels<B: Backend>(device: &B::Device) -> Tensor<B, 1, Int> {
+    Tensor::<B, 1>::random([BATCH], Distribution::Uniform(0.0, 10.0), device).int()
+}
+
+fn config() -> DpSgdConfig {
+    // q·N = 256: the expected batch; C = 1, σ = 1.1.
+    DpSgdConfig::new(1.0, 1.1, BATCH as f64 / 60_000.0, 60_000)
+}
+
+/// One standard step of `model` (the baseline), returning the model.
+fn standard<B: AutodiffBackend, M: burn::module::AutodiffModule<B>>(
+    model: M,
+    optim: &mut impl Optimizer<M, B>,
+    loss: Tensor<B, 1>,
+) -> M {
+    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    optim.step(0.01, model, grads)
+}
+
+fn dp(c: &mut Criterion) {
+    let mut group = c.benchmark_group("dp_step");
+    group.sample_size(10);
+
+    // MLP 784-512-512-10.
+    let device = Default::default();
+    let x = Tensor::<Plain, 2>::random([BATCH, 784], Distribution::Default, &device);
+    let y = labels::<Plain>(&device);
+    let mut model = Mlp::<Plain>::new(&device);
+    init_params(&model);
+    let mut optim = SgdConfig::new().init::<Plain, Mlp<Plain>>();
+    group.bench_function("mlp/standard", |b| {
+        b.iter(|| {
+            let loss = model.loss(x.clone(), y.clone());
+            model = standard(model.clone(), &mut optim, loss);
+        })
+    });
+    let xv = Tensor::<AB, 2>::random([BATCH, 784], Distribution::Default, &device);
+    let yv = labels::<AB>(&device);
+    let mut model = Mlp::<AB>::new(&device);
+    init_params(&model);
+    let mut dp = DpSgd::new(SgdConfig::new().init::<AB, Mlp<AB>>(), config()).unwrap();
+    let loss = |m: &Mlp<AB>, (x, y): (Tensor<AB, 2>, Tensor<AB, 1, Int>)| m.loss(x, y);
+    group.bench_function("mlp/dp_sgd", |b| {
+        b.iter(|| {
+            model = dp
+                .step(0.01, model.clone(), loss, Some((xv.clone(), yv.clone())))
+                .unwrap();
+        })
+    });
+
+    // CNN: conv 3x3 1->16, conv 3x3 16->32, mean pool, linear 32->10, on 28x28.
+    let x = Tensor::<Plain, 4>::random([BATCH, 1, 28, 28], Distribution::Default, &device);
+    let mut model = Cnn::<Plain>::new(&device);
+    init_params(&model);
+    let mut optim = SgdConfig::new().init::<Plain, Cnn<Plain>>();
+    group.bench_function("cnn/standard", |b| {
+        b.iter(|| {
+            let loss = model.loss(x.clone(), y.clone());
+            model = standard(model.clone(), &mut optim, loss);
+        })
+    });
+    let xv = Tensor::<AB, 4>::random([BATCH, 1, 28, 28], Distribution::Default, &device);
+    let mut model = Cnn::<AB>::new(&device);
+    init_params(&model);
+    let mut dp = DpSgd::new(SgdConfig::new().init::<AB, Cnn<AB>>(), config()).unwrap();
+    let loss = |m: &Cnn<AB>, (x, y): (Tensor<AB, 4>, Tensor<AB, 1, Int>)| m.loss(x, y);
+    group.bench_function("cnn/dp_sgd", |b| {
+        b.iter(|| {
+            model = dp
+                .step(0.01, model.clone(), loss, Some((xv.clone(), yv.clone())))
+                .unwrap();
+        })
+    });
+    group.finish();
+}
+
+fn mean_ns(id: &str) -> Option<f64> {
+    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let path = format!("{dir}/criterion/dp_step/{id}/new/estimates.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["mean"]["point_estimate"].as_f64()
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(4));
+    targets = dp
+}
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    println!("\n== ratio (same run), expected batch {BATCH} ==");
+    // (A filtered run, `cargo bench --bench dp -- mlp`, prints the models it ran.)
+    for model in ["mlp", "cnn"] {
+        if let (Some(d), Some(s)) = (
+            // Criterion stores `a/b` function ids as `a_b`.
+            mean_ns(&format!("{model}_dp_sgd")),
+            mean_ns(&format!("{model}_standard")),
+        ) {
+            println!(
+                "{model}: DpSgd step / standard step = {:.2}x  ({:.2} ms / {:.2} ms)",
+                d / s,
+                d / 1e6,
+                s / 1e6
+            );
+        }
+    }
+}
