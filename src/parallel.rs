@@ -239,6 +239,13 @@ impl<B: Backend> Peer<B> {
         self.timeout
     }
 
+    /// The same peer with another limit on its later collective calls (joining a group can
+    /// take longer than a step).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
     /// Peers in the whole group (all nodes).
     pub fn num_peers(&self) -> usize {
         self.num_peers

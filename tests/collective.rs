@@ -24,6 +24,14 @@ const BATCH: usize = 8;
 const STEPS: usize = 3;
 const NODE_ENV: &str = "BURN_VMAP_COLLECTIVE_NODE";
 
+/// Burn keeps one collective group per backend type per process: the tests that form a group
+/// on `I` take turns.
+static GROUP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn group() -> std::sync::MutexGuard<'static, ()> {
+    GROUP.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn model() -> Linear<AD> {
     let device = Default::default();
     let w: Vec<f32> = (0..8).map(|i| ((i * 7 % 5) as f32 - 2.0) * 0.3).collect();
@@ -99,6 +107,7 @@ fn shard(index: usize) -> std::ops::Range<usize> {
 
 #[test]
 fn should_match_one_device_with_two_local_peers() {
+    let _turn = group();
     let single = train(0..BATCH, None);
     let topology = Topology::Local { peers: 2 };
     let peers: Vec<_> = (0..2)
@@ -266,6 +275,7 @@ fn should_refuse_bad_addresses_and_peer_indices() {
 fn should_sum_noise_shares_to_the_noise_of_one_device() {
     // Two peers, empty shards: each adds N(0, σ²C²/2); the all-reduced sum is N(0, σ²C²), and
     // both replicas take the same step.
+    let _turn = group();
     let (sigma, clip, q, n) = (1.5, 2.0, 0.1, 100);
     let big = || {
         let device = Default::default();
@@ -314,4 +324,37 @@ fn should_sum_noise_shares_to_the_noise_of_one_device() {
         "std {std}"
     );
     assert!(mean.abs() < 4.0 * sigma * clip / m.sqrt(), "mean {mean}");
+}
+
+#[test]
+fn should_time_out_when_a_peer_dies_after_joining() {
+    // Its own backend type (a group of its own): peer 1 joins, then its thread ends without
+    // taking part in the all-reduce.
+    type Other = Vmap<Vmap<TestBackend>>;
+    let topology = Topology::Local { peers: 2 };
+    let t = topology.clone();
+    let dead = std::thread::spawn(move || {
+        let peer =
+            Peer::<Other>::register(1, Default::default(), &t, Duration::from_secs(30)).unwrap();
+        drop(peer);
+    });
+    let peer =
+        Peer::<Other>::register(0, Default::default(), &topology, Duration::from_secs(30)).unwrap();
+    dead.join().unwrap();
+    let start = Instant::now();
+    let err = peer
+        .with_timeout(Duration::from_millis(500))
+        .all_reduce_sum_tensor(Tensor::<Other, 1>::ones([3], &Default::default()))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ParallelError::Timeout {
+                op: "all_reduce",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(10));
 }
