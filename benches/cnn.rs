@@ -5,51 +5,23 @@
 //! linear 32→10, softmax cross-entropy; B = 256. For exactly this work JAX's `vmap(grad)` costs
 //! 2.1× its standard gradient on the same class of 2-core CPU.
 
+mod common;
+
 use std::time::Duration;
 
 use burn::backend::Autodiff;
-use burn::module::Module;
-use burn::nn::conv::{Conv2d, Conv2dConfig};
-use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::{per_example_grads, ParamGrads, Vmap};
 use criterion::{criterion_group, BenchmarkId, Criterion};
 
+use common::{mean_ns, Cnn};
+
 type V = Vmap<TestBackend>;
 type AB = Autodiff<V>;
 
 const BATCH: usize = 256;
-
-#[derive(Module, Debug)]
-struct Cnn<B: Backend> {
-    conv1: Conv2d<B>,
-    conv2: Conv2d<B>,
-    fc: Linear<B>,
-    act: Relu,
-}
-
-impl<B: Backend> Cnn<B> {
-    fn new(device: &B::Device) -> Self {
-        Self {
-            conv1: Conv2dConfig::new([1, 16], [3, 3]).init(device),
-            conv2: Conv2dConfig::new([16, 32], [3, 3]).init(device),
-            fc: LinearConfig::new(32, 10).init(device),
-            act: Relu::new(),
-        }
-    }
-
-    /// Mean softmax cross-entropy of a batch `[n, 1, 28, 28]`.
-    fn loss(&self, x: Tensor<B, 4>, y: Tensor<B, 1, Int>) -> Tensor<B, 1> {
-        let h = self.act.forward(self.conv1.forward(x));
-        let h = self.act.forward(self.conv2.forward(h));
-        let [n, c, hh, ww] = h.dims();
-        let pooled = h.reshape([n, c, hh * ww]).mean_dim(2).reshape([n, c]);
-        let logp = burn::tensor::activation::log_softmax(self.fc.forward(pooled), 1);
-        logp.gather(1, y.unsqueeze_dim(1)).mean().neg()
-    }
-}
 
 /// Touches every parameter so that the lazy initialization runs outside the timed loops.
 fn init(model: Cnn<AB>) -> Cnn<AB> {
@@ -89,15 +61,6 @@ fn cnn(c: &mut Criterion) {
         })
     });
     g.finish();
-}
-
-/// Reads criterion's mean estimate (ns) of `group/id`.
-fn mean_ns(group: &str, id: &str) -> Option<f64> {
-    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let path = format!("{dir}/criterion/{group}/{id}/new/estimates.json");
-    let text = std::fs::read_to_string(path).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v["mean"]["point_estimate"].as_f64()
 }
 
 criterion_group! {

@@ -6,12 +6,11 @@
 //! The batch is fixed at 256 examples (the expected size; Poisson sampling varies it around
 //! that, which changes the work, not the ratio).
 
+mod common;
+
 use std::time::Duration;
 
 use burn::backend::Autodiff;
-use burn::module::Module;
-use burn::nn::conv::{Conv2d, Conv2dConfig};
-use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, Int, Tensor};
@@ -21,64 +20,12 @@ use burn_vmap::transform::grad::init_params;
 use burn_vmap::Vmap;
 use criterion::{criterion_group, Criterion};
 
+use common::{mean_ns, Cnn, Mlp};
+
 type AB = Autodiff<Vmap<TestBackend>>;
 type Plain = Autodiff<TestBackend>;
 
 const BATCH: usize = 256;
-
-#[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    fc1: Linear<B>,
-    fc2: Linear<B>,
-    fc3: Linear<B>,
-    act: Relu,
-}
-
-impl<B: Backend> Mlp<B> {
-    fn new(device: &B::Device) -> Self {
-        Self {
-            fc1: LinearConfig::new(784, 512).init(device),
-            fc2: LinearConfig::new(512, 512).init(device),
-            fc3: LinearConfig::new(512, 10).init(device),
-            act: Relu::new(),
-        }
-    }
-
-    fn loss(&self, x: Tensor<B, 2>, y: Tensor<B, 1, Int>) -> Tensor<B, 1> {
-        let h = self.act.forward(self.fc1.forward(x));
-        let h = self.act.forward(self.fc2.forward(h));
-        let logp = burn::tensor::activation::log_softmax(self.fc3.forward(h), 1);
-        logp.gather(1, y.unsqueeze_dim(1)).mean().neg()
-    }
-}
-
-#[derive(Module, Debug)]
-struct Cnn<B: Backend> {
-    conv1: Conv2d<B>,
-    conv2: Conv2d<B>,
-    fc: Linear<B>,
-    act: Relu,
-}
-
-impl<B: Backend> Cnn<B> {
-    fn new(device: &B::Device) -> Self {
-        Self {
-            conv1: Conv2dConfig::new([1, 16], [3, 3]).init(device),
-            conv2: Conv2dConfig::new([16, 32], [3, 3]).init(device),
-            fc: LinearConfig::new(32, 10).init(device),
-            act: Relu::new(),
-        }
-    }
-
-    fn loss(&self, x: Tensor<B, 4>, y: Tensor<B, 1, Int>) -> Tensor<B, 1> {
-        let h = self.act.forward(self.conv1.forward(x));
-        let h = self.act.forward(self.conv2.forward(h));
-        let [n, c, hh, ww] = h.dims();
-        let pooled = h.reshape([n, c, hh * ww]).mean_dim(2).reshape([n, c]);
-        let logp = burn::tensor::activation::log_softmax(self.fc.forward(pooled), 1);
-        logp.gather(1, y.unsqueeze_dim(1)).mean().neg()
-    }
-}
 
 fn labels<B: Backend>(device: &B::Device) -> Tensor<B, 1, Int> {
     Tensor::<B, 1>::random([BATCH], Distribution::Uniform(0.0, 10.0), device).int()
@@ -156,14 +103,6 @@ fn dp(c: &mut Criterion) {
     group.finish();
 }
 
-fn mean_ns(id: &str) -> Option<f64> {
-    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let path = format!("{dir}/criterion/dp_step/{id}/new/estimates.json");
-    let text = std::fs::read_to_string(path).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v["mean"]["point_estimate"].as_f64()
-}
-
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(4));
@@ -178,8 +117,8 @@ fn main() {
     for model in ["mlp", "cnn"] {
         if let (Some(d), Some(s)) = (
             // Criterion stores `a/b` function ids as `a_b`.
-            mean_ns(&format!("{model}_dp_sgd")),
-            mean_ns(&format!("{model}_standard")),
+            mean_ns("dp_step", &format!("{model}_dp_sgd")),
+            mean_ns("dp_step", &format!("{model}_standard")),
         ) {
             println!(
                 "{model}: DpSgd step / standard step = {:.2}x  ({:.2} ms / {:.2} ms)",

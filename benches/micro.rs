@@ -29,8 +29,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use burn::backend::Autodiff;
-use burn::module::Module;
-use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::{Distribution, Int, Tensor, TensorPrimitive};
@@ -117,40 +115,9 @@ type I = Vmap<TestBackend>;
 type AD = Autodiff<I>;
 type AB = Autodiff<TestBackend>;
 
-const SIZES: [usize; 4] = [784, 512, 512, 10];
+use common::{mean_ns, Mlp, MLP_SIZES as SIZES};
 const MICROBATCH: usize = 64;
 const CLIP_NORM: f64 = 1.0;
-
-#[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    fc1: Linear<B>,
-    fc2: Linear<B>,
-    fc3: Linear<B>,
-    act: Relu,
-}
-
-impl<B: Backend> Mlp<B> {
-    fn new(device: &B::Device) -> Self {
-        Self {
-            fc1: LinearConfig::new(SIZES[0], SIZES[1]).init(device),
-            fc2: LinearConfig::new(SIZES[1], SIZES[2]).init(device),
-            fc3: LinearConfig::new(SIZES[2], SIZES[3]).init(device),
-            act: Relu::new(),
-        }
-    }
-
-    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let h = self.act.forward(self.fc1.forward(x));
-        let h = self.act.forward(self.fc2.forward(h));
-        self.fc3.forward(h)
-    }
-
-    /// Mean softmax cross-entropy of a batch `[n, 784]` with labels `[n]`: shape `[1]`.
-    fn loss(&self, x: Tensor<B, 2>, y: Tensor<B, 1, Int>) -> Tensor<B, 1> {
-        let logp = burn::tensor::activation::log_softmax(self.forward(x), 1);
-        logp.gather(1, y.unsqueeze_dim(1)).mean().neg()
-    }
-}
 
 fn inputs<B: Backend>(batch: usize, device: &B::Device) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
     let x = Tensor::<B, 2>::random([batch, SIZES[0]], Distribution::Normal(0.0, 1.0), device);
@@ -328,15 +295,6 @@ fn micro(c: &mut Criterion) {
         }
         g.finish();
     }
-}
-
-/// Reads criterion's mean estimate (ns) of `group/id` from this run's JSON.
-fn mean_ns(group: &str, id: &str) -> Option<f64> {
-    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let path = format!("{dir}/criterion/{group}/{id}/new/estimates.json");
-    let text = std::fs::read_to_string(path).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v["mean"]["point_estimate"].as_f64()
 }
 
 /// JAX's figures on the same class of 2-core CPU (issue 6): `vmap(grad)` and optax's

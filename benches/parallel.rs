@@ -5,6 +5,8 @@
 //! The model: an MLP 784–256–10 with softmax cross-entropy, per-example clipping to norm 1,
 //! `Sum`, B = 256 examples per step in total.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use burn::backend::Autodiff;
@@ -17,6 +19,8 @@ use burn_vmap::testing::TestBackend;
 use burn_vmap::transform::grad::init_params;
 use burn_vmap::{clip_by_global_norm, micro_grad_module, ParamGrads, Vmap};
 use criterion::{criterion_group, BenchmarkId, Criterion};
+
+use common::mean_ns;
 
 type I = Vmap<TestBackend>;
 type AD = Autodiff<I>;
@@ -116,14 +120,6 @@ fn parallel(c: &mut Criterion) {
         });
     }
     group.finish();
-}
-
-fn mean_ns(group: &str, id: &str) -> Option<f64> {
-    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let path = format!("{dir}/criterion/{group}/{id}/new/estimates.json");
-    let text = std::fs::read_to_string(path).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v["mean"]["point_estimate"].as_f64()
 }
 
 criterion_group! {

@@ -11,6 +11,8 @@
 
 mod common;
 
+use common::mean_ns;
+
 use std::time::Duration;
 
 use burn::backend::Autodiff;
@@ -157,15 +159,6 @@ fn per_example(c: &mut Criterion) {
         });
     }
     g.finish();
-}
-
-/// Reads criterion's mean estimate (ns) of `group/id`.
-fn mean_ns(group: &str, id: &str) -> Option<f64> {
-    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let path = format!("{dir}/criterion/{group}/{id}/new/estimates.json");
-    let text = std::fs::read_to_string(path).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v["mean"]["point_estimate"].as_f64()
 }
 
 fn ratios() {
