@@ -105,6 +105,7 @@ pub fn fit_baseline(
 ///
 /// # Errors
 /// A refused model or setting (see `burn_vmap::privacy::PrivacyError`).
+#[allow(clippy::type_complexity)]
 pub fn fit_private(
     mut model: Mlp<AD>,
     data: Arc<Dataset>,
