@@ -55,8 +55,8 @@ pub trait BatchOps: Backend {
     level_methods!(IntTensor, "an int"; int_batch, int_unbatch, int_batch_dims);
     level_methods!(BoolTensor, "a bool"; bool_batch, bool_unbatch, bool_batch_dims);
 
-    /// The float tensor with its physical value computed: a lazy per-example outer product
-    /// (see [`VmapTensor`](crate::tensor::VmapTensor)'s "Lazy outer products") is multiplied out. For APIs that promise
+    /// The float tensor with its physical value computed: a factored per-example weight gradient
+    /// (see [`VmapTensor`](crate::tensor::VmapTensor)'s "Factored products") is multiplied out. For APIs that promise
     /// materialized tensors; every op reads the physical value anyway when it needs it.
     fn float_materialize(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         tensor

@@ -13,7 +13,7 @@
 //! | reductions, scans, sorts and `scatter_nd` misread some permuted or expanded layouts | cubecl | [`kernel_layout`] |
 //! | `scatter_nd` pairs index tuples spanning several dims with the wrong value rows | cubecl | [`flat_tuples`] |
 //! | `mask_where` / `mask_fill` leave part of a broadcast output unwritten when the masked tensor is the smaller operand | cubecl | [`mask_target`] |
-//! | broadcasting a size-1 dim against a size-0 one panics ("Broadcast dims must be size 1") | cubecl | [`expand_empty_batch`], [`empty_outer_product`] |
+//! | broadcasting a size-1 dim against a size-0 one panics ("Broadcast dims must be size 1") | cubecl | [`expand_empty_batch`] |
 //! | a folded `[0, k] x [k, n]` matmul divides by zero | ndarray | [`can_fold_rows`] |
 //! | reshaping to rank 0 panics | ndarray | [`reshapes_to_rank0`], [`rank0_through_data`] |
 //!
@@ -256,17 +256,6 @@ pub(crate) fn expand_empty_batch<B: Backend, K: Kind<B>>(
         return K::expand(aligned, with_batch_sizes(target, logical));
     }
     aligned
-}
-
-/// The broadcast product of outer-product factors `a: [.., m, 1]` and `g: [.., 1, n]` whose
-/// product `shape` has no element, formed at once (`rules::outer`): both factors are expanded
-/// first, as Burn 0.21's cubecl backends refuse to broadcast a size-1 dim against a size-0 one.
-pub(crate) fn empty_outer_product<B: Backend>(
-    a: B::FloatTensorPrimitive,
-    g: B::FloatTensorPrimitive,
-    shape: Shape,
-) -> B::FloatTensorPrimitive {
-    B::float_mul(B::float_expand(a, shape.clone()), B::float_expand(g, shape))
 }
 
 // =================================================================================================

@@ -1,5 +1,5 @@
 //! `BatchOps` for `Vmap<B>`: moving tensors in and out of vmap levels (rules in
-//! `rules/batch.rs`; a lazy outer product leaves a level factored, `rules/outer.rs`).
+//! `rules/batch.rs`; a factored product leaves a level factored, `rules/factored/`).
 
 use burn_backend::backend::Backend;
 use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
@@ -35,7 +35,7 @@ impl<B: Backend> BatchOps for Vmap<B> {
         size: usize,
         axis: usize,
     ) -> FloatTensor<Self> {
-        rules::outer::unbatch::<B>(tensor, level, size, axis)
+        rules::factored::unbatch::<B>(tensor, level, size, axis)
             .unwrap_or_else(|t| rules::batch::unbatch::<B, Float>(t, level, size, axis))
     }
     fn float_batch_dims(tensor: &FloatTensor<Self>) -> BatchDims {

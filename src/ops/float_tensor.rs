@@ -6,7 +6,7 @@ use burn_backend::tensor::{BoolTensor, Device, Float, FloatTensor, IntTensor};
 use burn_backend::{FloatDType, IntDType, Scalar, Shape, Slice, TensorData};
 
 use super::macros::*;
-use crate::rules::{create, elementwise, indexing, linalg, outer, reduce, view};
+use crate::rules::{create, elementwise, factored, indexing, linalg, reduce, view};
 use crate::tensor::VmapTensor;
 use crate::Vmap;
 
@@ -31,31 +31,38 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
     }
 
     // --- elementwise -----------------------------------------------------------------------
-    broadcasting_ops!(FloatTensor, Float; float_add, float_sub);
+    broadcasting_ops!(FloatTensor, Float; float_sub);
 
-    // `float_mul` and `float_div` keep lazy outer products factored where they can (see
-    // `rules::outer`); otherwise the broadcasting rule.
+    // `float_add`, `float_mul` and `float_div` keep factored products factored where they can
+    // (see `rules::factored`); otherwise the broadcasting rule.
+    fn float_add(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        factored::add::<B>(lhs, rhs).unwrap_or_else(|(lhs, rhs)| {
+            unbatched!(lhs, rhs => B::float_add(lhs, rhs));
+            elementwise::binary::<B, Float, Float, _>(lhs, rhs, B::float_add)
+        })
+    }
+
     fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        outer::mul::<B>(lhs, rhs).unwrap_or_else(|(lhs, rhs)| {
+        factored::mul::<B>(lhs, rhs).unwrap_or_else(|(lhs, rhs)| {
             unbatched!(lhs, rhs => B::float_mul(lhs, rhs));
             elementwise::binary::<B, Float, Float, _>(lhs, rhs, B::float_mul)
         })
     }
 
     fn float_div(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        outer::div::<B>(lhs, rhs).unwrap_or_else(|(lhs, rhs)| {
+        factored::div::<B>(lhs, rhs).unwrap_or_else(|(lhs, rhs)| {
             unbatched!(lhs, rhs => B::float_div(lhs, rhs));
             elementwise::binary::<B, Float, Float, _>(lhs, rhs, B::float_div)
         })
     }
 
     fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
-        outer::scalar::<B>(lhs, rhs, false)
+        factored::scalar::<B>(lhs, rhs, false)
             .unwrap_or_else(|t| elementwise::unary(t, |t| B::float_mul_scalar(t, rhs)))
     }
 
     fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
-        outer::scalar::<B>(lhs, rhs, true)
+        factored::scalar::<B>(lhs, rhs, true)
             .unwrap_or_else(|t| elementwise::unary(t, |t| B::float_div_scalar(t, rhs)))
     }
     materializing_ops!(FloatTensor, Float; float_remainder, float_powf, float_atan2);
@@ -97,7 +104,7 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
 
     // Overridden (speed): the default assigns every input into an empty tensor.
     fn float_cat(tensors: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
-        outer::cat::<B>(tensors, dim)
+        factored::cat::<B>(tensors, dim)
             .unwrap_or_else(|ts| view::cat::<B, Float>(ts, dim, B::float_cat))
     }
 
@@ -106,23 +113,23 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         dim: usize,
         indices: IntTensor<Self>,
     ) -> FloatTensor<Self> {
-        outer::select::<B>(tensor, dim, indices)
+        factored::select::<B>(tensor, dim, indices)
             .unwrap_or_else(|(t, i)| indexing::select::<B, Float>(t, dim, i))
     }
 
     // --- reductions and scans ----------------------------------------------------------------
     fn float_sum(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        outer::sum::<B>(tensor)
+        factored::sum::<B>(tensor)
             .unwrap_or_else(|t| reduce::all::<B, Float>(t, B::float_sum, B::float_sum_dim, 0.0))
     }
 
     fn float_sum_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
-        outer::sum_dim::<B>(tensor, dim, false)
+        factored::sum_dim::<B>(tensor, dim, false)
             .unwrap_or_else(|t| reduce::reduce_dim_or::<B, Float>(t, dim, B::float_sum_dim, 0.0))
     }
 
     fn float_mean_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
-        outer::sum_dim::<B>(tensor, dim, true).unwrap_or_else(|t| {
+        factored::sum_dim::<B>(tensor, dim, true).unwrap_or_else(|t| {
             reduce::reduce_dim_or::<B, Float>(t, dim, B::float_mean_dim, f64::NAN)
         })
     }

@@ -12,11 +12,12 @@ use burn_backend::ops::{
     DeformConvOptions, InterpolateOptions, MaxPool2dBackward, MaxPool2dWithIndices, ModuleOps,
 };
 use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
+use burn_backend::TensorMetadata;
 
 use super::macros::unbatched;
-use crate::rules::linalg;
 use crate::rules::module::{self as deform, fold_all, fold_to, unfold_out, DeformArgs};
 use crate::rules::reduce::reduce_dim;
+use crate::rules::{factored, linalg};
 use crate::tensor::{BatchDims, VmapTensor};
 use crate::Vmap;
 
@@ -93,6 +94,62 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
 
     fn linear_bias_backward(output_grad: FloatTensor<Self>) -> FloatTensor<Self> {
         linalg::linear_bias_backward::<B>(output_grad)
+    }
+
+    // Overridden (per-example gradients): with a batched input or output gradient, the weight
+    // gradient of every example is held factored (`rules::factored`), the output gradients
+    // against the unfolded input patches; the default would run a grouped convolution per
+    // example.
+    fn conv1d_weight_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        options: ConvOptions<1>,
+    ) -> FloatTensor<Self> {
+        if !(x.is_batched() || weight.is_batched() || output_grad.is_batched()) {
+            let out =
+                B::conv1d_weight_backward(x.inner(), weight.inner(), output_grad.inner(), options);
+            return VmapTensor::unbatched(out);
+        }
+        factored::conv_weight::<B>(x, output_grad, weight.shape(), options.into())
+    }
+
+    // Overridden (per-example gradients): as `conv1d_weight_backward`.
+    fn conv2d_weight_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Self> {
+        if !(x.is_batched() || weight.is_batched() || output_grad.is_batched()) {
+            let out =
+                B::conv2d_weight_backward(x.inner(), weight.inner(), output_grad.inner(), options);
+            return VmapTensor::unbatched(out);
+        }
+        factored::conv_weight::<B>(x, output_grad, weight.shape(), options.into())
+    }
+
+    // Overridden (per-example gradients): with batched tokens or output gradient, every
+    // example's table gradient is held factored (`rules::factored`): its tokens as one-hot rows
+    // against the output gradient; the default would write a `[vocabulary, d]` table per example.
+    fn embedding_backward(
+        weights: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        if !(output_grad.is_batched() || indices.is_batched()) {
+            // The table only gives its shape: a batched one (per-example tables, shared tokens)
+            // stands in as zeros of its logical shape.
+            let table = if weights.is_batched() {
+                let (stored, shape) = (weights.stored(), weights.shape());
+                B::float_zeros(shape, &B::float_device(stored), stored.dtype().into())
+            } else {
+                weights.inner()
+            };
+            let out = B::embedding_backward(table, output_grad.inner(), indices.inner());
+            return VmapTensor::unbatched(out);
+        }
+        factored::embedding_weight::<B>(weights.shape()[0], output_grad, indices)
     }
 
     conv_ops!(

@@ -184,14 +184,14 @@ pub(crate) fn linear_x_backward<B: Backend>(weight: VT<B>, output_grad: VT<B>) -
 
 /// Burn's `ModuleOps::linear_weight_backward`: `x^T @ output_grad` summed over the leading
 /// dims, as `[m, d_in]^T x [m, d_out]` with `m` the product of the leading dims. With a batched
-/// operand the result is per example: with one row per example, the outer products `x_i ⊗ g_i`
-/// held factored until read ([`super::outer`]); with several, the matmul rule.
+/// operand the result is per example, `X_iᵀ G_i` over each example's rows, held factored until
+/// read ([`super::factored`]).
 pub(crate) fn linear_weight_backward<B: Backend>(x: VT<B>, output_grad: VT<B>) -> VT<B> {
     if !x.is_batched() && !output_grad.is_batched() {
         return VmapTensor::unbatched(B::linear_weight_backward(x.inner(), output_grad.inner()));
     }
-    // One row per example: the outer products, held factored (see `rules::outer`).
-    let (x, output_grad) = match super::outer::weight_grad::<B>(x, output_grad) {
+    // Per example `X_iᵀ G_i`, held factored (see `rules::factored`).
+    let (x, output_grad) = match super::factored::linear_weight::<B>(x, output_grad) {
         Ok(lazy) => return lazy,
         Err(operands) => operands,
     };

@@ -16,7 +16,7 @@
 //! | `view.rs` | reshape, permute, swap_dims, flip, expand, slice, cat |
 //! | `indexing.rs` | gather, scatter, select, select_add, slice_assign, masks, `*_nd` |
 //! | `linalg.rs` | matmul and `linear` (a batch folded into the matmul rows) |
-//! | `outer.rs` | lazy outer products: factored forms of dense layers' per-example weight gradients |
+//! | `factored/` | factored per-example weight gradients (dense layers, convolutions, embeddings) and the ops that keep them factored |
 //! | `module.rs` | convolutions, pools, attention (the batch folded into `N`, or groups) |
 //! | `create.rs` | new tensors and reading them back |
 //! | `random.rs` | random draws under `Randomness` |
@@ -26,12 +26,12 @@
 pub(crate) mod batch;
 pub(crate) mod create;
 pub(crate) mod elementwise;
+pub(crate) mod factored;
 pub(crate) mod fallback;
 pub(crate) mod helpers;
 pub(crate) mod indexing;
 pub(crate) mod linalg;
 pub(crate) mod module;
-pub(crate) mod outer;
 pub(crate) mod random;
 pub(crate) mod reduce;
 pub(crate) mod view;

@@ -23,6 +23,9 @@ use burn_std::quantization::{QuantAcc, QuantPropagation, QuantScheme};
 
 use crate::level::Level;
 
+mod factored;
+pub(crate) use factored::{Factors, Left, Part};
+
 /// One batch dimension: the vmap level it belongs to and its size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BatchDim {
@@ -163,15 +166,17 @@ impl BatchDims {
 /// removes a leading size-1 dim), which some backends make on every reshape (see
 /// `crate::compat`).
 ///
-/// # Lazy outer products
+/// # Factored products
 ///
-/// The per-example weight gradient of a dense layer is an outer product `a_i ⊗ g_i` (the layer
-/// input and the output gradient of example `i`). It is held factored, as `[.., m, 1]` and
-/// `[.., 1, n]`, until an op needs it dense: the ops that DP-SGD and gradient statistics apply
-/// to per-example gradients have exact factored forms (`g * g`, `g * c_i`, `sum(g)`, and the
-/// sum over examples, which becomes one matrix product `A^T G`), so a clipped sum or a mean of
-/// squares never writes the `batch x m x n` tensor. Any other read multiplies the factors once
-/// (memoized across clones); see `rules::outer`.
+/// The per-example weight gradient of a layer that multiplies its input by a weight matrix
+/// (`Linear` on a vector or a sequence, a convolution, an embedding) is a matrix product over
+/// the example's rows, `Xᵢᵀ Gᵢ` (an outer product `xᵢ ⊗ gᵢ` for one row). It is held as its
+/// factors until an op needs it dense: the ops that DP-SGD and gradient statistics apply to
+/// per-example gradients have exact factored forms (per-example scalings, `sum`, the squared
+/// norm `sum(g * g)` from Gram matrices, and the sum over examples, which becomes one matrix
+/// product over every example's rows), so a clipped sum never writes the
+/// `batch x d_in x d_out` tensor. Any other read multiplies the factors out once (memoized
+/// across clones); see `rules::factored`.
 #[derive(Clone, Debug)]
 pub struct VmapTensor<P> {
     data: P,
@@ -191,18 +196,31 @@ enum Lazy<P> {
         shape: Shape,
         reshape: fn(P, Shape) -> P,
     },
-    /// The broadcast product `data * rhs` of factors `[.., m, 1]` and `[.., 1, n]`.
-    Outer(Outer<P>),
+    /// A factored product; `data` is one of its factors (for device and dtype queries).
+    Factored {
+        factors: Box<Factors<P>>,
+        multiply: fn(Factors<P>) -> P,
+        memo: Memo<P>,
+    },
+    /// The elementwise product of two factored tensors of the same shape (a squared norm's
+    /// `g * g`), each multiplied out (through its own memo) only if the product is read.
+    Hadamard {
+        operands: Box<[VmapTensor<P>; 2]>,
+        multiply: fn([VmapTensor<P>; 2]) -> P,
+        memo: Memo<P>,
+    },
 }
 
-/// The second factor of a lazy outer product, the product's physical shape, the backend's
-/// multiply, and the product once computed (shared by clones).
-#[derive(Clone, Debug)]
-pub(crate) struct Outer<P> {
-    rhs: P,
-    shape: Shape,
-    mul: fn(P, P) -> P,
-    product: Arc<OnceLock<P>>,
+/// A lazily computed physical tensor, shared by clones.
+type Memo<P> = Arc<OnceLock<P>>;
+
+/// `compute(value)`, memoized in `memo` when a clone may read it too.
+fn memoized<T: Clone, P: Clone>(memo: Memo<P>, value: T, compute: fn(T) -> P) -> P {
+    match Arc::try_unwrap(memo) {
+        // No clone left: nothing to share the product with.
+        Ok(cell) => cell.into_inner().unwrap_or_else(|| compute(value)),
+        Err(shared) => shared.get_or_init(|| compute(value.clone())).clone(),
+    }
 }
 
 impl<P: TensorMetadata> VmapTensor<P> {
@@ -279,23 +297,45 @@ impl<P: TensorMetadata> VmapTensor<P> {
         }
     }
 
-    /// The outer products of factors `a: [.., m, 1]` and `g: [.., 1, n]` (physical, batch dims
-    /// first, leading dims broadcasting), batched at `bdims`, held factored.
-    pub(crate) fn outer(a: P, g: P, bdims: BatchDims, mul: fn(P, P) -> P) -> Self {
-        // `[.., m, 1]` and `[.., 1, n]` broadcast to `[.., m, n]`.
-        let shape = a
-            .shape()
-            .broadcast(&g.shape())
-            .expect("vmap: outer product factors of broadcastable shapes");
+    /// A factored product (see [`Factors`]) batched at `bdims`; `multiply` computes its
+    /// physical tensor when an op reads it.
+    pub(crate) fn factored(
+        factors: Factors<P>,
+        bdims: BatchDims,
+        multiply: fn(Factors<P>) -> P,
+    ) -> Self
+    where
+        P: Clone,
+    {
+        let data = factors.parts[0].right.clone();
         Self {
-            data: a,
+            data,
             bdims,
-            lazy: Lazy::Outer(Outer {
-                rhs: g,
-                shape,
-                mul,
-                product: Arc::new(OnceLock::new()),
-            }),
+            lazy: Lazy::Factored {
+                factors: Box::new(factors),
+                multiply,
+                memo: Arc::default(),
+            },
+            scalar: false,
+        }
+    }
+
+    /// The elementwise product of two factored tensors of the same physical shape and batch
+    /// dims, held unmultiplied; `multiply` computes it when an op reads it.
+    pub(crate) fn hadamard(operands: [Self; 2], multiply: fn([Self; 2]) -> P) -> Self
+    where
+        P: Clone,
+    {
+        let data = operands[0].data.clone();
+        let bdims = operands[0].bdims.clone();
+        Self {
+            data,
+            bdims,
+            lazy: Lazy::Hadamard {
+                operands: Box::new(operands),
+                multiply,
+                memo: Arc::default(),
+            },
             scalar: false,
         }
     }
@@ -305,18 +345,22 @@ impl<P: TensorMetadata> VmapTensor<P> {
         match &self.lazy {
             Lazy::Ready => self.data.shape(),
             Lazy::Reshape { shape, .. } => shape.clone(),
-            Lazy::Outer(o) => o.shape.clone(),
+            Lazy::Factored { factors, .. } => factors.shape.clone(),
+            Lazy::Hadamard { operands, .. } => operands[0].physical_shape(),
         }
     }
 
     /// The data as stored and its physical shape: the data has that shape or, when a reshape is
     /// pending, the same elements in row-major order in another shape. For rules that only
-    /// need the row-major order (folding leading dims into rows). A lazy outer product is
+    /// need the row-major order (folding leading dims into rows). A factored product is
     /// multiplied out.
     #[inline]
-    pub(crate) fn into_stored(self) -> (P, Shape, BatchDims) {
+    pub(crate) fn into_stored(self) -> (P, Shape, BatchDims)
+    where
+        P: Clone,
+    {
         let shape = self.physical_shape();
-        if matches!(self.lazy, Lazy::Outer(_)) {
+        if self.is_factored() {
             let (inner, bdims) = self.into_parts();
             return (inner, shape, bdims);
         }
@@ -337,9 +381,10 @@ impl<P> VmapTensor<P> {
         }
     }
 
-    /// Whether this is a lazy outer product (a dense layer's per-example weight gradient) whose
-    /// physical value has not been needed yet. Such a tensor is read like any other; this says
-    /// whether the ops applied so far kept it factored (see "Lazy outer products" above).
+    /// Whether this is a factored product (a per-example weight gradient of a dense layer,
+    /// a convolution or an embedding, or the elementwise product of two) whose physical value
+    /// has not been needed yet. Such a tensor is read like any other; this says whether the ops
+    /// applied so far kept it factored (see "Factored products" above).
     ///
     /// ```
     /// use burn::backend::Autodiff;
@@ -361,17 +406,39 @@ impl<P> VmapTensor<P> {
     /// .unwrap();
     /// let w: Tensor<V, 3> = grads.get("weight").unwrap(); // [4, 3, 2], per example
     /// let squared_norms = (w.clone() * w.clone()).sum_dim(2).sum_dim(1); // still factored
-    /// assert!(w.into_primitive().tensor().is_lazy_outer());
+    /// assert!(w.into_primitive().tensor().is_factored());
     /// assert_eq!(squared_norms.dims(), [4, 1, 1]);
     /// ```
-    pub fn is_lazy_outer(&self) -> bool {
-        matches!(self.lazy, Lazy::Outer(_))
+    pub fn is_factored(&self) -> bool {
+        matches!(self.lazy, Lazy::Factored { .. } | Lazy::Hadamard { .. })
     }
 
-    /// The factors `(a, g)` and batch dims of a lazy outer product, or the tensor back.
-    pub(crate) fn into_outer(self) -> Result<(P, P, BatchDims), Self> {
+    /// The factors and batch dims of a factored product, or the tensor back.
+    pub(crate) fn into_factors(self) -> Result<(Factors<P>, BatchDims), Self> {
         match self.lazy {
-            Lazy::Outer(o) => Ok((self.data, o.rhs, self.bdims)),
+            Lazy::Factored { factors, .. } => Ok((*factors, self.bdims)),
+            lazy => Err(Self { lazy, ..self }),
+        }
+    }
+
+    /// Whether this is a factored product (not the elementwise product of two).
+    pub(crate) fn has_factors(&self) -> bool {
+        matches!(self.lazy, Lazy::Factored { .. })
+    }
+
+    /// The factors of a factored product.
+    pub(crate) fn factors_ref(&self) -> Option<&Factors<P>> {
+        match &self.lazy {
+            Lazy::Factored { factors, .. } => Some(factors),
+            _ => None,
+        }
+    }
+
+    /// The two operands of an unmultiplied elementwise product of factored tensors, or the
+    /// tensor back.
+    pub(crate) fn into_hadamard(self) -> Result<[Self; 2], Self> {
+        match self.lazy {
+            Lazy::Hadamard { operands, .. } => Ok(*operands),
             lazy => Err(Self { lazy, ..self }),
         }
     }
@@ -427,23 +494,23 @@ impl<P: Clone> VmapTensor<P> {
     }
 
     /// The physical tensor (batch dims first; a logical rank-0 tensor as `[batch sizes.., 1]`)
-    /// and its batch dims. Runs a pending reshape, or multiplies a lazy outer product out
-    /// (once for all clones).
+    /// and its batch dims. Runs a pending reshape, or multiplies a factored product out (once
+    /// for all clones).
     #[inline]
     pub fn into_parts(self) -> (P, BatchDims) {
         let inner = match self.lazy {
             Lazy::Ready => self.data,
             Lazy::Reshape { shape, reshape } => reshape(self.data, shape),
-            Lazy::Outer(o) => match Arc::try_unwrap(o.product) {
-                // No clone left: nothing to share the product with.
-                Ok(cell) => match cell.into_inner() {
-                    Some(product) => product,
-                    None => (o.mul)(self.data, o.rhs),
-                },
-                Err(shared) => shared
-                    .get_or_init(|| (o.mul)(self.data.clone(), o.rhs.clone()))
-                    .clone(),
-            },
+            Lazy::Factored {
+                factors,
+                multiply,
+                memo,
+            } => memoized(memo, *factors, multiply),
+            Lazy::Hadamard {
+                operands,
+                multiply,
+                memo,
+            } => memoized(memo, *operands, multiply),
         };
         (inner, self.bdims)
     }
@@ -475,7 +542,8 @@ impl<P: TensorMetadata> TensorMetadata for VmapTensor<P> {
         match &self.lazy {
             Lazy::Ready => self.data.rank() - self.bdims.len(),
             Lazy::Reshape { shape, .. } => shape.num_dims() - self.bdims.len(),
-            Lazy::Outer(o) => o.shape.num_dims() - self.bdims.len(),
+            Lazy::Factored { factors, .. } => factors.shape.num_dims() - self.bdims.len(),
+            Lazy::Hadamard { operands, .. } => operands[0].rank(),
         }
     }
 }
