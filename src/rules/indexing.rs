@@ -73,6 +73,24 @@ pub(crate) fn select<B: Backend, K: Kind<B>>(
         let pdim = dim + tensor.bdims.len();
         return tensor.map(|inner| K::select(inner, pdim, indices.inner()));
     }
+    if tensor.bdims.is_empty() {
+        // Per-example indices into a shared tensor (an embedding table): one select with every
+        // example's indices, not a copy of the table per example.
+        let (t, (i, bdims)) = (tensor.inner(), indices.into_parts());
+        let nb = bdims.len();
+        let ishape = i.shape();
+        let flat = <Int as Kind<B>>::reshape(i, Shape::from(vec![ishape.num_elements()]));
+        let out = K::select(t, dim, flat);
+        // `[.., E.. * n, ..]` -> `[.., E.., n, ..]` -> batch dims in front.
+        let mut dims = out.shape().to_vec();
+        dims.splice(dim..=dim, ishape.iter().copied());
+        let out = K::reshape(out, Shape::from(dims));
+        let rank = out.shape().num_dims();
+        let axes: Vec<usize> = (dim..dim + nb)
+            .chain((0..rank).filter(|d| !(dim..dim + nb).contains(d)))
+            .collect();
+        return VmapTensor::new(K::permute(out, &axes), bdims);
+    }
     // Per-example indices: a gather along the same dim.
     let bdims = BatchDims::union([&tensor.bdims, &indices.bdims]);
     let t = materialize::<B, K>(tensor, &bdims);
