@@ -13,6 +13,7 @@
 //! | reductions, scans, sorts and `scatter_nd` misread some permuted or expanded layouts | cubecl | [`kernel_layout`] |
 //! | `scatter_nd` pairs index tuples spanning several dims with the wrong value rows | cubecl | [`flat_tuples`] |
 //! | `mask_where` / `mask_fill` leave part of a broadcast output unwritten when the masked tensor is the smaller operand | cubecl | [`mask_target`] |
+//! | `float_unfold` windows permuted ahead of the kernel dims are misread when a dim has one window | cubecl | [`conv_patches`] |
 //! | broadcasting a size-1 dim against a size-0 one panics ("Broadcast dims must be size 1") | cubecl | [`expand_empty_batch`] |
 //! | a folded `[0, k] x [k, n]` matmul divides by zero | ndarray | [`can_fold_rows`] |
 //! | reshaping to rank 0 panics | ndarray | [`reshapes_to_rank0`], [`rank0_through_data`] |
@@ -256,6 +257,30 @@ pub(crate) fn expand_empty_batch<B: Backend, K: Kind<B>>(
         return K::expand(aligned, with_batch_sizes(target, logical));
     }
     aligned
+}
+
+// =================================================================================================
+// cubecl: unfolded windows moved ahead of the kernel dims
+// =================================================================================================
+
+/// A convolution's input patches as rows, `[N, c, h, w] -> [N, L, c·kh·kw]` (`L` output
+/// positions), for the factored weight gradients (`rules::factored`): `direct(x)` (windows as
+/// views, one copy), except on Burn 0.21's cubecl backends, which misread `float_unfold`'s
+/// windows permuted ahead of the kernel dims when a spatial dim has a single window (reads of
+/// `[N, 1, 1, c, kh, kw]` return the wrong elements, even through an elementwise kernel). There
+/// the backend's own `unfold4d` (windows kept last, `[N, c·kh·kw, L]`) is transposed and made
+/// contiguous through a flat reshape.
+pub(crate) fn conv_patches<B: Backend>(
+    x: B::FloatTensorPrimitive,
+    kernel: [usize; 2],
+    options: burn_backend::ops::UnfoldOptions,
+    direct: impl FnOnce(B::FloatTensorPrimitive) -> B::FloatTensorPrimitive,
+) -> B::FloatTensorPrimitive {
+    if !is_cubecl::<B>(&B::float_device(&x)) {
+        return direct(x);
+    }
+    let patches = B::float_swap_dims(B::unfold4d(x, kernel, options), 1, 2);
+    kernel_layout::<B, burn_backend::tensor::Float>(patches)
 }
 
 // =================================================================================================

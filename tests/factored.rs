@@ -324,6 +324,25 @@ fn should_hold_a_convolutions_gradient_factored_when_it_has_few_positions() {
 }
 
 #[test]
+fn should_multiply_out_a_large_convolutions_gradient_a_slice_of_examples_at_a_time() {
+    // 39 x 40 positions x 72 patch values per example: the patches of the 40 examples are
+    // computed in two slices (37 + 3); every example against the loop.
+    let c = ConvCase {
+        c_in: 8,
+        c_out: 2,
+        kernel: 3,
+        stride: 1,
+        padding: 0,
+        dilation: 1,
+        groups: 1,
+        size: 41,
+    };
+    let (g, want) = conv2d(40, c, 0);
+    assert!(!is_factored(&g));
+    close(g, want, "conv2d in slices");
+}
+
+#[test]
 fn should_sum_an_lstms_time_steps_factored() {
     let (g, want) = lstm(3, 4, 10, 12, 0);
     assert!(is_factored(&g), "4 outer products of 10 x 12");

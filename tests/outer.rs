@@ -382,6 +382,12 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 
 fn apply(op: &Op, t: Tensor<V, 3>, c: &Tensor<V, 3>) -> Tensor<V, 3> {
     let device = Default::default();
+    if matches!(op, Op::PerExample | Op::DivPerExample) && t.shape().num_elements() == 0 {
+        // Nothing to scale, and Burn 0.21's cubecl backends panic broadcasting the factor's
+        // size-1 dims against the size-0 ones of the unbatched reference (plain Burn, outside
+        // any vmap: "Broadcast dims must be size 1").
+        return t;
+    }
     match op {
         Op::Square => t.clone() * t,
         Op::PerExample => {

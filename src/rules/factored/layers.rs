@@ -6,9 +6,10 @@ use burn_backend::ops::UnfoldOptions;
 use burn_backend::tensor::Float;
 use burn_backend::{FloatDType, Shape, Slice, TensorMetadata};
 
-use super::{make, multiply, reshape, FP, IT, VT};
+use super::{make, reshape, FP, IT, VT};
+use crate::compat;
 use crate::physical::{with_batch_sizes, Kind};
-use crate::rules::helpers::align;
+use crate::rules::helpers::{align, materialize};
 use crate::rules::module::fold_n;
 use crate::tensor::{BatchDims, Factors, Left, Part, VmapTensor};
 
@@ -87,8 +88,10 @@ pub(crate) fn embedding_weight<B: Backend>(m: usize, g: VT<B>, indices: IT<B>) -
 /// and `g: [N, c_out, s'..]` with one or two spatial dims (a 1-d convolution is a 2-d one of
 /// height 1) and the weight's logical shape `[c_out, c_in / groups, k..]`: the output gradients
 /// (left, `m = c_out`) against the unfolded input patches (right, `n = c_in / groups · k..`),
-/// over `N ·` output positions rows. With `groups > 1` every group is such a product, and the
-/// result is multiplied out.
+/// over `N ·` output positions rows. Kept factored when that is worth it (few positions, one
+/// group); otherwise multiplied out at once, a slice of the examples at a time so that their
+/// patches (`positions · n` floats per example, often far more than the gradient itself) never
+/// exist for the whole batch.
 pub(crate) fn conv_weight<B: Backend>(
     x: VT<B>,
     g: VT<B>,
@@ -97,69 +100,138 @@ pub(crate) fn conv_weight<B: Backend>(
 ) -> VT<B> {
     let bdims = BatchDims::union([&x.bdims, &g.bdims]);
     let spatial = x.shape().num_dims() - 2;
-    let groups = options.groups;
-    let (c_out, c_in_group) = (weight_shape[0], weight_shape[1]);
     let kernel_width = weight_shape[weight_shape.num_dims() - 1];
     let kernel = if spatial == 1 {
         [1, kernel_width]
     } else {
         [weight_shape[2], kernel_width]
     };
-
-    // Patches `[own.., N·L, c_in·kh·kw]`.
-    let xs = x.shape();
-    let (n_x, c_in) = (xs[0], xs[1]);
-    let (xin, own_x) = x.into_parts();
-    let folded = as_4d::<B>(fold_n::<B, Float>(xin, &own_x), spatial);
-    let patches = unfold::<B>(folded, kernel, &options); // [E·N, L, c_in·kh·kw]
-    let positions = patches.shape()[1];
-    let width = c_in * kernel[0] * kernel[1];
-    let right = as_rows::<B>(patches, own_x, n_x * positions, width, &bdims);
-
-    // Output gradients `[own.., N·L, c_out]`.
-    let (gin, own_g) = g.into_parts();
-    let nb = own_g.len();
-    let gs = gin.shape();
-    let n_g = gs[nb];
-    let per_sample: Vec<usize> = own_g.sizes().chain([n_g, c_out, positions]).collect();
-    let gin = reshape::<B>(gin, per_sample);
-    let gin = B::float_swap_dims(gin, nb + 1, nb + 2); // [own.., N, L, c_out]
-    let left = as_rows::<B>(gin, own_g, n_g * positions, c_out, &bdims);
-
-    let group_factors = |left: FP<B>, right: FP<B>, c_out: usize| Factors {
-        parts: vec![Part {
-            left: Left::Dense(left),
-            right,
-        }],
-        shape: with_batch_sizes(
+    let gs = g.shape();
+    let positions: usize = gs.iter().skip(2).product();
+    let (m, n) = (
+        weight_shape[0],
+        weight_shape.iter().skip(1).product::<usize>(),
+    );
+    let rows = gs[0] * positions;
+    let shape = with_batch_sizes(&bdims, &weight_shape);
+    let cols = weight_shape.num_dims() - 1;
+    if options.groups == 1 && rows * (m + n) < m * n {
+        let c_in = x.shape()[1];
+        let (xin, own_x) = x.into_parts();
+        let folded = as_4d::<B>(fold_n::<B, Float>(xin, &own_x), spatial);
+        let examples = own_x.num_examples();
+        let patches = unfold::<B>(folded, kernel, &options, [examples, rows]);
+        let right = as_rows::<B>(patches, own_x, rows, c_in * kernel[0] * kernel[1], &bdims);
+        let (gin, own_g) = g.into_parts();
+        let left = as_rows::<B>(
+            output_rows::<B>(gin, own_g.len(), m),
+            own_g,
+            rows,
+            m,
             &bdims,
-            &[c_out]
-                .into_iter()
-                .chain(weight_shape.iter().skip(1).copied())
-                .collect::<Vec<_>>(),
-        ),
-        cols: weight_shape.num_dims() - 1,
-    };
-    if groups == 1 {
-        return make::<B>(group_factors(left, right, c_out), bdims);
+        );
+        let f = Factors {
+            parts: vec![Part {
+                left: Left::Dense(left),
+                right,
+            }],
+            shape,
+            cols,
+        };
+        return make::<B>(f, bdims);
     }
-    // Block-diagonal: each group's outputs against its own input channels, multiplied out.
-    let (out_g, in_g) = (c_out / groups, c_in_group * kernel[0] * kernel[1]);
-    let last = |t: &FP<B>| t.shape().num_dims() - 1;
-    let columns = |t: FP<B>, from: usize, len: usize| {
-        let rank = last(&t) + 1;
-        let mut slices = vec![Slice::full(); rank];
-        slices[rank - 1] = Slice::from(from..from + len);
-        B::float_slice(t, &slices)
+    // Multiplied out, `chunk` examples at a time: only a chunk's inputs are refolded and
+    // unfolded (backends may copy on every reshape).
+    let e = bdims.num_examples();
+    let one_level = |t: FP<B>| {
+        if bdims.len() == 1 {
+            return t;
+        }
+        let s = t.shape();
+        let dims: Vec<usize> = [e]
+            .into_iter()
+            .chain(s.iter().skip(bdims.len()).copied())
+            .collect();
+        reshape::<B>(t, dims)
     };
-    let blocks: Vec<FP<B>> = (0..groups)
-        .map(|i| {
-            let l = columns(left.clone(), i * out_g, out_g);
-            let r = columns(right.clone(), i * in_g, in_g);
-            multiply::<B>(group_factors(l, r, out_g))
+    let x = one_level(materialize::<B, Float>(x, &bdims)); // [E, N, c_in, s..]
+    let g = one_level(materialize::<B, Float>(g, &bdims)); // [E, N, c_out, s'..]
+    let chunk = (PATCH_BUDGET / (rows * n).max(1)).clamp(1, e.max(1));
+    let (out_g, in_g) = (m / options.groups, n);
+    let blocks: Vec<FP<B>> = (0..e)
+        .step_by(chunk)
+        .map(|start| {
+            let c = chunk.min(e - start);
+            let xc = slice0::<B>(x.clone(), start, c);
+            let xs = xc.shape();
+            let dims: Vec<usize> = [c * xs[1]]
+                .into_iter()
+                .chain(xs.iter().skip(2).copied())
+                .collect();
+            let xc = reshape::<B>(xc, dims);
+            let patches = unfold::<B>(as_4d::<B>(xc, spatial), kernel, &options, [c, rows]);
+            let gc = slice0::<B>(g.clone(), start, c);
+            let gc = left_transposed::<B>(gc, c, m, positions);
+            let per_group: Vec<FP<B>> = (0..options.groups)
+                .map(|i| {
+                    let l = slice_dim::<B>(gc.clone(), 1, i * out_g, out_g);
+                    let r = slice_dim::<B>(patches.clone(), 2, i * in_g, in_g);
+                    super::matmul::<B>(l, r) // [c, out_g, in_g]
+                })
+                .collect();
+            B::float_cat(per_group, 1)
         })
         .collect();
-    VmapTensor::new(B::float_cat(blocks, bdims.len()), bdims)
+    let out = if blocks.is_empty() {
+        B::float_zeros(shape.clone(), &B::float_device(&x), x.dtype().into())
+    } else {
+        B::float_cat(blocks, 0)
+    };
+    VmapTensor::new(reshape::<B>(out, shape.to_vec()), bdims)
+}
+
+/// Output gradients `[c, N, c_out, s'..]` as `[c, c_out, N·L]` (the transposed left factor).
+fn left_transposed<B: Backend>(g: FP<B>, c: usize, c_out: usize, positions: usize) -> FP<B> {
+    let n = g.shape()[1];
+    if n == 1 {
+        return reshape::<B>(g, vec![c, c_out, positions]);
+    }
+    let g = reshape::<B>(g, vec![c, n, c_out, positions]);
+    let g = B::float_swap_dims(g, 1, 2);
+    reshape::<B>(g, vec![c, c_out, n * positions])
+}
+
+/// Floats of input patches a convolution's multiplied-out weight gradient holds at once (16 MiB
+/// of `f32`), unless one example needs more.
+const PATCH_BUDGET: usize = 1 << 22;
+
+/// Output gradients `[b.., N, c_out, s'..]` (`nb` batch dims) as `[b.., N, L, c_out]`.
+fn output_rows<B: Backend>(g: FP<B>, nb: usize, c_out: usize) -> FP<B> {
+    let s = g.shape();
+    let positions: usize = s.iter().skip(nb + 2).product();
+    let dims: Vec<usize> = s
+        .iter()
+        .take(nb + 1)
+        .copied()
+        .chain([c_out, positions])
+        .collect();
+    B::float_swap_dims(reshape::<B>(g, dims), nb + 1, nb + 2)
+}
+
+/// Rows `start..start + len` of dim 0.
+fn slice0<B: Backend>(t: FP<B>, start: usize, len: usize) -> FP<B> {
+    let rank = t.shape().num_dims();
+    let mut slices = vec![Slice::full(); rank];
+    slices[0] = Slice::from(start..start + len);
+    B::float_slice(t, &slices)
+}
+
+/// `len` entries from `start` along `dim`.
+fn slice_dim<B: Backend>(t: FP<B>, dim: usize, start: usize, len: usize) -> FP<B> {
+    let rank = t.shape().num_dims();
+    let mut slices = vec![Slice::full(); rank];
+    slices[dim] = Slice::from(start..start + len);
+    B::float_slice(t, &slices)
 }
 
 /// The options of a convolution as a 2-d one (a 1-d convolution has height 1).
@@ -202,34 +274,40 @@ fn as_4d<B: Backend>(x: FP<B>, spatial: usize) -> FP<B> {
     reshape::<B>(x, vec![s[0], s[1], 1, s[2]])
 }
 
-/// The input patches of a 2-d convolution, one row per output position: `[N, c, h, w] ->
-/// [N, L, c·kh·kw]` (channel-major within a row, as the weight `[c_out, c, kh, kw]` is laid out).
-fn unfold<B: Backend>(x: FP<B>, kernel: [usize; 2], o: &Conv2d) -> FP<B> {
+/// The input patches of a 2-d convolution, one row per output position: `[E·N, c, h, w] ->
+/// [E, N·L, c·kh·kw]` for `[E, N·L] = rows` (channel-major within a row, as the weight
+/// `[c_out, c, kh, kw]` is laid out): windows as views, then one copy (see
+/// [`compat::conv_patches`] for cubecl).
+fn unfold<B: Backend>(x: FP<B>, kernel: [usize; 2], o: &Conv2d, rows: [usize; 2]) -> FP<B> {
     let s = x.shape();
     let (n, c) = (s[0], s[1]);
-    if o.dilation != [1, 1] {
-        // Burn's unfold4d `[N, c·kh·kw, L]`, transposed.
-        let options = UnfoldOptions::new(o.stride, o.padding, o.dilation);
-        return B::float_swap_dims(B::unfold4d(x, kernel, options), 1, 2);
-    }
-    let x = if o.padding == [0, 0] {
-        x
-    } else {
-        let [ph, pw] = o.padding;
-        let padded = Shape::from(vec![n, c, s[2] + 2 * ph, s[3] + 2 * pw]);
-        let zeros = B::float_zeros(padded, &B::float_device(&x), x.dtype().into());
-        let inner = [
-            Slice::full(),
-            Slice::full(),
-            Slice::from(ph..ph + s[2]),
-            Slice::from(pw..pw + s[3]),
-        ];
-        B::float_slice_assign(zeros, &inner, x)
-    };
-    // `[N, c, hb, wb, kh, kw]` windows (views), then one copy into rows.
-    let blocks = B::float_unfold(x, 2, kernel[0], o.stride[0]);
-    let blocks = B::float_unfold(blocks, 3, kernel[1], o.stride[1]);
-    let b = blocks.shape();
-    let blocks = B::float_permute(blocks, &[0, 2, 3, 1, 4, 5]);
-    <Float as Kind<B>>::reshape(blocks, Shape::from(vec![n, b[2] * b[3], c * b[4] * b[5]]))
+    let width = c * kernel[0] * kernel[1];
+    let out = vec![rows[0], rows[1], width];
+    let options = UnfoldOptions::new(o.stride, o.padding, o.dilation);
+    let patches = compat::conv_patches::<B>(x, kernel, options, |x| {
+        if o.dilation != [1, 1] {
+            // Burn's unfold4d `[N, c·kh·kw, L]`, transposed.
+            let options = UnfoldOptions::new(o.stride, o.padding, o.dilation);
+            return B::float_swap_dims(B::unfold4d(x, kernel, options), 1, 2);
+        }
+        let x = if o.padding == [0, 0] {
+            x
+        } else {
+            let [ph, pw] = o.padding;
+            let padded = Shape::from(vec![n, c, s[2] + 2 * ph, s[3] + 2 * pw]);
+            let zeros = B::float_zeros(padded, &B::float_device(&x), x.dtype().into());
+            let inner = [
+                Slice::full(),
+                Slice::full(),
+                Slice::from(ph..ph + s[2]),
+                Slice::from(pw..pw + s[3]),
+            ];
+            B::float_slice_assign(zeros, &inner, x)
+        };
+        // `[N, c, hb, wb, kh, kw]` windows (views), reordered to `[N, hb, wb, c, kh, kw]`.
+        let blocks = B::float_unfold(x, 2, kernel[0], o.stride[0]);
+        let blocks = B::float_unfold(blocks, 3, kernel[1], o.stride[1]);
+        B::float_permute(blocks, &[0, 2, 3, 1, 4, 5])
+    });
+    <Float as Kind<B>>::reshape(patches, Shape::from(out))
 }

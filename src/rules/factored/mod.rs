@@ -68,38 +68,39 @@ fn make<B: Backend>(f: F<B>, bdims: BatchDims) -> VT<B> {
 }
 
 /// The physical product of `f`: `Σ_parts leftᵀ right`, broadcast to the product's leading dims,
-/// its columns split as the shape says.
+/// its columns split as the shape says. The parts are joined first (one product over all their
+/// rows); one row is a broadcast multiply, several a matrix product, one-hot rows a
+/// scatter-add of the right rows.
 fn multiply<B: Backend>(f: F<B>) -> FP<B> {
     let (lead, m, n) = (f.lead(), f.m(), f.n());
-    let like = f.parts[0].right.clone();
-    let mut total: Option<FP<B>> = None;
-    if f.shape.num_elements() > 0 {
-        for part in f.parts {
-            let k = part.right.shape()[lead];
-            if k == 0 {
-                continue;
-            }
-            let left = dense_left::<B>(part.left, m);
-            let p = if k == 1 {
-                // `[.., m, 1] * [.., 1, n]`: a broadcast multiply, not one tiny GEMM per example.
-                let mut dims = left.shape().to_vec();
-                dims.swap(lead, lead + 1);
-                B::float_mul(reshape::<B>(left, dims), part.right)
-            } else {
-                matmul::<B>(B::float_swap_dims(left, lead, lead + 1), part.right)
-            };
-            total = Some(match total {
-                Some(t) => B::float_add(t, p),
-                None => p,
-            });
-        }
+    let lead_dims: Vec<usize> = f.shape.iter().take(lead).copied().collect();
+    let matrix: Vec<usize> = lead_dims.iter().copied().chain([m, n]).collect();
+    let shape = f.shape.to_vec();
+    let f = single_part::<B>(f);
+    let part = f.parts.into_iter().next().expect("one part");
+    let k = part.right.shape()[lead];
+    if k == 0 || shape.iter().product::<usize>() == 0 {
+        return zeros::<B>(&part.right, shape);
     }
-    let matrix: Vec<usize> = f.shape.iter().take(lead).copied().chain([m, n]).collect();
-    let total = match total {
-        Some(t) => expand_to::<B>(t, &matrix),
-        None => zeros::<B>(&like, matrix),
+    let product = match part.left {
+        Left::Dense(left) if k == 1 => {
+            // `[.., m, 1] * [.., 1, n]`: a broadcast multiply, not one tiny GEMM per example.
+            let mut dims = left.shape().to_vec();
+            dims.swap(lead, lead + 1);
+            B::float_mul(reshape::<B>(left, dims), part.right)
+        }
+        Left::Dense(left) => matmul::<B>(B::float_swap_dims(left, lead, lead + 1), part.right),
+        Left::OneHot(index) => {
+            let right = expand_lead::<B>(part.right, &lead_dims);
+            let device = B::float_device(&index);
+            let int = get_device_settings::<B>(&device).int_dtype;
+            let index = expand_to::<B>(expand_lead::<B>(index, &lead_dims), &right.shape());
+            let index = B::float_into_int(index, int);
+            let target = zeros::<B>(&right, matrix.clone());
+            B::float_scatter_add(lead, target, index, right)
+        }
     };
-    reshape::<B>(total, f.shape.to_vec())
+    reshape::<B>(expand_to::<B>(product, &matrix), shape)
 }
 
 /// The multiplied-out elementwise product of two factored tensors (each through its memo).
