@@ -24,8 +24,6 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use burn::backend::Autodiff;
@@ -39,73 +37,8 @@ use burn_vmap::{
 };
 use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode};
 
-// -------------------------------------------------------------------------------------------------
-// Counting allocator: current and peak bytes held through the global allocator
-// -------------------------------------------------------------------------------------------------
-
-struct Counting;
-
-static CURRENT: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grew(size: usize) {
-    let now = CURRENT.fetch_add(size, Ordering::Relaxed) + size;
-    PEAK.fetch_max(now, Ordering::Relaxed);
-}
-
-// SAFETY: every call forwards to the inner allocator with the caller's arguments; the counters only
-// observe sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = common::INNER.alloc(layout);
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = common::INNER.alloc_zeroed(layout);
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        common::INNER.dealloc(ptr, layout);
-        CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = common::INNER.realloc(ptr, layout, new_size);
-        if !p.is_null() {
-            if new_size >= layout.size() {
-                grew(new_size - layout.size());
-            } else {
-                CURRENT.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-            }
-        }
-        p
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
-
-/// Bytes held now.
-fn current() -> usize {
-    CURRENT.load(Ordering::Relaxed)
-}
-
-/// Restarts the peak at the bytes held now.
-fn reset_peak() {
-    PEAK.store(current(), Ordering::Relaxed);
-}
-
-fn peak() -> usize {
-    PEAK.load(Ordering::Relaxed)
-}
+static ALLOC: common::Counting = common::Counting;
 
 // -------------------------------------------------------------------------------------------------
 // The model
@@ -115,7 +48,7 @@ type I = Vmap<TestBackend>;
 type AD = Autodiff<I>;
 type AB = Autodiff<TestBackend>;
 
-use common::{mean_ns, Mlp, MLP_SIZES as SIZES};
+use common::{current, mean_ns, peak, reset_peak, Mlp, MLP_SIZES as SIZES};
 const MICROBATCH: usize = 64;
 const CLIP_NORM: f64 = 1.0;
 

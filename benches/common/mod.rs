@@ -10,6 +10,9 @@
 // Each bench uses part of this module (the vmap bench only installs the allocator).
 #![allow(dead_code)]
 
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use burn::module::Module;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::{Linear, LinearConfig, Relu};
@@ -31,6 +34,79 @@ pub const INNER: Inner = std::alloc::System;
 #[allow(non_upper_case_globals)]
 #[export_name = "_rjem_malloc_conf"]
 pub static malloc_conf: &[u8] = b"dirty_decay_ms:-1,muzzy_decay_ms:-1\0";
+
+/// A global allocator over [`INNER`] that counts the bytes held and their peak, for the memory
+/// figures. A bench installs it with
+/// `#[global_allocator] static ALLOC: common::Counting = common::Counting;`.
+pub struct Counting;
+
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn grew(size: usize) {
+    let now = CURRENT.fetch_add(size, Ordering::Relaxed) + size;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+// SAFETY: every call forwards to the inner allocator with the caller's arguments; the counters
+// only observe sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { INNER.alloc(layout) };
+        if !p.is_null() {
+            grew(layout.size());
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { INNER.alloc_zeroed(layout) };
+        if !p.is_null() {
+            grew(layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { INNER.dealloc(ptr, layout) };
+        CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { INNER.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            if new_size >= layout.size() {
+                grew(new_size - layout.size());
+            } else {
+                CURRENT.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+            }
+        }
+        p
+    }
+}
+
+/// Bytes held now (through [`Counting`]).
+pub fn current() -> usize {
+    CURRENT.load(Ordering::Relaxed)
+}
+
+/// Restarts the peak at the bytes held now.
+pub fn reset_peak() {
+    PEAK.store(current(), Ordering::Relaxed);
+}
+
+/// The peak bytes held since the last [`reset_peak`].
+pub fn peak() -> usize {
+    PEAK.load(Ordering::Relaxed)
+}
+
+/// Peak bytes held above those held at the start, while `f` runs.
+pub fn peak_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    reset_peak();
+    let start = current();
+    let out = f();
+    (out, peak().saturating_sub(start))
+}
 
 /// The allocator's name, for the printed ratios.
 pub fn allocator_name() -> &'static str {
