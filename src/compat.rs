@@ -14,6 +14,7 @@
 //! | `scatter_nd` pairs index tuples spanning several dims with the wrong value rows | cubecl | [`flat_tuples`] |
 //! | `mask_where` / `mask_fill` leave part of a broadcast output unwritten when the masked tensor is the smaller operand | cubecl | [`mask_target`] |
 //! | `float_unfold` windows permuted ahead of the kernel dims are misread when a dim has one window | cubecl | [`conv_patches`] |
+//! | `unfold` to a single window shorter than its dim is read as if contiguous | cubecl | [`unfold`] |
 //! | broadcasting a size-1 dim against a size-0 one panics ("Broadcast dims must be size 1") | cubecl | [`expand_empty_batch`] |
 //! | a folded `[0, k] x [k, n]` matmul divides by zero | ndarray | [`can_fold_rows`] |
 //! | reshaping to rank 0 panics | ndarray | [`reshapes_to_rank0`], [`rank0_through_data`] |
@@ -257,6 +258,38 @@ pub(crate) fn expand_empty_batch<B: Backend, K: Kind<B>>(
         return K::expand(aligned, with_batch_sizes(target, logical));
     }
     aligned
+}
+
+// =================================================================================================
+// cubecl: unfold to a single window
+// =================================================================================================
+
+/// `unfold(t, dim)` (windows of `size` every `step` along `dim`, as a new last dim), except on
+/// Burn 0.21's cubecl backends when `dim` holds a single window shorter than it: there the view
+/// `unfold` returns is read as if it were contiguous (`[2, 1, 3]` unfolded along its last dim
+/// by 2 every 2 reads the second row from offset 2, not 3), so the window is sliced out, made
+/// contiguous, and moved into place instead.
+pub(crate) fn unfold<B: Backend, K: Kind<B>>(
+    t: K::P,
+    dim: usize,
+    size: usize,
+    step: usize,
+    unfold: impl FnOnce(K::P, usize) -> K::P,
+) -> K::P {
+    let shape = t.shape();
+    let len = shape[dim];
+    let one_short_window = size < len && (len - size) / step.max(1) == 0;
+    if !one_short_window || !is_cubecl::<B>(&K::device(&t)) {
+        return unfold(t, dim);
+    }
+    let rank = shape.num_dims();
+    let mut slices = vec![burn_backend::Slice::full(); rank];
+    slices[dim] = burn_backend::Slice::from(0..size);
+    let window = kernel_layout::<B, K>(K::slice(t, &slices));
+    let window = crate::physical::move_dim::<B, K>(window, dim, rank - 1);
+    let mut dims = window.shape().to_vec();
+    dims.insert(dim, 1);
+    K::reshape(window, Shape::from(dims))
 }
 
 // =================================================================================================

@@ -250,7 +250,9 @@ macro_rules! kind_ops {
     };
     (@ unfold, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
         fn $name(tensor: $prim<Self>, dim: usize, size: usize, step: usize) -> $prim<Self> {
-            $crate::rules::reduce::along_dim(tensor, dim, |t, d| B::$name(t, d, size, step))
+            $crate::rules::reduce::along_dim(tensor, dim, |t, d| {
+                $crate::compat::unfold::<B, $kind>(t, d, size, step, |t, d| B::$name(t, d, size, step))
+            })
         }
     };
     // Overridden (speed): the default assigns every input into an empty tensor.

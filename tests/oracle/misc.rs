@@ -437,3 +437,47 @@ fn mask_where_writes_the_whole_broadcast_output() {
         vec![0.5, 9.0, 0.5]
     );
 }
+
+/// `unfold` to a single window shorter than its dim, for every kind, batched and not, against
+/// the windows read on the host (Burn 0.21's cubecl backends read that view as if it were
+/// contiguous: `compat::unfold`).
+#[test]
+fn unfold_to_a_single_short_window() {
+    let device = Default::default();
+    let rows = [[1.0f32, 0.0, 3.0], [0.0, 0.0, 6.0]];
+    let x = Tensor::<V, 2>::from_data(TensorData::new(rows.concat(), [2, 3]), &device);
+    for (size, step) in [(2, 2), (2, 3), (1, 3)] {
+        let want: Vec<f32> = rows.iter().flat_map(|r| r[..size].to_vec()).collect();
+        // Unbatched, and batched along the rows: one window per row.
+        let plain: Tensor<V, 3> = x.clone().unfold(1, size, step);
+        let float = |t: Tensor<V, 3>| t.into_data().iter::<f32>().collect::<Vec<_>>();
+        assert_eq!(float(plain), want, "float, size {size}, step {step}");
+        let mapped: Tensor<V, 3> = vmap(|r: Tensor<V, 1>| r.unfold::<2, usize>(0, size, step))
+            .call(x.clone())
+            .unwrap();
+        assert_eq!(
+            float(mapped),
+            want,
+            "float under vmap, size {size}, step {step}"
+        );
+        let ints: Tensor<V, 3, Int> =
+            vmap(|r: Tensor<V, 1, Int>| r.unfold::<2, usize>(0, size, step))
+                .call(x.clone().int())
+                .unwrap();
+        assert_eq!(
+            float(ints.float()),
+            want,
+            "int under vmap, size {size}, step {step}"
+        );
+        let bools: Tensor<V, 3, burn::tensor::Bool> =
+            vmap(|r: Tensor<V, 1, burn::tensor::Bool>| r.unfold::<2, usize>(0, size, step))
+                .call(x.clone().bool())
+                .unwrap();
+        let nonzero: Vec<f32> = want.iter().map(|v| f32::from(*v != 0.0)).collect();
+        assert_eq!(
+            float(bools.float()),
+            nonzero,
+            "bool under vmap, size {size}, step {step}"
+        );
+    }
+}
