@@ -498,7 +498,7 @@ where
         ParamGrads::<AB::InnerBackend>::from_module::<AB, M>(&mut grads, module)
     })
     .call(inputs)?;
-    // Physical `[batch, ..]` tensors, as promised (dense layers' weight gradients are lazy outer
+    // Physical `[batch, ..]` tensors, as promised (layers' weight gradients are factored
     // products until read; `micro_grad_module` keeps them factored through clipping and sums).
     Ok(grads.map(|_, g| {
         TensorPrimitive::Float(<AB::InnerBackend as BatchOps>::float_materialize(
