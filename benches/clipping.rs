@@ -39,10 +39,10 @@ use burn::tensor::{Distribution, Int, Tensor, TensorPrimitive};
 use burn_vmap::accumulate::{Mean, Sum};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::transform::grad::init_params;
-use burn_vmap::{clip_by_global_norm, micro_grad_module, ParamGrads, Vmap};
+use burn_vmap::{ParamGrads, Vmap, clip_by_global_norm, micro_grad_module};
 use criterion::{Criterion, SamplingMode};
 
-use common::{mean_ns, peak_of, Cnn};
+use common::{Cnn, mean_ns, peak_of};
 
 #[global_allocator]
 static ALLOC: common::Counting = common::Counting;
@@ -296,7 +296,9 @@ fn main() {
         "\n== ratios to the standard gradient (same run; {}) ==",
         common::allocator_name()
     );
-    println!("| model | standard | clipped sum | (g, g²) | peak memory above inputs: standard / clipped sum |");
+    println!(
+        "| model | standard | clipped sum | (g, g²) | peak memory above inputs: standard / clipped sum |"
+    );
     println!("|---|---|---|---|---|");
     for case in &cases {
         let ns = |w: Work| mean_ns(&case.name, w.name());

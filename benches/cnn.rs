@@ -13,10 +13,10 @@ use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor};
 use burn_vmap::testing::TestBackend;
-use burn_vmap::{per_example_grads, ParamGrads, Vmap};
-use criterion::{criterion_group, BenchmarkId, Criterion};
+use burn_vmap::{ParamGrads, Vmap, per_example_grads};
+use criterion::{BenchmarkId, Criterion, criterion_group};
 
-use common::{mean_ns, Cnn};
+use common::{Cnn, mean_ns};
 
 type V = Vmap<TestBackend>;
 type AB = Autodiff<V>;

@@ -14,13 +14,13 @@ use burn::backend::Autodiff;
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, Int, Tensor};
+use burn_vmap::Vmap;
 use burn_vmap::privacy::{DpSgd, DpSgdConfig};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::transform::grad::init_params;
-use burn_vmap::Vmap;
-use criterion::{criterion_group, Criterion};
+use criterion::{Criterion, criterion_group};
 
-use common::{mean_ns, Cnn, Mlp};
+use common::{Cnn, Mlp, mean_ns};
 
 type AB = Autodiff<Vmap<TestBackend>>;
 type Plain = Autodiff<TestBackend>;

@@ -33,9 +33,9 @@ use burn::tensor::{Distribution, Int, Tensor, TensorPrimitive};
 use burn_vmap::accumulate::{Concat, Mean};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::{
-    clip_by_global_norm, micro_grad_module, per_example_grads, BatchOps, ParamGrads, Tree, Vmap,
+    BatchOps, ParamGrads, Tree, Vmap, clip_by_global_norm, micro_grad_module, per_example_grads,
 };
-use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode};
+use criterion::{BenchmarkId, Criterion, SamplingMode, criterion_group};
 
 #[global_allocator]
 static ALLOC: common::Counting = common::Counting;
@@ -48,7 +48,7 @@ type I = Vmap<TestBackend>;
 type AD = Autodiff<I>;
 type AB = Autodiff<TestBackend>;
 
-use common::{current, mean_ns, peak, reset_peak, Mlp, MLP_SIZES as SIZES};
+use common::{MLP_SIZES as SIZES, Mlp, current, mean_ns, peak, reset_peak};
 const MICROBATCH: usize = 64;
 const CLIP_NORM: f64 = 1.0;
 

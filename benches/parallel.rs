@@ -17,8 +17,8 @@ use burn::tensor::{Distribution, Int, Tensor};
 use burn_vmap::parallel::{Peer, Topology};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::transform::grad::init_params;
-use burn_vmap::{clip_by_global_norm, micro_grad_module, ParamGrads, Vmap};
-use criterion::{criterion_group, BenchmarkId, Criterion};
+use burn_vmap::{ParamGrads, Vmap, clip_by_global_norm, micro_grad_module};
+use criterion::{BenchmarkId, Criterion, criterion_group};
 
 use common::mean_ns;
 

@@ -13,8 +13,8 @@ use burn::backend::Autodiff;
 use burn::tensor::{Distribution, Tensor};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::transform::{checkpoint_chunked_scan, chunked_vmap, scan};
-use burn_vmap::{vmap, Vmap};
-use criterion::{criterion_group, Criterion};
+use burn_vmap::{Vmap, vmap};
+use criterion::{Criterion, criterion_group};
 
 mod common;
 

@@ -21,8 +21,8 @@ use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorMetadata};
 use burn_vmap::testing::TestBackend;
-use burn_vmap::{per_example_grads, vmap, ParamGrads, Vmap};
-use criterion::{criterion_group, BenchmarkId, Criterion};
+use burn_vmap::{ParamGrads, Vmap, per_example_grads, vmap};
+use criterion::{BenchmarkId, Criterion, criterion_group};
 
 type V = Vmap<TestBackend>;
 

@@ -29,14 +29,14 @@ use burn::backend::Autodiff;
 use burn::data::dataloader::batcher::Batcher;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
-use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
-use burn_vmap::privacy::accounting::{calibrate_noise_multiplier, AccountantKind};
+use burn::tensor::backend::Backend;
+use burn_vmap::Vmap;
+use burn_vmap::privacy::accounting::{AccountantKind, calibrate_noise_multiplier};
 use burn_vmap::privacy::{DpSgd, DpSgdConfig, PoissonLoader};
 use burn_vmap::testing::TestBackend;
-use burn_vmap::Vmap;
 
-use common::{epoch_batches, progress, Batch, Dataset, Mlp, SplitMix64};
+use common::{Batch, Dataset, Mlp, SplitMix64, epoch_batches, progress};
 
 type I = Vmap<TestBackend>;
 type AD = Autodiff<I>;

@@ -25,10 +25,10 @@ use std::time::Duration;
 use burn::backend::Autodiff;
 use burn::optim::SgdConfig;
 use burn::tensor::backend::Backend;
-use burn_vmap::parallel::{start_orchestrator, Peer, Topology};
+use burn_vmap::Vmap;
+use burn_vmap::parallel::{Peer, Topology, start_orchestrator};
 use burn_vmap::privacy::{DpSgd, DpSgdConfig, PoissonLoader};
 use burn_vmap::testing::TestBackend;
-use burn_vmap::Vmap;
 
 use common::{Dataset, Mlp, SplitMix64};
 

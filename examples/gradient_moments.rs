@@ -39,13 +39,13 @@ use burn::optim::{Optimizer, SgdConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::{Int, Tensor, TensorMetadata, TensorPrimitive};
+use burn_vmap::VmapError;
 use burn_vmap::accumulate::Mean;
 use burn_vmap::testing::TestBackend;
-use burn_vmap::VmapError;
-use burn_vmap::{global_norm, micro_grad_module, ParamGrads, Vmap};
+use burn_vmap::{ParamGrads, Vmap, global_norm, micro_grad_module};
 use plotters::prelude::*;
 
-use common::{epoch_batches, flat_params, progress, to_vec, Mlp, SplitMix64};
+use common::{Mlp, SplitMix64, epoch_batches, flat_params, progress, to_vec};
 
 type I = Vmap<TestBackend>;
 type AD = Autodiff<I>;
@@ -353,11 +353,7 @@ impl History {
     fn final_loss(&self) -> f64 {
         let tail = &self.loss[self.loss.len().saturating_sub(20)..];
         let l = tail.iter().sum::<f64>() / tail.len().max(1) as f64;
-        if l.is_finite() {
-            l
-        } else {
-            f64::INFINITY
-        }
+        if l.is_finite() { l } else { f64::INFINITY }
     }
 }
 

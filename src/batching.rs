@@ -4,11 +4,11 @@
 //! (with the rules of `rules/batch.rs`); `Autodiff` stacked on such a backend implements it
 //! here, as differentiable ops.
 
+use burn_autodiff::Autodiff;
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_autodiff::grads::Gradients;
-use burn_autodiff::ops::{unary, Backward, Ops, OpsKind};
-use burn_autodiff::Autodiff;
+use burn_autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn_backend::backend::Backend;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 use burn_backend::{Shape, TensorMetadata};

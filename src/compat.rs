@@ -54,7 +54,7 @@ use burn_backend::backend::{Backend, BackendTypes};
 use burn_backend::tensor::Int as IntKind;
 use burn_backend::{Shape, TensorMetadata, TensorPrimitive};
 
-use crate::physical::{with_batch_sizes, Kind};
+use crate::physical::{Kind, with_batch_sizes};
 use crate::tensor::BatchDims;
 use crate::tree::Leaf;
 

@@ -45,8 +45,10 @@ pub enum VmapError {
         why: String,
     },
     /// A leaf's rank does not match the tensor type it is rebuilt into.
-    #[error("vmap: {path}: expected a {expected} tensor of rank {expected_rank}, got a {got} tensor of rank {got_rank} (shape {shape:?}); \
-             a mapped axis is removed from the function's view of its argument")]
+    #[error(
+        "vmap: {path}: expected a {expected} tensor of rank {expected_rank}, got a {got} tensor of rank {got_rank} (shape {shape:?}); \
+             a mapped axis is removed from the function's view of its argument"
+    )]
     LeafMismatch {
         /// Path of the leaf.
         path: String,
@@ -72,7 +74,9 @@ pub enum VmapError {
         got: usize,
     },
     /// The microbatch size does not divide the batch size.
-    #[error("micro: batch_size={batch_size} must be divisible by microbatch_size={microbatch_size}; pick a microbatch size that divides the batch")]
+    #[error(
+        "micro: batch_size={batch_size} must be divisible by microbatch_size={microbatch_size}; pick a microbatch size that divides the batch"
+    )]
     NonDividingMicrobatchSize {
         /// The batch size `B`.
         batch_size: usize,
@@ -86,7 +90,9 @@ pub enum VmapError {
         out_axes: String,
     },
     /// `num_real_microbatches` exceeds the number of microbatches.
-    #[error("micro: num_real_microbatches={num_real_microbatches} is larger than the {num_microbatches} microbatches of the batch")]
+    #[error(
+        "micro: num_real_microbatches={num_real_microbatches} is larger than the {num_microbatches} microbatches of the batch"
+    )]
     NumRealMicrobatchesOutOfRange {
         /// The value given.
         num_real_microbatches: usize,
@@ -94,7 +100,9 @@ pub enum VmapError {
         num_microbatches: usize,
     },
     /// A (custom) accumulator returned the wrong number of rows.
-    #[error("micro: {path}: accumulator `{accumulator}` returned {got} rows where {expected} were expected (1 for a reduction, the batch size when it keeps the batch axis)")]
+    #[error(
+        "micro: {path}: accumulator `{accumulator}` returned {got} rows where {expected} were expected (1 for a reduction, the batch size when it keeps the batch axis)"
+    )]
     AccumulatorRows {
         /// Path of the output leaf.
         path: String,
@@ -106,7 +114,9 @@ pub enum VmapError {
         got: usize,
     },
     /// An argument index past the last argument.
-    #[error("micro_grad: {what} names argument {index}, but the function takes {num_arguments} arguments")]
+    #[error(
+        "micro_grad: {what} names argument {index}, but the function takes {num_arguments} arguments"
+    )]
     ArgumentIndex {
         /// `argnums` or `batch_argnums`.
         what: String,
@@ -116,7 +126,9 @@ pub enum VmapError {
         num_arguments: usize,
     },
     /// A differentiated argument holds an int or bool tensor.
-    #[error("micro_grad: {path} is a {kind} tensor and cannot be differentiated; remove its argument from argnums")]
+    #[error(
+        "micro_grad: {path} is a {kind} tensor and cannot be differentiated; remove its argument from argnums"
+    )]
     NotDifferentiable {
         /// Path of the leaf.
         path: String,
@@ -124,7 +136,9 @@ pub enum VmapError {
         kind: &'static str,
     },
     /// The loss of one example has more than one element.
-    #[error("micro_grad: the loss of one example must have exactly one element, got shape {shape:?}; reduce it (e.g. .sum() or .mean())")]
+    #[error(
+        "micro_grad: the loss of one example must have exactly one element, got shape {shape:?}; reduce it (e.g. .sum() or .mean())"
+    )]
     LossNotScalar {
         /// The per-example loss shape.
         shape: Vec<usize>,
@@ -179,11 +193,13 @@ pub enum VmapError {
     },
     /// A result is batched at a vmap level that has already returned: a batched tensor was
     /// stored outside the mapped function and came back.
-    #[error("vmap: {path}: the value is batched at vmap level {level}, whose vmap call has already \
+    #[error(
+        "vmap: {path}: the value is batched at vmap level {level}, whose vmap call has already \
              returned; a batched tensor escaped its vmap through state kept outside the function \
              (for example BatchNorm's running statistics updated in training mode inside vmap): \
              put BatchNorm in eval mode (`model.valid()`), or use GroupNorm/LayerNorm/InstanceNorm, \
-             or return the value from the vmapped function instead of storing it")]
+             or return the value from the vmapped function instead of storing it"
+    )]
     EscapedBatch {
         /// Path of the offending leaf.
         path: String,
@@ -245,8 +261,10 @@ pub enum VmapError {
     },
     /// A scan step returned a carry that does not match `init`, or an output that does not
     /// match the first step's.
-    #[error("{transform}: step {step}: {what} leaf {path} is {got}, expected {expected}; \
-             the carry must keep the structure, kinds and shapes of init, and every step's output the same shapes")]
+    #[error(
+        "{transform}: step {step}: {what} leaf {path} is {got}, expected {expected}; \
+             the carry must keep the structure, kinds and shapes of init, and every step's output the same shapes"
+    )]
     ScanShapeMismatch {
         /// The transform.
         transform: &'static str,
@@ -265,16 +283,20 @@ pub enum VmapError {
     #[error("sliced_scan: slice step cannot be zero")]
     SliceStepZero,
     /// `checkpoint_chunked_scan`'s body captures a tensor that requires gradients.
-    #[error("{transform}: the scan body uses a captured tensor that requires gradients; its gradient \
+    #[error(
+        "{transform}: the scan body uses a captured tensor that requires gradients; its gradient \
              cannot be recomputed per chunk. Pass it through the carry (returned unchanged) instead, \
-             or detach it if it needs no gradient")]
+             or detach it if it needs no gradient"
+    )]
     CapturedTrackedTensor {
         /// The transform.
         transform: &'static str,
     },
     /// A tensor's rank is above what the tree visitors dispatch to
     /// ([`MAX_RANK`](crate::tree::MAX_RANK)).
-    #[error("vmap: {path}: a tensor of rank {rank} cannot be passed to a tree visitor or mapper, which handle ranks 0 to {max}; use Tree::map_leaves for it")]
+    #[error(
+        "vmap: {path}: a tensor of rank {rank} cannot be passed to a tree visitor or mapper, which handle ranks 0 to {max}; use Tree::map_leaves for it"
+    )]
     UnsupportedRank {
         /// Path of the leaf.
         path: String,

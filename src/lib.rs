@@ -80,9 +80,9 @@ pub use backend::Vmap;
 pub use batching::BatchOps;
 pub use error::VmapError;
 pub use level::Randomness;
-pub use transform::grad::{per_example_grads, ParamGrads};
+pub use transform::grad::{ParamGrads, per_example_grads};
 pub use transform::micro::{
-    clip_by_global_norm, global_norm, micro_grad, micro_grad_module, micro_vmap, MicroAux,
+    MicroAux, clip_by_global_norm, global_norm, micro_grad, micro_grad_module, micro_vmap,
 };
 pub use transform::vmap::vmap;
 pub use tree::{Static, Tree};

@@ -33,14 +33,14 @@ use std::time::Duration;
 use burn::tensor::TensorPrimitive;
 use burn_backend::backend::Backend;
 use burn_collective::{
-    all_reduce, finish_collective, register, AllReduceStrategy, CollectiveConfig, CollectiveError,
-    PeerId, ReduceOperation,
+    AllReduceStrategy, CollectiveConfig, CollectiveError, PeerId, ReduceOperation, all_reduce,
+    finish_collective, register,
 };
 
+use crate::BatchOps;
 use crate::privacy::{DpSgd, PrivacyError};
 use crate::transform::grad::ParamGrads;
 use crate::tree::Tree;
-use crate::BatchOps;
 
 /// Which peers take part in a data-parallel run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,7 +141,9 @@ pub enum ParallelError {
         error: CollectiveError,
     },
     /// An address that is not a websocket URL.
-    #[error("collective: {argument} must be a websocket address such as `ws://localhost:3000`, got `{value}`")]
+    #[error(
+        "collective: {argument} must be a websocket address such as `ws://localhost:3000`, got `{value}`"
+    )]
     Address {
         /// The argument.
         argument: &'static str,
@@ -149,9 +151,7 @@ pub enum ParallelError {
         value: String,
     },
     /// A peer index outside the topology.
-    #[error(
-        "collective: peer {peer} is out of range for a topology of {peers} peers on this node"
-    )]
+    #[error("collective: peer {peer} is out of range for a topology of {peers} peers on this node")]
     PeerOutOfRange {
         /// The index given.
         peer: usize,

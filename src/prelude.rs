@@ -15,6 +15,6 @@ pub use crate::transform::{
     sliced_scan,
 };
 pub use crate::{
-    clip_by_global_norm, global_norm, micro_grad, micro_grad_module, micro_vmap, per_example_grads,
-    vmap, BatchOps, MicroAux, ParamGrads, Randomness, Static, Tree, Vmap, VmapError,
+    BatchOps, MicroAux, ParamGrads, Randomness, Static, Tree, Vmap, VmapError, clip_by_global_norm,
+    global_norm, micro_grad, micro_grad_module, micro_vmap, per_example_grads, vmap,
 };

@@ -7,7 +7,7 @@ use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::transform::auto_vmap;
 use burn_vmap::tree::{DynTree, Spec};
-use burn_vmap::{vmap, BatchOps, Vmap, VmapError};
+use burn_vmap::{BatchOps, Vmap, VmapError, vmap};
 use proptest::prelude::*;
 
 type V = Vmap<TestBackend>;

@@ -12,10 +12,10 @@ use burn::module::Param;
 use burn::nn::Linear;
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::{Tensor, TensorData};
-use burn_vmap::parallel::{start_orchestrator, ParallelError, Peer, Topology};
+use burn_vmap::parallel::{ParallelError, Peer, Topology, start_orchestrator};
 use burn_vmap::privacy::{DpSgd, DpSgdConfig, PrivacyRng};
 use burn_vmap::testing::TestBackend;
-use burn_vmap::{clip_by_global_norm, micro_grad_module, Vmap};
+use burn_vmap::{Vmap, clip_by_global_norm, micro_grad_module};
 
 type I = Vmap<TestBackend>;
 type AD = Autodiff<I>;

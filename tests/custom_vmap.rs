@@ -8,7 +8,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::transform::{custom_vmap, sequential_vmap};
 use burn_vmap::tree::{DynTree, Spec};
-use burn_vmap::{vmap, BatchOps, Vmap, VmapError};
+use burn_vmap::{BatchOps, Vmap, VmapError, vmap};
 
 type V = Vmap<TestBackend>;
 type AD = Autodiff<V>;

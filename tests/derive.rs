@@ -7,9 +7,9 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, ElementConversion, Int, Tensor, TensorData};
 use burn_vmap::accumulate::{Concat, Mean, Sum};
 use burn_vmap::testing::TestBackend;
-use burn_vmap::tree::{Key, NodeKind, TensorMapper, TensorVisitor, TensorZipper, MAX_RANK};
+use burn_vmap::tree::{Key, MAX_RANK, NodeKind, TensorMapper, TensorVisitor, TensorZipper};
 use burn_vmap::tree::{Leaf, TreeDef};
-use burn_vmap::{micro_vmap, vmap, Static, Tree, Vmap, VmapError};
+use burn_vmap::{Static, Tree, Vmap, VmapError, micro_vmap, vmap};
 
 /// Trees are backend-generic. The tests hold them on `Vmap<TestBackend>`, which with nothing
 /// batched runs the inner backend's ops and holds rank-0 leaves on every backend (Burn 0.21's
@@ -37,8 +37,8 @@ fn bools<Bk: Backend, const D: usize>(t: Tensor<Bk, D, Bool>) -> Vec<bool> {
 
 /// A rank-0 float tensor from rank-0 data.
 fn rank0(v: f32) -> Tensor<B, 0> {
-    use burn::tensor::backend::ops::FloatTensorOps;
     use burn::tensor::TensorPrimitive;
+    use burn::tensor::backend::ops::FloatTensorOps;
     Tensor::from_primitive(TensorPrimitive::Float(B::float_from_data(
         TensorData::new(vec![v], Vec::<usize>::new()),
         &dev(),
@@ -785,7 +785,7 @@ fn should_visit_every_tensor_with_its_rank_kind_and_path() {
             ("nested[0][1]".to_string(), "int", 2),
         ]
     );
-    let want: f32 = [floats(m.scalar), floats(m.cube), floats(m.nested.0 .0)]
+    let want: f32 = [floats(m.scalar), floats(m.cube), floats(m.nested.0.0)]
         .concat()
         .iter()
         .sum();
@@ -863,8 +863,8 @@ fn should_reject_ranks_above_the_maximum() {
 
 #[test]
 fn should_map_leaves_and_report_kind_or_rank_changes() {
-    use burn::tensor::backend::ops::FloatTensorOps;
     use burn::tensor::TensorPrimitive;
+    use burn::tensor::backend::ops::FloatTensorOps;
     let m = mlp::<B>();
     let mut paths = Vec::new();
     let out = m

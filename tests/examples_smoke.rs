@@ -20,8 +20,8 @@ use std::io::Write;
 use burn::backend::Autodiff;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
-use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
 use burn_vmap::testing::TestBackend;
 use burn_vmap::{ParamGrads, Vmap};
 
@@ -548,7 +548,7 @@ fn should_compute_the_moments_of_the_per_example_gradients() {
 
 #[test]
 fn should_match_burns_adam_when_fed_the_squared_mean_gradient() {
-    use gradient_moments::{moments, plain_sgd, Method, MomentOptimizer};
+    use gradient_moments::{Method, MomentOptimizer, moments, plain_sgd};
     let device = Default::default();
     I::seed(&device, 9);
     let init = GmMlp::new(&[64, 6, 10], &device);
@@ -579,7 +579,7 @@ fn should_match_burns_adam_when_fed_the_squared_mean_gradient() {
 
 #[test]
 fn should_step_with_the_per_example_moments() {
-    use gradient_moments::{moments, plain_sgd, Method, MomentOptimizer};
+    use gradient_moments::{Method, MomentOptimizer, moments, plain_sgd};
     let device = Default::default();
     I::seed(&device, 10);
     let init = GmMlp::new(&[64, 6, 10], &device);

@@ -22,7 +22,7 @@ use burn_vmap::accumulate::{Concat, Sum};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::transform::grad::init_params;
 use burn_vmap::tree::Tree;
-use burn_vmap::{clip_by_global_norm, micro_grad_module, vmap, MicroAux, ParamGrads, Vmap};
+use burn_vmap::{MicroAux, ParamGrads, Vmap, clip_by_global_norm, micro_grad_module, vmap};
 use proptest::prelude::*;
 
 type V = Vmap<TestBackend>;

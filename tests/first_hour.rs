@@ -11,8 +11,8 @@ use burn_vmap::accumulate::{Concat, Mean, Sum};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::transform::micro::{clip_by_global_norm_finite, non_finite};
 use burn_vmap::{
-    clip_by_global_norm, global_norm, micro_grad, micro_grad_module, micro_vmap, per_example_grads,
-    vmap, ParamGrads, Randomness, Vmap, VmapError,
+    ParamGrads, Randomness, Vmap, VmapError, clip_by_global_norm, global_norm, micro_grad,
+    micro_grad_module, micro_vmap, per_example_grads, vmap,
 };
 
 type I = Vmap<TestBackend>;

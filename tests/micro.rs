@@ -13,7 +13,7 @@ use burn_vmap::accumulate::{
 use burn_vmap::testing::TestBackend;
 use burn_vmap::tree::Spec;
 use burn_vmap::{
-    micro_grad, micro_grad_module, micro_vmap, vmap, MicroAux, ParamGrads, Vmap, VmapError,
+    MicroAux, ParamGrads, Vmap, VmapError, micro_grad, micro_grad_module, micro_vmap, vmap,
 };
 use proptest::prelude::*;
 

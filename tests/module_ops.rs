@@ -4,7 +4,7 @@ use burn::tensor::module::conv2d;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Distribution, Tensor, Tolerance};
 use burn_vmap::testing::TestBackend;
-use burn_vmap::{vmap, Vmap};
+use burn_vmap::{Vmap, vmap};
 
 type V = Vmap<TestBackend>;
 

@@ -24,7 +24,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::{Bool, Distribution, Int, Tensor, TensorData, TensorPrimitive, Tolerance};
 use burn_vmap::testing::TestBackend;
-use burn_vmap::{per_example_grads, vmap, ParamGrads, Randomness, Vmap, VmapError};
+use burn_vmap::{ParamGrads, Randomness, Vmap, VmapError, per_example_grads, vmap};
 
 type V = Vmap<TestBackend>;
 type AD = Autodiff<V>;
@@ -545,9 +545,11 @@ fn should_share_one_dropout_mask_in_same_mode() {
     let kept = rows[0].iter().filter(|&&g| g != 0.0).count() as f64 / d as f64;
     assert!((kept - 0.75).abs() < 0.08, "keep rate {kept}");
     let scale = 1.0 / 0.75;
-    assert!(rows[0]
-        .iter()
-        .all(|&g| g == 0.0 || (g - scale).abs() < 1e-5));
+    assert!(
+        rows[0]
+            .iter()
+            .all(|&g| g == 0.0 || (g - scale).abs() < 1e-5)
+    );
 }
 
 /// Raw random draws: moments per example, and independence across examples (correlation).

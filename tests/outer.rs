@@ -9,7 +9,7 @@ use burn::tensor::Int;
 use burn::tensor::{Distribution, Tensor, Tolerance};
 use burn_vmap::accumulate::{Concat, Sum};
 use burn_vmap::testing::TestBackend;
-use burn_vmap::{micro_grad_module, per_example_grads, vmap, MicroAux, ParamGrads, Vmap};
+use burn_vmap::{MicroAux, ParamGrads, Vmap, micro_grad_module, per_example_grads, vmap};
 use proptest::prelude::*;
 
 type V = Vmap<TestBackend>;

@@ -6,7 +6,7 @@ use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData, Tolerance};
 use burn_vmap::testing::TestBackend;
-use burn_vmap::{per_example_grads, vmap, ParamGrads, Vmap};
+use burn_vmap::{ParamGrads, Vmap, per_example_grads, vmap};
 
 type V = Vmap<TestBackend>;
 type AD = Autodiff<V>;

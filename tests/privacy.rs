@@ -8,10 +8,10 @@ use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
 use burn::optim::SgdConfig;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
-use burn_vmap::privacy::{add_gaussian_noise, DpSgd, DpSgdConfig, PrivacyError, PrivacyRng};
+use burn_vmap::privacy::{DpSgd, DpSgdConfig, PrivacyError, PrivacyRng, add_gaussian_noise};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::transform::grad::init_params;
-use burn_vmap::{clip_by_global_norm, micro_grad_module, ParamGrads, Vmap, VmapError};
+use burn_vmap::{ParamGrads, Vmap, VmapError, clip_by_global_norm, micro_grad_module};
 
 type I = Vmap<TestBackend>;
 type AD = Autodiff<I>;

@@ -7,7 +7,7 @@ use burn::backend::Autodiff;
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::transform::{checkpoint_chunked_scan, chunked_vmap, scan, sliced_scan};
-use burn_vmap::{vmap, Static, Vmap, VmapError};
+use burn_vmap::{Static, Vmap, VmapError, vmap};
 use proptest::prelude::*;
 
 type B = TestBackend;

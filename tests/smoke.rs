@@ -1,6 +1,6 @@
 use burn::tensor::{Tensor, TensorData};
 use burn_vmap::testing::TestBackend;
-use burn_vmap::{vmap, Vmap};
+use burn_vmap::{Vmap, vmap};
 
 type V = Vmap<TestBackend>;
 

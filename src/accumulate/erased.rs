@@ -9,8 +9,8 @@ use burn::tensor::{Int, Tensor, TensorPrimitive};
 use burn_backend::backend::Backend;
 
 use super::{AccContext, Accumulator, Concat, Custom, Mean, RowOp, RunningMean, Sum};
-use crate::tree::{Key, Leaf, Leaves, Spec, Tree, TreeDef};
 use crate::VmapError;
+use crate::tree::{Key, Leaf, Leaves, Spec, Tree, TreeDef};
 
 // -------------------------------------------------------------------------------------------------
 // Type erasure
@@ -226,13 +226,12 @@ fn acc_unflatten<B: Backend, A: Clone + 'static>(
     leaves: &Leaves<B>,
     what: &str,
 ) -> Result<A, VmapError> {
-    if let TreeDef::Static(s) = def {
-        if let Some(v) = s
+    if let TreeDef::Static(s) = def
+        && let Some(v) = s
             .downcast_ref::<AccStatic<B>>()
             .and_then(|s| s.value.downcast_ref::<A>())
-        {
-            return Ok(v.clone());
-        }
+    {
+        return Ok(v.clone());
     }
     Err(VmapError::TreeMismatch {
         what: "tree".into(),

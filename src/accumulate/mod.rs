@@ -54,7 +54,7 @@ use burn_backend::backend::Backend;
 use burn_backend::tensor::Ordered;
 
 pub use erased::Acc;
-pub(crate) use erased::{accumulator_spec, from_flat, to_flat, Flat};
+pub(crate) use erased::{Flat, accumulator_spec, from_flat, to_flat};
 pub use output::AccOutput;
 
 /// Where an accumulator runs: the sizes of the microbatching.

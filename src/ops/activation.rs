@@ -5,14 +5,14 @@
 //! through. Activations along a dim (softmax, ...) and `prelu` keep Burn's defaults, which
 //! decompose into float ops whose batching rules apply.
 
+use burn_backend::Scalar;
 use burn_backend::backend::Backend;
 use burn_backend::ops::ActivationOps;
 use burn_backend::tensor::{Float, FloatTensor};
-use burn_backend::Scalar;
 
 use super::macros::*;
-use crate::rules::elementwise;
 use crate::Vmap;
+use crate::rules::elementwise;
 
 /// Backward ops of two operands of the logical shape: an operand missing a batch level is
 /// expanded, since backends need not broadcast here.

@@ -4,11 +4,11 @@
 use burn_backend::backend::Backend;
 use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
 
+use crate::Vmap;
 use crate::batching::BatchOps;
 use crate::level::Level;
 use crate::rules;
 use crate::tensor::BatchDims;
-use crate::Vmap;
 
 /// The level moves of one kind by the rules of `rules/batch.rs`.
 macro_rules! level_ops {

@@ -6,9 +6,9 @@ use burn_backend::tensor::{Bool, BoolTensor, Device, FloatTensor, Int, IntTensor
 use burn_backend::{BoolDType, FloatDType, IntDType, Scalar, Shape, Slice, TensorData};
 
 use super::macros::*;
+use crate::Vmap;
 use crate::rules::{elementwise, fallback};
 use crate::tensor::VmapTensor;
-use crate::Vmap;
 
 impl<B: Backend> BoolTensorOps<Self> for Vmap<B> {
     shared_ops!(bool);

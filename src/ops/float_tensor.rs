@@ -6,9 +6,9 @@ use burn_backend::tensor::{BoolTensor, Device, Float, FloatTensor, IntTensor};
 use burn_backend::{FloatDType, IntDType, Scalar, Shape, Slice, TensorData};
 
 use super::macros::*;
+use crate::Vmap;
 use crate::rules::{create, elementwise, factored, indexing, linalg, reduce, view};
 use crate::tensor::VmapTensor;
-use crate::Vmap;
 
 impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
     shared_ops!(float);

@@ -6,9 +6,9 @@ use burn_backend::tensor::{BoolTensor, Device, FloatTensor, Int, IntTensor};
 use burn_backend::{FloatDType, IntDType, Shape, Slice, TensorData};
 
 use super::macros::*;
+use crate::Vmap;
 use crate::rules::{elementwise, linalg, reduce};
 use crate::tensor::VmapTensor;
-use crate::Vmap;
 
 impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
     shared_ops!(int);

@@ -6,20 +6,20 @@
 //! `linear`). Burn's default methods (conv1d, the conv backward ops, pool1d, embedding,
 //! layer_norm, unfold4d, ctc_loss) decompose into these rules and the tensor ops.
 
+use burn_backend::TensorMetadata;
 use burn_backend::backend::Backend;
 use burn_backend::ops::{
     AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConv2dBackward,
     DeformConvOptions, InterpolateOptions, MaxPool2dBackward, MaxPool2dWithIndices, ModuleOps,
 };
 use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
-use burn_backend::TensorMetadata;
 
 use super::macros::unbatched;
-use crate::rules::module::{self as deform, fold_all, fold_to, unfold_out, DeformArgs};
+use crate::Vmap;
+use crate::rules::module::{self as deform, DeformArgs, fold_all, fold_to, unfold_out};
 use crate::rules::reduce::reduce_dim;
 use crate::rules::{factored, linalg};
 use crate::tensor::{BatchDims, VmapTensor};
-use crate::Vmap;
 
 /// Ops of one input `x` whose first dim is the batch `N` (pools, interpolation): the vmap
 /// batch folds into `N`, one inner op.

@@ -13,10 +13,10 @@ use burn_backend::tensor::{Device, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::{FloatDType, Shape, Slice, TensorData};
 
 use super::assert_unbatched;
+use crate::Vmap;
 use crate::rules::elementwise::unary;
 use crate::rules::helpers::vmap_panic;
 use crate::tensor::VmapTensor;
-use crate::Vmap;
 
 fn unbatched_q<P: Clone>(op: &str, t: VmapTensor<P>) -> P {
     if t.is_batched() {

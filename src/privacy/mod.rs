@@ -72,7 +72,7 @@ mod sampling;
 
 pub use burn_vmap_accounting as accounting;
 pub use noise::add_gaussian_noise;
-pub use optimizer::{clip_per_layer, DpSgd, DpSgdConfig};
+pub use optimizer::{DpSgd, DpSgdConfig, clip_per_layer};
 pub use rng::PrivacyRng;
 pub use sampling::{PoissonBatch, PoissonLoader, PoissonSampler};
 

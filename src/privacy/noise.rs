@@ -1,8 +1,8 @@
 //! Gaussian noise for DP-SGD, drawn on the host from the [`PrivacyRng`] and uploaded.
 
 use burn::tensor::{TensorData, TensorPrimitive};
-use burn_backend::backend::Backend;
 use burn_backend::TensorMetadata;
+use burn_backend::backend::Backend;
 use rand_distr::{Distribution, Normal, StandardNormal};
 
 use super::{PrivacyError, PrivacyRng};

@@ -7,10 +7,10 @@ use burn::tensor::{Tensor, TensorPrimitive};
 use burn_backend::TensorMetadata;
 
 use super::accounting::{PldAccountant, PoissonGaussian, PrivacyStatement, RdpAccountant};
-use super::{add_gaussian_noise, PrivacyError, PrivacyRng};
-use crate::transform::grad::{prepare_module, ParamGrads};
+use super::{PrivacyError, PrivacyRng, add_gaussian_noise};
+use crate::transform::grad::{ParamGrads, prepare_module};
 use crate::tree::Tree;
-use crate::{clip_by_global_norm, micro_grad_module, BatchOps};
+use crate::{BatchOps, clip_by_global_norm, micro_grad_module};
 
 /// The settings of a [`DpSgd`] run.
 #[derive(Debug, Clone, PartialEq)]

@@ -54,7 +54,7 @@ impl PrivacyRng {
         self.seeded
     }
 
-    pub(crate) fn rng(&mut self) -> &mut impl Rng {
+    pub(crate) fn rng(&mut self) -> &mut (impl Rng + use<>) {
         &mut self.rng
     }
 }

@@ -5,7 +5,7 @@ use burn_backend::backend::Backend;
 use burn_backend::{Shape, TensorMetadata};
 
 use crate::level::Level;
-use crate::physical::{move_dim, with_batch_sizes, Kind};
+use crate::physical::{Kind, move_dim, with_batch_sizes};
 use crate::tensor::{BatchDim, VmapTensor};
 
 /// Logical `axis` of `t` becomes a batch dim at `level`.

@@ -16,7 +16,7 @@ use burn_backend::backend::Backend;
 use burn_backend::{Shape, Slice, TensorMetadata};
 
 use super::helpers::materialize;
-use crate::physical::{with_batch_sizes, Kind};
+use crate::physical::{Kind, with_batch_sizes};
 use crate::tensor::{BatchDims, VmapTensor};
 
 static WARNED: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());

@@ -9,7 +9,7 @@ use burn_backend::backend::Backend;
 use burn_backend::{Shape, Slice, TensorMetadata};
 
 use crate::compat;
-use crate::physical::{with_batch_sizes, Kind};
+use crate::physical::{Kind, with_batch_sizes};
 use crate::tensor::{BatchDims, VmapTensor};
 
 /// Physical dim of logical dim `dim` (batch dims come first).
@@ -41,10 +41,12 @@ pub(crate) fn align<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, target: &BatchD
         })
         .chain(logical.iter().copied())
         .collect();
-    debug_assert!(bdims
-        .as_slice()
-        .iter()
-        .all(|d| target.position(d.level).is_some()));
+    debug_assert!(
+        bdims
+            .as_slice()
+            .iter()
+            .all(|d| target.position(d.level).is_some())
+    );
     let aligned = K::reshape(inner, dims);
     compat::expand_empty_batch::<B, K>(aligned, target, logical)
 }

@@ -7,7 +7,7 @@ use burn_backend::tensor::Float;
 use burn_backend::{Shape, TensorMetadata};
 
 use super::helpers::materialize;
-use crate::physical::{with_batch_sizes, Kind};
+use crate::physical::{Kind, with_batch_sizes};
 use crate::tensor::{BatchDims, VmapTensor};
 
 /// `[b.., N, rest..] -> [b*..*N, rest..]`.

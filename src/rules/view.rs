@@ -4,7 +4,7 @@ use burn_backend::backend::Backend;
 use burn_backend::{Shape, Slice};
 
 use super::helpers::{batch_axes, batch_slices};
-use crate::physical::{with_batch_sizes, Kind};
+use crate::physical::{Kind, with_batch_sizes};
 use crate::tensor::VmapTensor;
 
 /// `reshape` of the logical dims. Unbatched: the backend's reshape (skipped when the shape does

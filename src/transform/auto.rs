@@ -1,14 +1,14 @@
 //! [`auto_vmap`]: broadcast a function written for inputs of fixed ranks over any leading batch
 //! dims (jax_autovmap).
 
-use burn_backend::backend::Backend;
 use burn_backend::Shape;
+use burn_backend::backend::Backend;
 
+use crate::VmapError;
 use crate::batching::BatchOps;
 use crate::level::Level;
 use crate::transform::transform_call;
 use crate::tree::{Leaf, Spec, Tree};
-use crate::VmapError;
 
 /// Base ranks: per argument (a tree prefix of the arguments) `Some(rank)`, the rank the function
 /// expects, or `None`, passed whole (never mapped).
@@ -193,7 +193,7 @@ impl<F> AutoVmapped<F> {
                                 .mapped
                                 .iter()
                                 .enumerate()
-                                .filter(|(_, &m)| m)
+                                .filter(|&(_, &m)| m)
                                 .map(|(j, _)| plan.first_pos + j)
                                 .collect();
                             (enter(leaf, b, &plan, &target, &levels), mapped)
@@ -322,7 +322,7 @@ fn enter<B: BatchOps>(
         let kept: Vec<usize> = b
             .iter()
             .zip(&plan.mapped)
-            .filter(|(_, &m)| m)
+            .filter(|&(_, &m)| m)
             .map(|(&s, _)| s)
             .chain(core.iter().copied())
             .collect();

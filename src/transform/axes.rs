@@ -3,8 +3,8 @@
 
 use burn_backend::backend::Backend;
 
-use crate::tree::{Leaf, Spec, Tree, TreeDef};
 use crate::VmapError;
+use crate::tree::{Leaf, Spec, Tree, TreeDef};
 
 /// Batch axes: per argument (or output) a tree prefix whose leaves are `Some(axis)` (negative
 /// counts from the end) or `None` (not mapped).

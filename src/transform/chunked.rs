@@ -1,10 +1,10 @@
 //! [`chunked_vmap`]: [`vmap`] over at most `chunk_size` examples at a time.
 
-use crate::transform::axes::{axes_setters, map_inputs, normalize_axis, AxesOptions, Mapped};
+use crate::transform::axes::{AxesOptions, Mapped, axes_setters, map_inputs, normalize_axis};
 use crate::transform::columns;
 use crate::transform::transform_call;
 use crate::transform::vmap::vmap;
-use crate::tree::{rows, Leaf, TreeDef};
+use crate::tree::{Leaf, TreeDef, rows};
 use crate::{Randomness, VmapError};
 
 /// Vectorizes `f` like [`vmap`], but over at most `chunk_size` examples at once: powerpax's

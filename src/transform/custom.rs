@@ -3,12 +3,12 @@
 
 use burn_backend::backend::Backend;
 
+use crate::VmapError;
 use crate::batching::BatchOps;
-use crate::level::{is_private, Level, PrivateLevel};
+use crate::level::{Level, PrivateLevel, is_private};
 use crate::tensor::BatchDim;
 use crate::transform::transform_call;
-use crate::tree::{rows, DynTree, Leaf, Spec, Tree, TreeDef};
-use crate::VmapError;
+use crate::tree::{DynTree, Leaf, Spec, Tree, TreeDef, rows};
 
 // =================================================================================================
 // custom_vmap

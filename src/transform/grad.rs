@@ -12,10 +12,10 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_backend::TensorMetadata;
 
+use crate::VmapError;
 use crate::batching::BatchOps;
 use crate::transform::vmap::vmap;
 use crate::tree::{Key, Leaf, Leaves, NodeKind, Tree, TreeDef};
-use crate::VmapError;
 
 /// Gradients of a module's float parameters, keyed by parameter path (`"fc1.weight"`), in the
 /// module's visiting order. A [`Tree`], so it can be returned from [`vmap`] (each gradient then
@@ -346,7 +346,7 @@ impl<B: Backend> Tree<B> for ParamGrads<B> {
                             "expected a float gradient, found a {} tensor",
                             other.kind_name()
                         ),
-                    })
+                    });
                 }
             }
         }
@@ -400,11 +400,11 @@ struct CheckModule {
 impl<B: Backend> ModuleVisitor<B> for CheckModule {
     fn enter_module(&mut self, name: &str, container_type: &str) {
         let owner = container_type.strip_prefix("Struct:").unwrap_or("");
-        if self.found.is_none() {
-            if let Some(layer) = MIXES_EXAMPLES.iter().find(|l| **l == owner) {
-                // `name` is a field of the layer: the layer's own path is the enclosing one.
-                self.found = Some((self.path.join("."), layer));
-            }
+        if self.found.is_none()
+            && let Some(layer) = MIXES_EXAMPLES.iter().find(|l| **l == owner)
+        {
+            // `name` is a field of the layer: the layer's own path is the enclosing one.
+            self.found = Some((self.path.join("."), layer));
         }
         self.path.push(name.to_string());
     }

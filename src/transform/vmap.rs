@@ -1,11 +1,11 @@
 //! [`vmap`]: map a function over a batch axis.
 
+use crate::VmapError;
 use crate::batching::BatchOps;
-use crate::level::{is_finished, Level, Randomness, VmapScope};
-use crate::transform::axes::{axes_setters, map_inputs, normalize_axis, Axes, AxesOptions, Mapped};
+use crate::level::{Level, Randomness, VmapScope, is_finished};
+use crate::transform::axes::{Axes, AxesOptions, Mapped, axes_setters, map_inputs, normalize_axis};
 use crate::transform::transform_call;
 use crate::tree::{Lift, Tree};
-use crate::VmapError;
 
 /// Vectorizes `f` over a batch axis: JAX's `jax.vmap`.
 ///

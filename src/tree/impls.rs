@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use burn::tensor::{Bool, Float, Int, Tensor};
-use burn_backend::backend::Backend;
 use burn_backend::TensorMetadata;
+use burn_backend::backend::Backend;
 
 use super::{Key, Leaf, Leaves, NodeKind, Tree, TreeDef};
 use crate::VmapError;

@@ -7,12 +7,12 @@ use burn_backend::backend::Backend;
 use burn_backend::tensor::{Bool, Float, Int};
 use burn_backend::{DType, Shape, Slice, TensorMetadata, TensorPrimitive};
 
+use crate::VmapError;
 use crate::batching::BatchOps;
 use crate::compat;
 use crate::level::Level;
 use crate::physical::Kind;
 use crate::tensor::BatchDims;
-use crate::VmapError;
 
 use super::Key;
 

@@ -30,7 +30,7 @@ pub(crate) use leaf::rows;
 pub use leaf::{Leaf, Leaves};
 pub use lift::Lift;
 pub use spec::Spec;
-pub use visit::{TensorMapper, TensorVisitor, TensorZipper, MAX_RANK};
+pub use visit::{MAX_RANK, TensorMapper, TensorVisitor, TensorZipper};
 
 /// `#[derive(Tree)]`: see [`Tree`](trait@Tree) for its attributes and a worked example.
 pub use burn_vmap_derive::Tree;

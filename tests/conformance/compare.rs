@@ -13,7 +13,7 @@ pub(crate) fn judge(case: &Case, run: Run) -> Result<(), String> {
                         return Err(format!(
                             "{key}: expected None, got an array of shape {:?}",
                             g.shape
-                        ))
+                        ));
                     }
                     (Some(_), None) => {
                         return Err(format!(
@@ -22,7 +22,7 @@ pub(crate) fn judge(case: &Case, run: Run) -> Result<(), String> {
                         ));
                     }
                     (Some(_), Some(None)) => {
-                        return Err(format!("{key}: expected an array, got None"))
+                        return Err(format!("{key}: expected an array, got None"));
                     }
                     (Some(e), Some(Some(g))) => {
                         compare(e, g, case.tolerance).map_err(|why| format!("{key}: {why}"))?

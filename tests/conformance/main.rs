@@ -134,13 +134,13 @@ use burn_vmap::accumulate::{
     Acc, AccContext, AccKind, Accumulator, Concat, Mean, RunningMean, Sum,
 };
 use burn_vmap::testing::TestBackend;
+use burn_vmap::transform::Axes;
 use burn_vmap::transform::auto::Ranks;
 use burn_vmap::transform::auto_vmap;
 use burn_vmap::transform::micro::LossOutput;
-use burn_vmap::transform::Axes;
 use burn_vmap::tree::{Key, Leaves, NodeKind, TreeDef};
 use burn_vmap::tree::{Leaf, Spec};
-use burn_vmap::{micro_grad, micro_vmap, vmap, BatchOps, Tree, Vmap, VmapError};
+use burn_vmap::{BatchOps, Tree, Vmap, VmapError, micro_grad, micro_vmap, vmap};
 use serde_json::Value;
 
 /// The batching backend.
@@ -148,7 +148,7 @@ pub(crate) use apis::*;
 pub(crate) use case::*;
 pub(crate) use compare::*;
 pub(crate) use io::*;
-pub(crate) use programs::{ad_program, program, Program};
+pub(crate) use programs::{Program, ad_program, program};
 pub(crate) use pytree::*;
 
 pub(crate) type V = Vmap<TestBackend>;

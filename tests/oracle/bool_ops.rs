@@ -3,7 +3,7 @@
 use burn::tensor::{Bool, Tensor};
 
 use crate::float_ops::kind_cases;
-use crate::harness::{bo, case, Gen, OpCase, V};
+use crate::harness::{Gen, OpCase, V, bo, case};
 
 pub fn cases() -> Vec<OpCase> {
     let mut v = kind_cases!("bool", b, Bool, Gen::B, true,

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::harness::{backend_lacks, OpCase};
+use crate::harness::{OpCase, backend_lacks};
 
 pub const REQUIRED_FLOAT: &[&str] = &[
     "float_from_data",

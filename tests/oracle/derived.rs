@@ -6,7 +6,7 @@ use burn::tensor::activation;
 use burn::tensor::{Bool, Int, Tensor};
 
 use crate::float_ops::with;
-use crate::harness::{bo, case, fl, it, op, Gen, OpCase, T, V};
+use crate::harness::{Gen, OpCase, T, V, bo, case, fl, it, op};
 
 /// `Tensor::stack` of two rank-`r` tensors along `dim` (output rank `r + 1`).
 macro_rules! stack2 {

@@ -2,7 +2,7 @@
 
 use burn::tensor::{Bool, Distribution, FloatDType, Int, Slice, Tensor, TensorData};
 
-use crate::harness::{case, fl, op, Gen, OpCase, Operand, P, T, V};
+use crate::harness::{Gen, OpCase, Operand, P, T, V, case, fl, op};
 
 /// `s` with `s[dim] = v`.
 pub fn with(s: &[usize], dim: usize, v: usize) -> Vec<usize> {
@@ -74,10 +74,10 @@ macro_rules! expand_any {
 pub(crate) use expand_any;
 
 /// Operands for `expand`: `[d0 or 1, d1 or 1]`.
-pub fn expand_operand(p: &P, gen: Gen) -> Vec<Operand> {
+pub fn expand_operand(p: &P, r#gen: Gen) -> Vec<Operand> {
     let a = if p.pick(1, 2) == 0 { 1 } else { p.d[0] };
     let b = if p.pick(2, 2) == 0 { 1 } else { p.d[1] };
-    vec![op(&[a, b], gen)]
+    vec![op(&[a, b], r#gen)]
 }
 
 /// Cases shared by every kind: views, indexing, creation/transfer. `$acc` is the accessor
@@ -86,10 +86,10 @@ macro_rules! kind_cases {
     ($pfx:literal, $acc:ident, $K:ty, $gen:expr, $fill:expr,
      scatter: $scatter:literal, select_add: $select_add:literal) => {{
         use crate::float_ops::{
-            draw_slices, expand_operand, gather_params, select_params, unfold_params, with,
-            ShapeHint,
+            ShapeHint, draw_slices, expand_operand, gather_params, select_params, unfold_params,
+            with,
         };
-        use crate::harness::{bo, case, idx, op, OpCase, T, V};
+        use crate::harness::{OpCase, T, V, bo, case, idx, op};
         use burn::tensor::{Bool, IndexingUpdateOp, Tensor};
         let v: Vec<OpCase> = vec![
             case(
@@ -392,8 +392,8 @@ impl<const D: usize> ShapeHint for Tensor<V, D, Bool> {
 /// A float dtype other than the default `F32` that the test backend supports (`F64` on
 /// ndarray; wgpu shaders have no `f64`).
 fn other_float() -> FloatDType {
-    use burn::tensor::backend::Backend;
     use burn::tensor::DType;
+    use burn::tensor::backend::Backend;
     let device = Default::default();
     [
         (DType::F64, FloatDType::F64),

@@ -18,7 +18,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use crate::harness::{
-    diff, make_inputs, make_levels, oracle, quietly, vmapped_b, Gen, Host, Operand, Rng, T, TOL, V,
+    Gen, Host, Operand, Rng, T, TOL, V, diff, make_inputs, make_levels, oracle, quietly, vmapped_b,
 };
 
 type AD = Autodiff<V>;
@@ -209,15 +209,15 @@ fn check_config(case: &GradCase, p: &[usize; 3], seed: u64) -> Result<(), String
     let operands = vec![
         Operand {
             shape: vec![m, k],
-            gen: Gen::F(-1.0, 1.0),
+            r#gen: Gen::F(-1.0, 1.0),
         },
         Operand {
             shape: vec![m],
-            gen: Gen::I(0, n as i64 - 1),
+            r#gen: Gen::I(0, n as i64 - 1),
         },
         Operand {
             shape: vec![k, n],
-            gen: Gen::F(-1.0, 1.0),
+            r#gen: Gen::F(-1.0, 1.0),
         },
     ];
     let nlevels = 1 + rng.below(2);
@@ -274,7 +274,7 @@ fn check_config(case: &GradCase, p: &[usize; 3], seed: u64) -> Result<(), String
                 "{}: vmap panicked: {msg}{}",
                 case.name,
                 crate::harness::describe(&operands, &levels, &inputs)
-            ))
+            ));
         }
     };
     for (name, e, g) in [

@@ -16,7 +16,7 @@ use burn::tensor::{Bool, Int, Tensor, TensorData};
 use burn_vmap::testing::TestBackend;
 use burn_vmap::tree::{Leaf, Spec};
 use burn_vmap::tree::{Leaves, TreeDef};
-use burn_vmap::{vmap, BatchOps, Tree, Vmap, VmapError};
+use burn_vmap::{BatchOps, Tree, Vmap, VmapError, vmap};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -138,42 +138,42 @@ impl Gen {
 #[derive(Clone, Debug)]
 pub struct Operand {
     pub shape: Vec<usize>,
-    pub gen: Gen,
+    pub r#gen: Gen,
 }
 
 /// Float operand in `[-2, 2]`.
 pub fn fl(shape: &[usize]) -> Operand {
     Operand {
         shape: shape.to_vec(),
-        gen: Gen::F(-2.0, 2.0),
+        r#gen: Gen::F(-2.0, 2.0),
     }
 }
 /// Operand with a given generator.
-pub fn op(shape: &[usize], gen: Gen) -> Operand {
+pub fn op(shape: &[usize], r#gen: Gen) -> Operand {
     Operand {
         shape: shape.to_vec(),
-        gen,
+        r#gen,
     }
 }
 /// Int operand in `[-4, 4]`.
 pub fn it(shape: &[usize]) -> Operand {
     Operand {
         shape: shape.to_vec(),
-        gen: Gen::I(-4, 4),
+        r#gen: Gen::I(-4, 4),
     }
 }
 /// Index operand in `0..bound`.
 pub fn idx(shape: &[usize], bound: usize) -> Operand {
     Operand {
         shape: shape.to_vec(),
-        gen: Gen::I(0, bound as i64 - 1),
+        r#gen: Gen::I(0, bound as i64 - 1),
     }
 }
 /// Bool operand.
 pub fn bo(shape: &[usize]) -> Operand {
     Operand {
         shape: shape.to_vec(),
-        gen: Gen::B,
+        r#gen: Gen::B,
     }
 }
 
@@ -535,9 +535,9 @@ impl Host {
     }
 
     /// Random values of `shape`.
-    pub fn gen(shape: &[usize], gen: &Gen, rng: &mut Rng) -> Host {
+    pub fn r#gen(shape: &[usize], r#gen: &Gen, rng: &mut Rng) -> Host {
         let n: usize = shape.iter().product();
-        let data = match *gen {
+        let data = match *r#gen {
             Gen::F(lo, hi) => Data::F(
                 (0..n)
                     .map(|_| ((lo + (hi - lo) * rng.unit()) as f32) as f64)
@@ -568,11 +568,7 @@ impl Host {
                 (0..n)
                     .map(|_| {
                         let m = rng.range(lo, hi);
-                        if rng.coin() {
-                            m
-                        } else {
-                            -m
-                        }
+                        if rng.coin() { m } else { -m }
                     })
                     .collect(),
             ),
@@ -894,7 +890,7 @@ pub fn make_inputs(rng: &mut Rng, operands: &[Operand], levels: &[LevelCfg]) -> 
                     shape.insert(at, lvl.size);
                 }
             }
-            Host::gen(&shape, &spec.gen, rng)
+            Host::r#gen(&shape, &spec.r#gen, rng)
         })
         .collect()
 }
@@ -982,7 +978,7 @@ pub fn describe(operands: &[Operand], levels: &[LevelCfg], inputs: &[Host]) -> S
         let _ = write!(
             s,
             "\n    arg{o}: {:?} per-example {:?}, {} -> batched shape {:?}",
-            spec.gen.kind(),
+            spec.r#gen.kind(),
             spec.shape,
             if maps.is_empty() {
                 "unbatched".to_string()
@@ -1025,13 +1021,13 @@ pub fn check_levels(
             return Err(format!(
                 "{name}: vmap returned an error: {e}{}",
                 describe(operands, levels, &inputs)
-            ))
+            ));
         }
         Err(msg) => {
             return Err(format!(
                 "{name}: vmap panicked: {msg}{}",
                 describe(operands, levels, &inputs)
-            ))
+            ));
         }
     };
     if got.len() != expected.len() {
@@ -1109,18 +1105,22 @@ pub fn check_case(case: &OpCase, p: &P) -> Result<(), String> {
     // One example, unbatched: the output kinds and shapes.
     let example: Vec<Host> = operands
         .iter()
-        .map(|o| Host::gen(&o.shape, &o.gen, &mut rng))
+        .map(|o| Host::r#gen(&o.shape, &o.r#gen, &mut rng))
         .collect();
-    let out_example: Vec<Host> =
-        match quietly(|| f(example.iter().map(Host::to_t).collect()).into_iter().map(Host::from_t).collect::<Vec<_>>()) {
-            Ok(o) => o,
-            Err(msg) => {
-                return Err(format!(
-                    "{}: the op itself panicked on unbatched inputs (test bug?): {msg}; operands {operands:?}",
-                    case.name
-                ))
-            }
-        };
+    let out_example: Vec<Host> = match quietly(|| {
+        f(example.iter().map(Host::to_t).collect())
+            .into_iter()
+            .map(Host::from_t)
+            .collect::<Vec<_>>()
+    }) {
+        Ok(o) => o,
+        Err(msg) => {
+            return Err(format!(
+                "{}: the op itself panicked on unbatched inputs (test bug?): {msg}; operands {operands:?}",
+                case.name
+            ));
+        }
+    };
     let base_ranks: Vec<usize> = operands.iter().map(|o| o.shape.len()).collect();
     let out_ranks: Vec<usize> = out_example.iter().map(|h| h.shape.len()).collect();
 
@@ -1171,10 +1171,12 @@ pub fn check_case(case: &OpCase, p: &P) -> Result<(), String> {
         }
         // Three levels, random mixes, sizes 1..=2.
         let lv3: Vec<Vec<bool>> = (0..3)
-            .map(|_| loop {
-                let m: Vec<bool> = (0..n).map(|_| rng.coin()).collect();
-                if m.iter().any(|&x| x) {
-                    break m;
+            .map(|_| {
+                loop {
+                    let m: Vec<bool> = (0..n).map(|_| rng.coin()).collect();
+                    if m.iter().any(|&x| x) {
+                        break m;
+                    }
                 }
             })
             .collect();
@@ -1228,7 +1230,7 @@ pub fn backend_lacks(case: &OpCase) -> Option<String> {
     let mut rng = Rng::new(1);
     let args: Vec<T> = operands
         .iter()
-        .map(|o| Host::gen(&o.shape, &o.gen, &mut rng).to_t())
+        .map(|o| Host::r#gen(&o.shape, &o.r#gen, &mut rng).to_t())
         .collect();
     match quietly(|| (case.f)(&p, args).into_iter().map(Host::from_t).count()) {
         Ok(_) => None,
@@ -1246,10 +1248,10 @@ pub fn run_cases(cases: Vec<OpCase>) {
     let mut skipped: Vec<&str> = Vec::new();
     let mut ran = 0;
     for case in cases {
-        if let Some(f) = &filter {
-            if !case.name.contains(f.as_str()) {
-                continue;
-            }
+        if let Some(f) = &filter
+            && !case.name.contains(f.as_str())
+        {
+            continue;
         }
         ran += 1;
         if let Some(why) = backend_lacks(&case) {

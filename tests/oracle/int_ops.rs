@@ -3,7 +3,7 @@
 use burn::tensor::{Distribution, Int, IntDType, Tensor};
 
 use crate::float_ops::{kind_cases, with};
-use crate::harness::{case, it, op, Gen, OpCase, T, V};
+use crate::harness::{Gen, OpCase, T, V, case, it, op};
 
 const ALL: Gen = Gen::I(-4, 4);
 const NZ: Gen = Gen::INonZero(1, 4);

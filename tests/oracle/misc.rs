@@ -1,9 +1,9 @@
 //! Edge cases of the oracle: batch size 0, reading data inside `vmap`, explicit nestings.
 
 use burn::tensor::{Int, Tensor, TensorData};
-use burn_vmap::{vmap, Vmap, VmapError};
+use burn_vmap::{Vmap, VmapError, vmap};
 
-use crate::harness::{check_levels, fl, it, quietly, Host, LevelCfg, Operand, Rng, T, TOL, V};
+use crate::harness::{Host, LevelCfg, Operand, Rng, T, TOL, V, check_levels, fl, it, quietly};
 
 /// Batch size 0: the output has a 0-sized batch axis and the per-example shape.
 fn check_empty_batch(
@@ -15,7 +15,7 @@ fn check_empty_batch(
     let mut rng = Rng::new(7);
     let example: Vec<Host> = operands
         .iter()
-        .map(|o| Host::gen(&o.shape, &o.gen, &mut rng))
+        .map(|o| Host::r#gen(&o.shape, &o.r#gen, &mut rng))
         .collect();
     let out_example: Vec<Host> = f(example.iter().map(Host::to_t).collect())
         .into_iter()
@@ -101,7 +101,7 @@ fn batch_size_zero() {
                 fl(&[2, 3]),
                 Operand {
                     shape: vec![2, 2],
-                    gen: crate::harness::Gen::I(0, 2),
+                    r#gen: crate::harness::Gen::I(0, 2),
                 },
             ],
             vec![None, Some(0)],

@@ -6,9 +6,9 @@ use burn_backend::ops::UnfoldOptions;
 use burn_backend::tensor::Float;
 use burn_backend::{FloatDType, Shape, Slice, TensorMetadata};
 
-use super::{make, reshape, FP, IT, VT};
+use super::{FP, IT, VT, make, reshape};
 use crate::compat;
-use crate::physical::{with_batch_sizes, Kind};
+use crate::physical::{Kind, with_batch_sizes};
 use crate::rules::helpers::{align, materialize};
 use crate::rules::module::fold_n;
 use crate::tensor::{BatchDims, Factors, Left, Part, VmapTensor};

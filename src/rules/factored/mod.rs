@@ -41,7 +41,7 @@ pub(crate) use ops::{add, cat, div, mul, scalar, select, sum, sum_dim, unbatch};
 
 use burn_backend::backend::Backend;
 use burn_backend::tensor::Float;
-use burn_backend::{get_device_settings, FloatDType, Scalar, Shape, TensorMetadata};
+use burn_backend::{FloatDType, Scalar, Shape, TensorMetadata, get_device_settings};
 
 use super::helpers::align;
 use crate::compat::kernel_layout;

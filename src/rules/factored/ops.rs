@@ -2,11 +2,11 @@
 
 use burn_backend::backend::Backend;
 use burn_backend::tensor::Float;
-use burn_backend::{get_device_settings, Scalar, TensorMetadata};
+use burn_backend::{Scalar, TensorMetadata, get_device_settings};
 
 use super::{
-    dense_left, equal, expand_lead, make, map_factors, matmul, multiply_pair, realign, reshape,
-    scale_part, scale_parts, single_part, zeros, Declined, FP, IT, VT,
+    Declined, FP, IT, VT, dense_left, equal, expand_lead, make, map_factors, matmul, multiply_pair,
+    realign, reshape, scale_part, scale_parts, single_part, zeros,
 };
 use crate::level::Level;
 use crate::physical::move_dim;

@@ -6,15 +6,15 @@ use std::marker::PhantomData;
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorPrimitive};
-use burn_backend::backend::ops::FloatTensorOps;
-use burn_backend::backend::Backend;
 use burn_backend::TensorMetadata;
+use burn_backend::backend::Backend;
+use burn_backend::backend::ops::FloatTensorOps;
 
 use super::Inner;
+use crate::VmapError;
 use crate::accumulate::AccOutput;
 use crate::transform::grad::ParamGrads;
 use crate::tree::{DynTree, Leaf, Lift, Tree};
-use crate::VmapError;
 
 /// What a loss function returns: a loss tensor with one element, or `(loss, aux)` where `aux` is
 /// any [`Tree`] (optax's `has_aux`).
@@ -144,7 +144,7 @@ pub trait GradSource<AB: AutodiffBackend> {
     /// One example's gradient tree, from the backward pass `grads`; `tracked` is the tree of
     /// the differentiated arguments (as the gradient is structured).
     fn extract(&self, grads: &mut AB::Gradients, tracked: DynTree<AB>)
-        -> DynTree<AB::InnerBackend>;
+    -> DynTree<AB::InnerBackend>;
 }
 
 /// Gradients with respect to the arguments named by `argnums` (the default source).

@@ -5,21 +5,21 @@ use std::marker::PhantomData;
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorPrimitive};
-use burn_backend::backend::ops::FloatTensorOps;
 use burn_backend::backend::Backend;
+use burn_backend::backend::ops::FloatTensorOps;
 use burn_backend::{Shape, TensorMetadata};
 
 use super::grad_fn::{
     ArgGrads, GradFn, GradSource, Identity, LossOutput, MicroAux, MicroGradResult, MicroGradTypes,
     NoMetrics, TreeFn,
 };
-use super::run::{microbatching_setters, run_microbatched, Microbatching};
+use super::run::{Microbatching, microbatching_setters, run_microbatched};
 use super::{Axes, Inner, PlainVmap, VmapFn};
-use crate::accumulate::{accumulator_spec, Acc, Concat, Sum};
+use crate::VmapError;
+use crate::accumulate::{Acc, Concat, Sum, accumulator_spec};
 use crate::transform::axes::map_inputs;
 use crate::transform::transform_call;
 use crate::tree::{DynTree, Key, Leaf, NodeKind, Spec, Tree, TreeDef};
-use crate::VmapError;
 
 /// Per-example value-and-grad with microbatching: optax's `optax.microbatching.micro_grad`.
 ///

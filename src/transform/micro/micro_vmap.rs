@@ -1,12 +1,12 @@
 //! [`micro_vmap`]: a vmap run in microbatches, with accumulators.
 
-use super::run::{microbatching_setters, run_microbatched, Microbatching};
+use super::run::{Microbatching, microbatching_setters, run_microbatched};
 use super::{Axes, PlainVmap, VmapFn};
-use crate::accumulate::{accumulator_spec, AccOutput, Concat};
+use crate::VmapError;
+use crate::accumulate::{AccOutput, Concat, accumulator_spec};
 use crate::transform::axes::map_inputs;
 use crate::transform::transform_call;
 use crate::tree::{Spec, Tree};
-use crate::VmapError;
 
 /// A [`vmap`](crate::vmap) that runs in microbatches and accumulates: optax's
 /// `optax.microbatching.micro_vmap`.

@@ -23,8 +23,8 @@ pub use grad_fn::{
     ArgGrads, GradFn, GradOut, GradSource, Identity, LossOutput, MicroAux, MicroGradResult,
     MicroGradTypes, ModuleGrads, ModuleParams, NoMetrics, TreeFn,
 };
-pub use micro_grad::{micro_grad, ArgNums, MicroGrad};
-pub use micro_vmap::{micro_vmap, MicroVmap};
+pub use micro_grad::{ArgNums, MicroGrad, micro_grad};
+pub use micro_vmap::{MicroVmap, micro_vmap};
 pub use module::micro_grad_module;
 pub use norms::{
     clip_by_global_norm, clip_by_global_norm_finite, global_norm, non_finite, scale_tree,

@@ -1,16 +1,16 @@
 //! [`micro_grad_module`]: [`micro_grad`](super::micro_grad) over a Burn module's parameters.
 
+use super::PlainVmap;
 use super::grad_fn::{
     Identity, MicroAux, MicroGradResult, MicroGradTypes, ModuleGrads, ModuleParams, NoMetrics,
 };
 use super::micro_grad::{GradOptions, MicroGrad};
 use super::run::Microbatching;
-use super::PlainVmap;
+use crate::VmapError;
 use crate::accumulate::Sum;
-use crate::transform::grad::{prepare_module, ParamGrads};
+use crate::transform::grad::{ParamGrads, prepare_module};
 use crate::transform::transform_call;
 use crate::tree::Tree;
-use crate::VmapError;
 
 /// [`micro_grad`](super::micro_grad) for a Burn `Module`: per-example gradients of the module's
 /// parameters, as [`ParamGrads`] (convert the accumulated result with

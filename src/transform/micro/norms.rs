@@ -1,8 +1,8 @@
 //! Tree norms: the global L2 norm of a tree, scaling, and optax's per-example clipping.
 
 use burn::tensor::{Tensor, TensorPrimitive};
-use burn_backend::backend::Backend;
 use burn_backend::TensorMetadata;
+use burn_backend::backend::Backend;
 
 use crate::tree::{Leaf, Tree};
 

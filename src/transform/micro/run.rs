@@ -6,11 +6,11 @@ use burn_backend::backend::Backend;
 use burn_backend::{Shape, Slice};
 
 use super::VmapFn;
-use crate::accumulate::{from_flat, to_flat, Acc, AccContext, Flat, RowOp};
+use crate::VmapError;
+use crate::accumulate::{Acc, AccContext, Flat, RowOp, from_flat, to_flat};
 use crate::batching::BatchOps;
 use crate::transform::axes::{Axes, Mapped};
-use crate::tree::{rows, DynTree, Leaf, Spec, Tree, TreeDef};
-use crate::VmapError;
+use crate::tree::{DynTree, Leaf, Spec, Tree, TreeDef, rows};
 
 /// Rows `k, k+n, ..., k+(m-1)n` of axis `axis` (optax's strided microbatches).
 fn microbatch<B: Backend>(leaf: Leaf<B>, axis: usize, k: usize, n: usize, m: usize) -> Leaf<B> {

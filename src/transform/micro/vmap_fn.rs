@@ -2,10 +2,10 @@
 //! this crate provides.
 
 use super::Axes;
+use crate::VmapError;
 use crate::level::Randomness;
 use crate::transform::transform_call;
 use crate::transform::vmap::vmap;
-use crate::VmapError;
 
 /// The vectorizer a microbatched transform runs on each microbatch (optax's `vmap_fn`).
 ///

@@ -24,11 +24,11 @@ mod checkpoint;
 mod run;
 mod sliced;
 
-use crate::transform::transform_call;
 use crate::VmapError;
+use crate::transform::transform_call;
 
-pub use checkpoint::{checkpoint_chunked_scan, CheckpointChunkedScan};
-pub use sliced::{sliced_scan, SlicedScan};
+pub use checkpoint::{CheckpointChunkedScan, checkpoint_chunked_scan};
+pub use sliced::{SlicedScan, sliced_scan};
 
 use run::Step;
 use sliced::SliceSpec;

@@ -6,11 +6,11 @@ use core::marker::PhantomData;
 use burn_backend::backend::Backend;
 use burn_backend::{DType, Shape};
 
-use super::sliced::{slice_indices, SliceSpec};
 use super::LoopOptions;
+use super::sliced::{SliceSpec, slice_indices};
+use crate::VmapError;
 use crate::transform::columns;
 use crate::tree::{Leaf, Tree, TreeDef};
-use crate::VmapError;
 
 /// Kind, shape, dtype and device of a leaf: enough to make an empty stack or a zero-filled one.
 #[derive(Debug, Clone)]

@@ -1,9 +1,9 @@
 //! [`sliced_scan`]: a scan that keeps only the outputs `ys[start:stop:step]`.
 
 use super::run::Step;
-use super::{loop_options, LoopOptions};
-use crate::transform::transform_call;
+use super::{LoopOptions, loop_options};
 use crate::VmapError;
+use crate::transform::transform_call;
 
 /// Python's `slice(start, stop, step)`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -181,7 +181,7 @@ pub(crate) fn api_value_and_grad(case: &Case) -> Result<Run, String> {
         other => {
             return Err(format!(
                 "value_and_grad: the loss must be a scalar, got shape {other:?}"
-            ))
+            ));
         }
     };
     let g: Vec<_> = argnums

@@ -6,7 +6,7 @@ use crate::*;
 /// closure, never batched): `tanh_matmul_and_sqnorm` captures `w`.
 pub(crate) fn powerpax_program<B: Backend>(
     case: &Case,
-) -> Result<impl Fn(Vec<Pt<B>>) -> Pt<B> + Clone, String> {
+) -> Result<impl Fn(Vec<Pt<B>>) -> Pt<B> + Clone + use<B>, String> {
     let device = Default::default();
     let captured: BTreeMap<String, Pt<B>> = case
         .captured
@@ -43,10 +43,11 @@ pub(crate) fn jax_ys_shape(case: &Case, outputs: &mut Outputs) {
     let Expected::Outputs(expected) = &case.expected else {
         return;
     };
-    if let (Some(Some(e)), Some(Some(g))) = (expected.get("ys"), outputs.get_mut("ys")) {
-        if g.shape.len() == e.shape.len() + 1 && g.shape.last() == Some(&1) {
-            g.shape.pop();
-        }
+    if let (Some(Some(e)), Some(Some(g))) = (expected.get("ys"), outputs.get_mut("ys"))
+        && g.shape.len() == e.shape.len() + 1
+        && g.shape.last() == Some(&1)
+    {
+        g.shape.pop();
     }
 }
 

@@ -7,11 +7,11 @@ use burn_backend::backend::Backend;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_backend::TensorMetadata;
 
-use super::tape::{release_dropped_records, RELEASE_EVERY};
-use super::{float_of, from_inner, to_inner, Ad, NAME};
+use super::tape::{RELEASE_EVERY, release_dropped_records};
+use super::{Ad, NAME, float_of, from_inner, to_inner};
+use crate::VmapError;
 use crate::transform::scan::run::{Ran, Step};
 use crate::tree::{Leaf, Tree, TreeDef};
-use crate::VmapError;
 
 /// One chunk of the loop: what is needed to run it (forward) and to rerun it (backward).
 pub(super) struct ChunkBody<F> {

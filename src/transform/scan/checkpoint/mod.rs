@@ -12,23 +12,23 @@ mod tape;
 
 use std::sync::{Arc, Mutex};
 
-use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::TensorPrimitive;
-use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::tensor::backend::AutodiffBackend;
 use burn_autodiff::Autodiff;
+use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn_backend::TensorMetadata;
 use burn_backend::backend::Backend;
 use burn_backend::tensor::FloatTensor;
-use burn_backend::TensorMetadata;
 
 use self::chunk::{ChunkBody, Input};
 use self::recompute::recompute_chunk;
-use self::tape::{zeros1, ChunkOutput, ChunkTape, GateLink, TapeState};
-use super::run::{check_xs, order, Ran, Step};
-use super::{loop_options, LoopOptions};
+use self::tape::{ChunkOutput, ChunkTape, GateLink, TapeState, zeros1};
+use super::run::{Ran, Step, check_xs, order};
+use super::{LoopOptions, loop_options};
+use crate::VmapError;
 use crate::batching::record;
 use crate::transform::columns;
-use crate::tree::{rows, Leaf, Tree, TreeDef};
-use crate::VmapError;
+use crate::tree::{Leaf, Tree, TreeDef, rows};
 
 /// The transform's name in errors.
 const NAME: &str = "checkpoint_chunked_scan";

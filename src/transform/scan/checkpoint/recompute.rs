@@ -1,8 +1,8 @@
 //! The backward pass of a checkpointed chunk: rerun it recording a graph, back-propagate the
 //! cotangents of its outputs, collect the gradients of its inputs.
 
-use std::sync::mpsc;
 use std::sync::Arc;
+use std::sync::mpsc;
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorPrimitive};
@@ -12,8 +12,8 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, TensorMetadata};
 
 use super::chunk::{ChunkBody, Input};
-use super::tape::{zeros1, Recompute, Sink, Sinks, Tap};
-use super::{float_of, from_inner, Ad, NAME};
+use super::tape::{Recompute, Sink, Sinks, Tap, zeros1};
+use super::{Ad, NAME, float_of, from_inner};
 use crate::batching::record;
 use crate::transform::scan::run::Step;
 use crate::tree::{Leaf, Tree};

@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex};
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorPrimitive};
+use burn_autodiff::NodeId;
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops};
-use burn_autodiff::NodeId;
 use burn_backend::backend::Backend;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, Shape};
@@ -125,10 +125,10 @@ fn link_backward<B: Backend, S>(
     let device = B::float_device(&own);
     let dtype = dtype(&ops.state);
     let [prev, other] = ops.parents.map(|p| p.map(|n| n.id));
-    if let Some(id) = other {
-        if let Some(g) = grad(ops.state) {
-            grads.register::<B>(id, g);
-        }
+    if let Some(id) = other
+        && let Some(g) = grad(ops.state)
+    {
+        grads.register::<B>(id, g);
     }
     keep_alive::<B>(grads, prev, &device, dtype);
 }
