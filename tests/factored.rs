@@ -502,6 +502,9 @@ enum Op {
     AddSelf,
     CatSelf,
     Select(Vec<i64>),
+    /// A per-example factor of 3 rows against a tensor of one row (summed over the examples):
+    /// the tensor broadcasts.
+    Broadcast,
 }
 
 /// An `out_axes` for a rank `rank` gradient, mostly 0: the examples in front keep the product
@@ -522,6 +525,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         Just(Op::AddSelf),
         Just(Op::CatSelf),
         prop::collection::vec(0i64..64, 1..5).prop_map(Op::Select),
+        Just(Op::Broadcast),
     ]
 }
 
@@ -534,6 +538,8 @@ fn apply<const D: usize>(op: &Op, t: Tensor<V, D>, c: &Tensor<V, D>) -> Tensor<V
         Op::PerExample if rows <= c.dims()[0] => t * per_example(),
         Op::DivPerExample if rows <= c.dims()[0] => t / per_example(),
         Op::PerExample | Op::DivPerExample => t,
+        Op::Broadcast if rows == 1 => t * c.clone().slice(0..3),
+        Op::Broadcast => t,
         Op::Scalar(s) => t * *s,
         Op::SumDim(d) => t.sum_dim(d % D),
         Op::MeanDim(d) => t.mean_dim(d % D),
@@ -637,4 +643,33 @@ fn should_take_nested_levels_factored() {
         },
         "per-example squared norms",
     );
+}
+
+#[test]
+fn should_broadcast_a_summed_product_against_a_per_example_factor() {
+    // A shared input (one left factor for every example) against per-example output gradients,
+    // summed over the examples (the right factor reduced: one product, leading size 1), then
+    // scaled by a per-example factor: the product's leading dim broadcasts to the factor's.
+    let layer: Linear<AD> = ready(LinearConfig::new(6, 5).init(&device()));
+    let x = Tensor::<AD, 2>::random([2, 6], Distribution::Normal(0.0, 1.0), &device());
+    let ts = Tensor::<AD, 2>::random([4, 5], Distribution::Default, &device());
+    let g: Tensor<V, 3> = vmap(|(x, t): (Tensor<AD, 2>, Tensor<AD, 1>)| {
+        let mut g = (layer.forward(x) * t.unsqueeze::<2>()).sum().backward();
+        ParamGrads::<V>::from_module(&mut g, &layer)
+            .get::<2>("weight")
+            .unwrap()
+    })
+    .in_axes([None, Some(0)])
+    .call_as((x, ts))
+    .unwrap();
+    let d = g.clone().add_scalar(0.0);
+    let c = Tensor::<V, 3>::random([4, 1, 1], Distribution::Uniform(0.5, 2.0), &device());
+    let total = g.sum_dim(0);
+    assert!(
+        is_factored(&total),
+        "a shared left factor against the summed right ones"
+    );
+    let want = d.sum_dim(0);
+    close(total.clone(), want.clone(), "summed");
+    close(total * c.clone(), want * c, "scaled per example");
 }

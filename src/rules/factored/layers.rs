@@ -96,7 +96,7 @@ pub(crate) fn conv_weight<B: Backend>(
     x: VT<B>,
     g: VT<B>,
     weight_shape: Shape,
-    options: Conv2d,
+    options: ConvGeometry,
 ) -> VT<B> {
     let bdims = BatchDims::union([&x.bdims, &g.bdims]);
     let spatial = x.shape().num_dims() - 2;
@@ -236,14 +236,14 @@ fn slice_dim<B: Backend>(t: FP<B>, dim: usize, start: usize, len: usize) -> FP<B
 
 /// The options of a convolution as a 2-d one (a 1-d convolution has height 1).
 #[derive(Clone, Debug)]
-pub(crate) struct Conv2d {
+pub(crate) struct ConvGeometry {
     pub(crate) stride: [usize; 2],
     pub(crate) padding: [usize; 2],
     pub(crate) dilation: [usize; 2],
     pub(crate) groups: usize,
 }
 
-impl From<burn_backend::ops::ConvOptions<2>> for Conv2d {
+impl From<burn_backend::ops::ConvOptions<2>> for ConvGeometry {
     fn from(o: burn_backend::ops::ConvOptions<2>) -> Self {
         Self {
             stride: o.stride,
@@ -254,7 +254,7 @@ impl From<burn_backend::ops::ConvOptions<2>> for Conv2d {
     }
 }
 
-impl From<burn_backend::ops::ConvOptions<1>> for Conv2d {
+impl From<burn_backend::ops::ConvOptions<1>> for ConvGeometry {
     fn from(o: burn_backend::ops::ConvOptions<1>) -> Self {
         Self {
             stride: [1, o.stride[0]],
@@ -278,7 +278,7 @@ fn as_4d<B: Backend>(x: FP<B>, spatial: usize) -> FP<B> {
 /// [E, N·L, c·kh·kw]` for `[E, N·L] = rows` (channel-major within a row, as the weight
 /// `[c_out, c, kh, kw]` is laid out): windows as views, then one copy (see
 /// [`compat::conv_patches`] for cubecl).
-fn unfold<B: Backend>(x: FP<B>, kernel: [usize; 2], o: &Conv2d, rows: [usize; 2]) -> FP<B> {
+fn unfold<B: Backend>(x: FP<B>, kernel: [usize; 2], o: &ConvGeometry, rows: [usize; 2]) -> FP<B> {
     let s = x.shape();
     let (n, c) = (s[0], s[1]);
     let width = c * kernel[0] * kernel[1];

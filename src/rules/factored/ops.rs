@@ -61,7 +61,9 @@ pub(crate) fn div<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Result<VT<B>, (VT<B>, V
 /// The elementwise product of two factored products: `(x x') ⊗ (g g')` for one row each;
 /// otherwise the pair, held until read (its sum is a Gram product: see [`sum`]).
 fn product<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> VT<B> {
-    let same = lhs.bdims == rhs.bdims && lhs.physical_shape() == rhs.physical_shape();
+    let same = lhs.bdims == rhs.bdims
+        && lhs.physical_shape() == rhs.physical_shape()
+        && lhs.factors_ref().map(|f| f.cols) == rhs.factors_ref().map(|f| f.cols);
     let one_row = |t: &VT<B>| {
         t.factors_ref()
             .is_some_and(|f| f.parts.len() == 1 && f.k() == 1 && !f.parts[0].left.is_one_hot())
@@ -111,16 +113,17 @@ fn scaled<B: Backend>(
     }
     let bdims = BatchDims::union([&o.bdims, &s.bdims]);
     let (f, own) = factors::<B>(o);
-    let f = realign::<B>(f, &own, &bdims);
+    let mut f = realign::<B>(f, &own, &bdims);
     // `s` as `[lead.., 1, 1]`, broadcasting against `[lead.., k, _]`.
     let s = align::<B, Float>(s, &bdims);
-    let dims: Vec<usize> = s
-        .shape()
-        .iter()
-        .take(f.lead())
-        .copied()
-        .chain([1, 1])
-        .collect();
+    let lead = f.lead();
+    let dims: Vec<usize> = s.shape().iter().take(lead).copied().chain([1, 1]).collect();
+    // The product's leading dims broadcast against the factor's (one example scaled by many).
+    let mut shape = f.shape.to_vec();
+    for (d, &size) in shape.iter_mut().zip(&dims).take(lead) {
+        *d = (*d).max(size);
+    }
+    f.shape = shape.into();
     let s = reshape::<B>(s, dims);
     let f = scale_parts::<B>(f, |t| op(t, s.clone()));
     Ok(make::<B>(f, bdims))
