@@ -9,6 +9,7 @@ use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::module::Module;
 use burn::nn::conv::{Conv1d, Conv1dConfig, Conv2d, Conv2dConfig};
+use burn::nn::transformer::{TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput};
 use burn::nn::{
     Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfig, PaddingConfig1d,
     PaddingConfig2d,
@@ -468,6 +469,66 @@ fn should_clip_and_sum_every_layer_like_the_loop_microbatched() {
         one,
         "embed.weight of example 4",
     );
+}
+
+/// A small text classifier on Burn's transformer encoder.
+#[derive(Module, Debug)]
+struct Encoder<B: Backend> {
+    tokens: Embedding<B>,
+    encoder: TransformerEncoder<B>,
+    head: Linear<B>,
+}
+
+impl<B: Backend> Encoder<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            tokens: EmbeddingConfig::new(20, 8).init(device),
+            encoder: TransformerEncoderConfig::new(8, 16, 2, 1)
+                .with_dropout(0.0)
+                .init(device),
+            head: LinearConfig::new(8, 3).init(device),
+        }
+    }
+
+    fn loss(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 1> {
+        let h = self
+            .encoder
+            .forward(TransformerEncoderInput::new(self.tokens.forward(tokens)));
+        self.head.forward(h.mean_dim(1).squeeze_dim::<2>(1)).sin().sum()
+    }
+}
+
+#[test]
+fn should_clip_and_sum_a_transformer_like_the_loop() {
+    let model: Encoder<AD> = ready(Encoder::new(&device()));
+    let (b, t) = (6, 3);
+    let tokens: Vec<i64> = (0..b * t).map(|i| ((i * 7 + i / 2) % 20) as i64).collect();
+    let xs = Tensor::<AD, 1, Int>::from_ints(tokens.as_slice(), &device()).reshape([b, t]);
+    let c = 0.1;
+    let mut want: Vec<(String, Tensor<V, 1>)> = Vec::new();
+    for i in 0..b {
+        let mut g = model.loss(xs.clone().narrow(0, i, 1)).backward();
+        let g = flat(&clip_by_global_norm(ParamGrads::<V>::from_module(&mut g, &model), c));
+        want = if want.is_empty() {
+            g
+        } else {
+            want.into_iter().zip(g).map(|((p, a), (_, b))| (p, a + b)).collect()
+        };
+    }
+    for mb in [None, Some(2)] {
+        let (got, _): (ParamGrads<V>, MicroAux<V>) =
+            micro_grad_module(|m: &Encoder<AD>, (x,): (Tensor<AD, 2, Int>,)| m.loss(x))
+                .microbatch_size(mb)
+                .transform_fn(|g: ParamGrads<V>| clip_by_global_norm(g, c))
+                .accumulator(Sum)
+                .call(&model, (xs.clone(),))
+                .unwrap();
+        let got = flat(&got);
+        assert_eq!(got.len(), want.len());
+        for ((path, g), (_, w)) in got.into_iter().zip(want.iter()) {
+            close(g, w.clone(), &format!("{path}, microbatch {mb:?}"));
+        }
+    }
 }
 
 /// Every gradient of `g`, flattened, with its path.
