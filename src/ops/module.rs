@@ -67,6 +67,26 @@ macro_rules! conv_ops {
     };
 }
 
+/// A convolution's weight gradient (`rules::factored::conv_weight` when an operand is batched).
+macro_rules! conv_weight_ops {
+    ($($name:ident: $options:ty),* $(,)?) => {
+        $(
+            fn $name(
+                x: FloatTensor<Self>,
+                weight: FloatTensor<Self>,
+                output_grad: FloatTensor<Self>,
+                options: $options,
+            ) -> FloatTensor<Self> {
+                if !(x.is_batched() || weight.is_batched() || output_grad.is_batched()) {
+                    let out = B::$name(x.inner(), weight.inner(), output_grad.inner(), options);
+                    return VmapTensor::unbatched(out);
+                }
+                factored::conv_weight::<B>(x, output_grad, weight.shape(), options.into())
+            }
+        )*
+    };
+}
+
 impl<B: Backend> ModuleOps<Self> for Vmap<B> {
     // Overridden (speed): the default reshapes and calls matmul; the rules fold a batched input
     // into rows and call the inner backend's `linear` once, reading pending reshapes in place.
@@ -100,34 +120,10 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
     // gradient of every example is held factored (`rules::factored`), the output gradients
     // against the unfolded input patches; the default would run a grouped convolution per
     // example.
-    fn conv1d_weight_backward(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        output_grad: FloatTensor<Self>,
-        options: ConvOptions<1>,
-    ) -> FloatTensor<Self> {
-        if !(x.is_batched() || weight.is_batched() || output_grad.is_batched()) {
-            let out =
-                B::conv1d_weight_backward(x.inner(), weight.inner(), output_grad.inner(), options);
-            return VmapTensor::unbatched(out);
-        }
-        factored::conv_weight::<B>(x, output_grad, weight.shape(), options.into())
-    }
-
-    // Overridden (per-example gradients): as `conv1d_weight_backward`.
-    fn conv2d_weight_backward(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        output_grad: FloatTensor<Self>,
-        options: ConvOptions<2>,
-    ) -> FloatTensor<Self> {
-        if !(x.is_batched() || weight.is_batched() || output_grad.is_batched()) {
-            let out =
-                B::conv2d_weight_backward(x.inner(), weight.inner(), output_grad.inner(), options);
-            return VmapTensor::unbatched(out);
-        }
-        factored::conv_weight::<B>(x, output_grad, weight.shape(), options.into())
-    }
+    conv_weight_ops!(
+        conv1d_weight_backward: ConvOptions<1>,
+        conv2d_weight_backward: ConvOptions<2>,
+    );
 
     // Overridden (per-example gradients): with batched tokens or output gradient, every
     // example's table gradient is held factored (`rules::factored`): its tokens as one-hot rows
