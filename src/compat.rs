@@ -15,13 +15,14 @@
 //! | `mask_where` / `mask_fill` leave part of a broadcast output unwritten when the masked tensor is the smaller operand | cubecl | [`mask_target`] |
 //! | `float_unfold` windows permuted ahead of the kernel dims are misread when a dim has one window | cubecl | [`conv_patches`] |
 //! | `unfold` to a single window shorter than its dim is read as if contiguous | cubecl | [`unfold`] |
+//! | binary ops over expanded operands run element by element (slow outer products) | Flex | [`outer_product`] |
 //! | broadcasting a size-1 dim against a size-0 one panics ("Broadcast dims must be size 1") | cubecl | [`expand_empty_batch`] |
 //! | a folded `[0, k] x [k, n]` matmul divides by zero | ndarray | [`can_fold_rows`] |
 //! | reshaping to rank 0 panics | ndarray | [`reshapes_to_rank0`], [`rank0_through_data`] |
 //!
-//! **Flex** (`burn-flex`, feature `flex`) needs none of the workarounds above: it is detected as
-//! neither cubecl nor ndarray, so the rank-0 reshape goes straight to the backend (Flex reshapes
-//! to rank 0 and reshapes contiguous tensors as zero-copy views). The one applied to every
+//! **Flex** (`burn-flex`, feature `flex`) needs none of the correctness workarounds above (the
+//! rank-0 reshape goes straight to the backend: Flex reshapes to rank 0 and reshapes contiguous
+//! tensors as zero-copy views); it takes one speed route, [`outer_product`]. The one applied to every
 //! backend, [`can_fold_rows`], only routes an empty batch (nothing to compute) and costs nothing.
 //! The whole test suite (loop oracle, conformance vectors, layers, transforms) runs on Flex in CI.
 //!
@@ -67,6 +68,7 @@ use crate::tree::Leaf;
 struct Flavor {
     cubecl: bool,
     ndarray: bool,
+    flex: bool,
 }
 
 fn flavor<B: Backend>(device: &B::Device) -> Flavor {
@@ -81,6 +83,7 @@ fn flavor<B: Backend>(device: &B::Device) -> Flavor {
             Flavor {
                 cubecl: name.contains("cubecl"),
                 ndarray: name == "ndarray",
+                flex: name == "flex",
             }
         })
 }
@@ -95,6 +98,25 @@ pub(crate) fn is_cubecl<B: Backend>(device: &B::Device) -> bool {
 /// name once per backend type.
 pub(crate) fn is_ndarray<B: Backend>(device: &B::Device) -> bool {
     flavor::<B>(device).ndarray
+}
+
+// =================================================================================================
+// Flex: broadcast products
+// =================================================================================================
+
+/// The outer products `col ⊗ row` of `col: [.., m, 1]` and `row: [.., 1, n]` (leading dims
+/// broadcasting): a broadcast multiply, except on Burn 0.21's Flex backend, whose binary ops
+/// over expanded operands run element by element while its batched matmul is one GEMM call per
+/// leading index (multiplying out the MLP bench's per-example gradients: 535 ms as a broadcast
+/// multiply, 132 ms as a matmul; on NdArray the reverse, 140 ms against 196 ms).
+pub(crate) fn outer_product<B: Backend>(
+    col: B::FloatTensorPrimitive,
+    row: B::FloatTensorPrimitive,
+) -> B::FloatTensorPrimitive {
+    if flavor::<B>(&B::float_device(&col)).flex {
+        return B::float_matmul(col, row);
+    }
+    B::float_mul(col, row)
 }
 
 // =================================================================================================

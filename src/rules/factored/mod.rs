@@ -44,7 +44,7 @@ use burn_backend::tensor::Float;
 use burn_backend::{FloatDType, Scalar, Shape, TensorMetadata, get_device_settings};
 
 use super::helpers::align;
-use crate::compat::kernel_layout;
+use crate::compat::{self, kernel_layout};
 use crate::physical::Kind;
 use crate::tensor::{BatchDims, Factors, Left, Part, VmapTensor};
 
@@ -84,10 +84,10 @@ fn multiply<B: Backend>(f: F<B>) -> FP<B> {
     }
     let product = match part.left {
         Left::Dense(left) if k == 1 => {
-            // `[.., m, 1] * [.., 1, n]`: a broadcast multiply, not one tiny GEMM per example.
+            // `[.., m, 1] ⊗ [.., 1, n]`: outer products (see `compat::outer_product`).
             let mut dims = left.shape().to_vec();
             dims.swap(lead, lead + 1);
-            B::float_mul(reshape::<B>(left, dims), part.right)
+            compat::outer_product::<B>(reshape::<B>(left, dims), part.right)
         }
         Left::Dense(left) => matmul::<B>(B::float_swap_dims(left, lead, lead + 1), part.right),
         Left::OneHot(index) => {
