@@ -9,7 +9,9 @@ use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::module::Module;
 use burn::nn::conv::{Conv1d, Conv1dConfig, Conv2d, Conv2dConfig};
-use burn::nn::transformer::{TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput};
+use burn::nn::transformer::{
+    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
+};
 use burn::nn::{
     Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfig, PaddingConfig1d,
     PaddingConfig2d,
@@ -494,7 +496,10 @@ impl<B: Backend> Encoder<B> {
         let h = self
             .encoder
             .forward(TransformerEncoderInput::new(self.tokens.forward(tokens)));
-        self.head.forward(h.mean_dim(1).squeeze_dim::<2>(1)).sin().sum()
+        self.head
+            .forward(h.mean_dim(1).squeeze_dim::<2>(1))
+            .sin()
+            .sum()
     }
 }
 
@@ -508,11 +513,17 @@ fn should_clip_and_sum_a_transformer_like_the_loop() {
     let mut want: Vec<(String, Tensor<V, 1>)> = Vec::new();
     for i in 0..b {
         let mut g = model.loss(xs.clone().narrow(0, i, 1)).backward();
-        let g = flat(&clip_by_global_norm(ParamGrads::<V>::from_module(&mut g, &model), c));
+        let g = flat(&clip_by_global_norm(
+            ParamGrads::<V>::from_module(&mut g, &model),
+            c,
+        ));
         want = if want.is_empty() {
             g
         } else {
-            want.into_iter().zip(g).map(|((p, a), (_, b))| (p, a + b)).collect()
+            want.into_iter()
+                .zip(g)
+                .map(|((p, a), (_, b))| (p, a + b))
+                .collect()
         };
     }
     for mb in [None, Some(2)] {
