@@ -51,6 +51,17 @@ pub(crate) enum Left<P> {
     OneHot(P),
 }
 
+impl<P> Factors<P> {
+    /// One product `leftᵀ right` of the given physical shape.
+    pub(crate) fn single(left: Left<P>, right: P, shape: Shape, cols: usize) -> Self {
+        Factors {
+            parts: vec![Part { left, right }],
+            shape,
+            cols,
+        }
+    }
+}
+
 impl<P> Left<P> {
     /// The stored tensor (dense rows or indices).
     pub(crate) fn tensor(&self) -> &P {

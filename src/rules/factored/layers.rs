@@ -11,7 +11,7 @@ use crate::compat;
 use crate::physical::{Kind, with_batch_sizes};
 use crate::rules::helpers::{align, materialize};
 use crate::rules::module::fold_n;
-use crate::tensor::{BatchDims, Factors, Left, Part, VmapTensor};
+use crate::tensor::{BatchDims, Factors, Left, VmapTensor};
 
 /// `t` (physical, batch dims `own`) as `[own.., rows, width]`, then aligned to `target`.
 fn as_rows<B: Backend>(
@@ -48,14 +48,12 @@ pub(crate) fn linear_weight<B: Backend>(x: VT<B>, g: VT<B>) -> Result<VT<B>, (VT
     };
     let left = rows(x, d_in);
     let right = rows(g, d_out);
-    let f = Factors {
-        parts: vec![Part {
-            left: Left::Dense(left),
-            right,
-        }],
-        shape: with_batch_sizes(&bdims, &[d_in, d_out]),
-        cols: 1,
-    };
+    let f = Factors::single(
+        Left::Dense(left),
+        right,
+        with_batch_sizes(&bdims, &[d_in, d_out]),
+        1,
+    );
     Ok(make::<B>(f, bdims))
 }
 
@@ -73,14 +71,12 @@ pub(crate) fn embedding_weight<B: Backend>(m: usize, g: VT<B>, indices: IT<B>) -
     let left = as_rows::<B>(index, own, k, 1, &bdims);
     let (g, _, own) = g.into_stored();
     let right = as_rows::<B>(g, own, k, d, &bdims);
-    let f = Factors {
-        parts: vec![Part {
-            left: Left::OneHot(left),
-            right,
-        }],
-        shape: with_batch_sizes(&bdims, &[m, d]),
-        cols: 1,
-    };
+    let f = Factors::single(
+        Left::OneHot(left),
+        right,
+        with_batch_sizes(&bdims, &[m, d]),
+        1,
+    );
     make::<B>(f, bdims)
 }
 
@@ -130,14 +126,7 @@ pub(crate) fn conv_weight<B: Backend>(
             m,
             &bdims,
         );
-        let f = Factors {
-            parts: vec![Part {
-                left: Left::Dense(left),
-                right,
-            }],
-            shape,
-            cols,
-        };
+        let f = Factors::single(Left::Dense(left), right, shape, cols);
         return make::<B>(f, bdims);
     }
     // Multiplied out, `chunk` examples at a time: only a chunk's inputs are refolded and

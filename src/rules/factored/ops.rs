@@ -232,53 +232,37 @@ pub(crate) fn sum_dim<B: Backend>(t: VT<B>, dim: usize, mean: bool) -> Declined<
     };
     let mut shape = f.shape.to_vec();
     shape[pd] = 1;
-    if pd == lead {
+    if pd == lead || pd == lead + 1 {
+        // The row dim reduces the left factor, the column dim the right one.
         let m = f.m();
-        let parts = f
-            .parts
-            .into_iter()
-            .map(|p| {
-                let left = match p.left {
-                    Left::Dense(x) => reduce(x, lead + 1),
-                    // A one-hot row sums to 1.
-                    Left::OneHot(i) => {
-                        let ones =
-                            B::float_add_scalar(B::float_mul_scalar(i, 0.0.into()), 1.0.into());
-                        if mean {
-                            B::float_div_scalar(ones, Scalar::Float(m as f64))
-                        } else {
-                            ones
-                        }
-                    }
-                };
-                Part {
-                    left: Left::Dense(left),
-                    right: p.right,
+        let row = |left: Left<FP<B>>| match left {
+            Left::Dense(x) => reduce(x, lead + 1),
+            // A one-hot row sums to 1.
+            Left::OneHot(i) => {
+                let ones = B::float_add_scalar(B::float_mul_scalar(i, 0.0.into()), 1.0.into());
+                if mean {
+                    B::float_div_scalar(ones, Scalar::Float(m as f64))
+                } else {
+                    ones
                 }
-            })
-            .collect();
-        let f = Factors {
-            parts,
-            shape: shape.into(),
-            cols: f.cols,
+            }
         };
-        return Ok(make::<B>(f, bdims));
-    }
-    if pd == lead + 1 {
         let parts = f
             .parts
             .into_iter()
-            .map(|p| Part {
-                left: p.left,
-                right: reduce(p.right, lead + 1),
+            .map(|p| match pd == lead {
+                true => Part {
+                    left: Left::Dense(row(p.left)),
+                    right: p.right,
+                },
+                false => Part {
+                    left: p.left,
+                    right: reduce(p.right, lead + 1),
+                },
             })
             .collect();
-        let f = Factors {
-            parts,
-            shape: shape.into(),
-            cols: f.cols,
-        };
-        return Ok(make::<B>(f, bdims));
+        let shape = shape.into();
+        return Ok(make::<B>(Factors { parts, shape, ..f }, bdims));
     }
     // A leading dim.
     let varies = |t: &FP<B>| t.shape()[pd] != 1;
