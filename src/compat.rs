@@ -16,13 +16,15 @@
 //! | `float_unfold` windows permuted ahead of the kernel dims are misread when a dim has one window | cubecl | [`conv_patches`] |
 //! | `unfold` to a single window shorter than its dim is read as if contiguous | cubecl | [`unfold`] |
 //! | binary ops over expanded operands run element by element (slow outer products) | Flex | [`outer_product`] |
+//! | copying a view broadcast along a leading dim writes one scattered element at a time | Flex | [`write_target`] |
+//! | a pending reshape of a strided tensor is copied by each reader (Flex reshapes views as views) | Flex | [`reshapes_at_once`] |
 //! | broadcasting a size-1 dim against a size-0 one panics ("Broadcast dims must be size 1") | cubecl | [`expand_empty_batch`] |
 //! | a folded `[0, k] x [k, n]` matmul divides by zero | ndarray | [`can_fold_rows`] |
 //! | reshaping to rank 0 panics | ndarray | [`reshapes_to_rank0`], [`rank0_through_data`] |
 //!
 //! **Flex** (`burn-flex`, feature `flex`) needs none of the correctness workarounds above (the
 //! rank-0 reshape goes straight to the backend: Flex reshapes to rank 0 and reshapes contiguous
-//! tensors as zero-copy views); it takes one speed route, [`outer_product`]. The one applied to every
+//! tensors as zero-copy views); it takes three speed routes, [`outer_product`], [`write_target`] and [`reshapes_at_once`]. The one applied to every
 //! backend, [`can_fold_rows`], only routes an empty batch (nothing to compute) and costs nothing.
 //! The whole test suite (loop oracle, conformance vectors, layers, transforms) runs on Flex in CI.
 //!
@@ -117,6 +119,40 @@ pub(crate) fn outer_product<B: Backend>(
         return B::float_matmul(col, row);
     }
     B::float_mul(col, row)
+}
+
+/// `t`, aligned (a unit dim for each batch dim it lacks), broadcast to `full` as the tensor an
+/// op writes into (`slice_assign`, `scatter`, `select_add`; the backend copies it first): an
+/// expanded view, except on Burn 0.21's Flex backend where only leading dims are broadcast.
+/// Flex copies a view with a stride-0 dim by walking that dim innermost (`copy_2d_tiled` puts
+/// the smaller stride inside), one scattered write per element; an LSTM's states, slice-assigned
+/// per time step into a tensor shared by every example, spent 15% of its clipped step there.
+/// Repeating the rows instead is one memcpy per example.
+pub(crate) fn write_target<B: Backend, K: Kind<B>>(t: K::P, full: Shape) -> K::P {
+    let shape = t.shape();
+    let lead = (0..shape.num_dims())
+        .take_while(|&d| shape[d] != full[d])
+        .count();
+    let leading_only = lead > 0
+        && shape[..lead].iter().all(|&s| s == 1)
+        && shape[lead..] == full[lead..]
+        && full.num_elements() > 0;
+    if leading_only && flavor::<B>(&K::device(&t)).flex {
+        let times = full[..lead].iter().product();
+        let rows = K::reshape(t, Shape::from(vec![1, shape.num_elements()]));
+        return K::reshape(K::repeat_dim(rows, 0, times), full);
+    }
+    K::expand(t, full)
+}
+
+/// Whether a reshape of a batched tensor runs at once rather than being held pending
+/// (`VmapTensor`'s "Pending reshapes"): on Burn 0.21's Flex backend. Flex reshapes a contiguous
+/// tensor as a view and copies a strided one, once; held pending, the copy is made again by
+/// every reader of every clone (a `Linear`'s three backward ops each copied the attention
+/// heads' gradient back into rows: 13% of a transformer's clipped step). Pending reshapes pay
+/// on burn-ndarray, which copies on every reshape.
+pub(crate) fn reshapes_at_once<B: Backend>(device: &B::Device) -> bool {
+    flavor::<B>(device).flex
 }
 
 // =================================================================================================

@@ -23,11 +23,12 @@ pub(crate) trait Kind<B: Backend>: 'static {
     fn gather(dim: usize, t: Self::P, indices: B::IntTensorPrimitive) -> Self::P;
     fn select(t: Self::P, dim: usize, indices: B::IntTensorPrimitive) -> Self::P;
     fn cat(ts: Vec<Self::P>, dim: usize) -> Self::P;
+    fn repeat_dim(t: Self::P, dim: usize, times: usize) -> Self::P;
     fn device(t: &Self::P) -> B::Device;
 }
 
 macro_rules! impl_kind {
-    ($kind:ty, $prim:ident, $reshape:ident, $permute:ident, $expand:ident, $slice:ident, $gather:ident, $select:ident, $cat:ident, $device:ident) => {
+    ($kind:ty, $prim:ident, $reshape:ident, $permute:ident, $expand:ident, $slice:ident, $gather:ident, $select:ident, $cat:ident, $repeat:ident, $device:ident) => {
         impl<B: Backend> Kind<B> for $kind {
             type P = B::$prim;
             #[inline]
@@ -59,6 +60,10 @@ macro_rules! impl_kind {
                 B::$cat(ts, dim)
             }
             #[inline]
+            fn repeat_dim(t: Self::P, dim: usize, times: usize) -> Self::P {
+                B::$repeat(t, dim, times)
+            }
+            #[inline]
             fn device(t: &Self::P) -> B::Device {
                 B::$device(t)
             }
@@ -76,6 +81,7 @@ impl_kind!(
     float_gather,
     float_select,
     float_cat,
+    float_repeat_dim,
     float_device
 );
 impl_kind!(
@@ -88,6 +94,7 @@ impl_kind!(
     int_gather,
     int_select,
     int_cat,
+    int_repeat_dim,
     int_device
 );
 impl_kind!(
@@ -100,6 +107,7 @@ impl_kind!(
     bool_gather,
     bool_select,
     bool_cat,
+    bool_repeat_dim,
     bool_device
 );
 

@@ -55,6 +55,23 @@ pub(crate) fn align<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, target: &BatchD
 /// backends do not broadcast; the result is laid out for the backend's kernels (see
 /// [`compat::kernel_layout`]).
 pub(crate) fn materialize<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, target: &BatchDims) -> K::P {
+    materialize_with::<B, K>(t, target, K::expand)
+}
+
+/// Like [`materialize`], for the tensor an op writes into (`slice_assign`, `scatter`,
+/// `select_add`), which the backend copies first: see [`compat::write_target`].
+pub(crate) fn write_target<B: Backend, K: Kind<B>>(
+    t: VmapTensor<K::P>,
+    target: &BatchDims,
+) -> K::P {
+    materialize_with::<B, K>(t, target, compat::write_target::<B, K>)
+}
+
+fn materialize_with<B: Backend, K: Kind<B>>(
+    t: VmapTensor<K::P>,
+    target: &BatchDims,
+    expand: impl FnOnce(K::P, Shape) -> K::P,
+) -> K::P {
     let missing = target.len() != t.bdims.len();
     let inner = align::<B, K>(t, target);
     if !missing {
@@ -62,7 +79,7 @@ pub(crate) fn materialize<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, target: &
     }
     let shape = inner.shape();
     let full = with_batch_sizes(target, &shape[target.len()..]);
-    compat::kernel_layout::<B, K>(K::expand(inner, full))
+    compat::kernel_layout::<B, K>(expand(inner, full))
 }
 
 /// Full slices for the batch dims, followed by the logical slices.

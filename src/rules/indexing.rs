@@ -10,7 +10,7 @@ use burn_backend::backend::Backend;
 use burn_backend::tensor::{Bool, Int};
 use burn_backend::{Shape, Slice, TensorMetadata};
 
-use super::helpers::{batch_slices, materialize};
+use super::helpers::{batch_slices, materialize, write_target};
 use crate::compat;
 use crate::physical::Kind;
 use crate::tensor::{BatchDims, VmapTensor};
@@ -39,7 +39,7 @@ pub(crate) fn scatter<B: Backend, K: Kind<B>>(
     f: impl FnOnce(usize, K::P, IntP<B>, K::P) -> K::P,
 ) -> VmapTensor<K::P> {
     let bdims = BatchDims::union([&tensor.bdims, &indices.bdims, &value.bdims]);
-    let t = materialize::<B, K>(tensor, &bdims);
+    let t = write_target::<B, K>(tensor, &bdims);
     let i = materialize::<B, Int>(indices, &bdims);
     let v = materialize::<B, K>(value, &bdims);
     let nb = bdims.len();
@@ -114,13 +114,13 @@ pub(crate) fn select_add<B: Backend, K: Kind<B>>(
 ) -> VmapTensor<K::P> {
     if indices.bdims.is_empty() {
         let bdims = BatchDims::union([&tensor.bdims, &value.bdims]);
-        let t = materialize::<B, K>(tensor, &bdims);
+        let t = write_target::<B, K>(tensor, &bdims);
         let v = materialize::<B, K>(value, &bdims);
         let pdim = dim + bdims.len();
         return VmapTensor::new(select_f(t, pdim, indices.inner(), v), bdims);
     }
     let bdims = BatchDims::union([&tensor.bdims, &indices.bdims, &value.bdims]);
-    let t = materialize::<B, K>(tensor, &bdims);
+    let t = write_target::<B, K>(tensor, &bdims);
     let v = materialize::<B, K>(value, &bdims);
     let i = materialize::<B, Int>(indices, &bdims);
     let pdim = dim + bdims.len();
@@ -136,7 +136,7 @@ pub(crate) fn slice_assign<B: Backend, K: Kind<B>>(
     f: impl FnOnce(K::P, &[Slice], K::P) -> K::P,
 ) -> VmapTensor<K::P> {
     let bdims = BatchDims::union([&tensor.bdims, &value.bdims]);
-    let t = materialize::<B, K>(tensor, &bdims);
+    let t = write_target::<B, K>(tensor, &bdims);
     let v = materialize::<B, K>(value, &bdims);
     let slices = batch_slices(&bdims, slices);
     VmapTensor::new(f(t, &slices, v), bdims)
