@@ -18,13 +18,14 @@
 //! | binary ops over expanded operands run element by element (slow outer products) | Flex | [`outer_product`] |
 //! | copying a view broadcast along a leading dim writes one scattered element at a time | Flex | [`write_target`] |
 //! | a pending reshape of a strided tensor is copied by each reader (Flex reshapes views as views) | Flex | [`reshapes_at_once`] |
+//! | binary ops over a broadcast left operand run element by element | Flex | [`binary_lhs`] |
 //! | broadcasting a size-1 dim against a size-0 one panics ("Broadcast dims must be size 1") | cubecl | [`expand_empty_batch`] |
 //! | a folded `[0, k] x [k, n]` matmul divides by zero | ndarray | [`can_fold_rows`] |
 //! | reshaping to rank 0 panics | ndarray | [`reshapes_to_rank0`], [`rank0_through_data`] |
 //!
 //! **Flex** (`burn-flex`, feature `flex`) needs none of the correctness workarounds above (the
 //! rank-0 reshape goes straight to the backend: Flex reshapes to rank 0 and reshapes contiguous
-//! tensors as zero-copy views); it takes three speed routes, [`outer_product`], [`write_target`] and [`reshapes_at_once`]. The one applied to every
+//! tensors as zero-copy views); it takes four speed routes, [`outer_product`], [`write_target`], [`reshapes_at_once`] and [`binary_lhs`]. The one applied to every
 //! backend, [`can_fold_rows`], only routes an empty batch (nothing to compute) and costs nothing.
 //! The whole test suite (loop oracle, conformance vectors, layers, transforms) runs on Flex in CI.
 //!
@@ -143,6 +144,25 @@ pub(crate) fn write_target<B: Backend, K: Kind<B>>(t: K::P, full: Shape) -> K::P
         return K::reshape(K::repeat_dim(rows, 0, times), full);
     }
     K::expand(t, full)
+}
+
+/// The left operand `l` of a broadcasting binary op, aligned to the result's batch dims
+/// `bdims` (a unit dim for each it lacks): as it is, except on Burn 0.21's Flex backend, whose
+/// binary ops take their SIMD paths only with a contiguous left operand; a left operand
+/// broadcast along a batch dim is walked element by element there, or copied through the slow
+/// stride-0 copy of [`write_target`] (a layer's output shared by every example, times a
+/// per-example scale). There it is repeated along the batch dims it lacks, one memcpy per
+/// example.
+pub(crate) fn binary_lhs<B: Backend, K: Kind<B>>(l: K::P, bdims: &BatchDims) -> K::P {
+    if !flavor::<B>(&K::device(&l)).flex {
+        return l;
+    }
+    let shape = l.shape();
+    let full = with_batch_sizes(bdims, &shape[bdims.len()..]);
+    if shape == full {
+        return l;
+    }
+    write_target::<B, K>(l, full)
 }
 
 /// Whether a reshape of a batched tensor runs at once rather than being held pending
