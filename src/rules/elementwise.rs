@@ -17,8 +17,8 @@ pub(crate) fn unary<P: Clone, Q>(t: VmapTensor<P>, f: impl FnOnce(P) -> Q) -> Vm
 }
 
 /// A binary elementwise op whose backend broadcasts size-1 dims (add, mul, comparisons, ...):
-/// an operand missing a level gets a size-1 dim there, nothing is copied (but for a left
-/// operand on Flex: [`compat::binary_lhs`]).
+/// an operand missing a level gets a size-1 dim there, nothing is copied (a left operand may
+/// be: [`compat::binary_lhs`]).
 #[inline]
 pub(crate) fn binary<B: Backend, K1: Kind<B>, K2: Kind<B>, Q>(
     lhs: VmapTensor<K1::P>,

@@ -10,8 +10,8 @@ use crate::tensor::VmapTensor;
 /// `reshape` of the logical dims. Unbatched: the backend's reshape (skipped when the shape does
 /// not change). Batched: recorded as a pending reshape of the physical tensor (see
 /// [`VmapTensor`]'s "Pending reshapes"), run when a rule reads the tensor; rules that fold
-/// leading dims into rows read the data as it is, with no copy (except on backends that
-/// reshape views as views: [`compat::reshapes_at_once`](crate::compat::reshapes_at_once)). A rank-0 result is held as
+/// leading dims into rows read the data as it is, with no copy (except where
+/// [`compat::reshapes_at_once`](crate::compat::reshapes_at_once)). A rank-0 result is held as
 /// `[batch sizes.., 1]`, so no backend is asked for a rank-0 tensor.
 pub(crate) fn reshape<B: Backend, K: Kind<B>>(
     t: VmapTensor<K::P>,

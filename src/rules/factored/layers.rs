@@ -266,7 +266,7 @@ fn as_4d<B: Backend>(x: FP<B>, spatial: usize) -> FP<B> {
 /// The input patches of a 2-d convolution, one row per output position: `[E·N, c, h, w] ->
 /// [E, N·L, c·kh·kw]` for `[E, N·L] = rows` (channel-major within a row, as the weight
 /// `[c_out, c, kh, kw]` is laid out): windows as views, then one copy (see
-/// [`compat::conv_patches`] for cubecl).
+/// [`compat::conv_patches`] for a backend bug).
 fn unfold<B: Backend>(x: FP<B>, kernel: [usize; 2], o: &ConvGeometry, rows: [usize; 2]) -> FP<B> {
     let s = x.shape();
     let (n, c) = (s[0], s[1]);

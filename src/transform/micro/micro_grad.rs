@@ -46,7 +46,7 @@ use crate::tree::{DynTree, Key, Leaf, NodeKind, Spec, Tree, TreeDef};
 /// of the differentiated argument (one argnum), or a tuple of them (several). They run
 /// vectorized. With `keep_batch_dim` (the default, as optax) `f` sees each batched argument
 /// with a leading batch dim of size 1; without, the bare example. For a Burn `Module`, see
-/// [`micro_grad_module`].
+/// [`micro_grad_module`](crate::micro_grad_module).
 ///
 /// # Example: optax's documentation example
 /// ```
@@ -96,7 +96,7 @@ pub fn micro_grad<F>(f: F) -> MicroGrad<F> {
     MicroGrad::new(f, ArgGrads, opts)
 }
 
-/// A function transformed by [`micro_grad`] (or [`micro_grad_module`]).
+/// A function transformed by [`micro_grad`] (or [`micro_grad_module`](crate::micro_grad_module)).
 #[derive(Debug, Clone)]
 pub struct MicroGrad<F, S = Sum, T = Identity, M = NoMetrics, V = PlainVmap, Src = ArgGrads> {
     pub(super) f: F,
