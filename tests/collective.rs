@@ -334,9 +334,9 @@ fn should_time_out_when_a_peer_dies_after_joining() {
     let topology = Topology::Local { peers: 2 };
     let t = topology.clone();
     let dead = std::thread::spawn(move || {
-        let peer =
+        // Joined; the thread then returns and the peer goes with it.
+        let _joined =
             Peer::<Other>::register(1, Default::default(), &t, Duration::from_secs(30)).unwrap();
-        drop(peer);
     });
     let peer =
         Peer::<Other>::register(0, Default::default(), &topology, Duration::from_secs(30)).unwrap();
