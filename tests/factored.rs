@@ -421,24 +421,7 @@ fn should_clip_and_sum_every_layer_like_the_loop_microbatched() {
     let tokens: Vec<i64> = (0..b * t).map(|i| ((i * 5 + i / 4) % 30) as i64).collect();
     let xs = Tensor::<AD, 1, Int>::from_ints(tokens.as_slice(), &device()).reshape([b, t]);
     let c = 0.05;
-    // The loop: clip each example's whole gradient to `c`, sum.
-    let mut want: Vec<(String, Tensor<V, 1>)> = Vec::new();
-    for i in 0..b {
-        let x = xs.clone().narrow(0, i, 1);
-        let mut g = model.loss(x).backward();
-        let g = flat(&clip_by_global_norm(
-            ParamGrads::<V>::from_module(&mut g, &model),
-            c,
-        ));
-        want = if want.is_empty() {
-            g
-        } else {
-            want.into_iter()
-                .zip(g)
-                .map(|((p, a), (_, b))| (p, a + b))
-                .collect()
-        };
-    }
+    let want = clipped_sum_by_loop(&model, &xs, c, SeqModel::loss);
     for mb in [None, Some(1), Some(2), Some(3)] {
         let (got, _): (ParamGrads<V>, MicroAux<V>) =
             micro_grad_module(|m: &SeqModel<AD>, (x,): (Tensor<AD, 2, Int>,)| m.loss(x))
@@ -447,11 +430,7 @@ fn should_clip_and_sum_every_layer_like_the_loop_microbatched() {
                 .accumulator(Sum)
                 .call(&model, (xs.clone(),))
                 .unwrap();
-        let got = flat(&got);
-        assert_eq!(got.len(), want.len());
-        for ((path, g), (_, w)) in got.into_iter().zip(want.iter()) {
-            close(g, w.clone(), &format!("{path}, microbatch {mb:?}"));
-        }
+        close_all(&got, &want, &format!("microbatch {mb:?}"));
     }
     // Per-example gradients (Concat), multiplied out, against the loop.
     let (per, _): (ParamGrads<V>, MicroAux<V>) =
@@ -510,11 +489,32 @@ fn should_clip_and_sum_a_transformer_like_the_loop() {
     let tokens: Vec<i64> = (0..b * t).map(|i| ((i * 7 + i / 2) % 20) as i64).collect();
     let xs = Tensor::<AD, 1, Int>::from_ints(tokens.as_slice(), &device()).reshape([b, t]);
     let c = 0.1;
+    let want = clipped_sum_by_loop(&model, &xs, c, Encoder::loss);
+    for mb in [None, Some(2)] {
+        let (got, _): (ParamGrads<V>, MicroAux<V>) =
+            micro_grad_module(|m: &Encoder<AD>, (x,): (Tensor<AD, 2, Int>,)| m.loss(x))
+                .microbatch_size(mb)
+                .transform_fn(|g: ParamGrads<V>| clip_by_global_norm(g, c))
+                .accumulator(Sum)
+                .call(&model, (xs.clone(),))
+                .unwrap();
+        close_all(&got, &want, &format!("microbatch {mb:?}"));
+    }
+}
+
+/// The loop oracle of a clipped sum: each example's whole gradient (`loss` on row `i` of
+/// `xs`) clipped to norm `c`, summed; flattened with its paths.
+fn clipped_sum_by_loop<M: AutodiffModule<AD>>(
+    model: &M,
+    xs: &Tensor<AD, 2, Int>,
+    c: f64,
+    loss: impl Fn(&M, Tensor<AD, 2, Int>) -> Tensor<AD, 1>,
+) -> Vec<(String, Tensor<V, 1>)> {
     let mut want: Vec<(String, Tensor<V, 1>)> = Vec::new();
-    for i in 0..b {
-        let mut g = model.loss(xs.clone().narrow(0, i, 1)).backward();
+    for i in 0..xs.dims()[0] {
+        let mut g = loss(model, xs.clone().narrow(0, i, 1)).backward();
         let g = flat(&clip_by_global_norm(
-            ParamGrads::<V>::from_module(&mut g, &model),
+            ParamGrads::<V>::from_module(&mut g, model),
             c,
         ));
         want = if want.is_empty() {
@@ -526,19 +526,15 @@ fn should_clip_and_sum_a_transformer_like_the_loop() {
                 .collect()
         };
     }
-    for mb in [None, Some(2)] {
-        let (got, _): (ParamGrads<V>, MicroAux<V>) =
-            micro_grad_module(|m: &Encoder<AD>, (x,): (Tensor<AD, 2, Int>,)| m.loss(x))
-                .microbatch_size(mb)
-                .transform_fn(|g: ParamGrads<V>| clip_by_global_norm(g, c))
-                .accumulator(Sum)
-                .call(&model, (xs.clone(),))
-                .unwrap();
-        let got = flat(&got);
-        assert_eq!(got.len(), want.len());
-        for ((path, g), (_, w)) in got.into_iter().zip(want.iter()) {
-            close(g, w.clone(), &format!("{path}, microbatch {mb:?}"));
-        }
+    want
+}
+
+/// Every gradient of `got` close to the flattened `want`, path by path.
+fn close_all(got: &ParamGrads<V>, want: &[(String, Tensor<V, 1>)], what: &str) {
+    let got = flat(got);
+    assert_eq!(got.len(), want.len(), "{what}: number of gradients");
+    for ((path, g), (_, w)) in got.into_iter().zip(want.iter()) {
+        close(g, w.clone(), &format!("{path}, {what}"));
     }
 }
 
