@@ -50,6 +50,7 @@
 //! (outside `Vmap`) still panic inside Burn.
 
 use std::any::TypeId;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -74,13 +75,25 @@ struct Flavor {
     flex: bool,
 }
 
+/// `B`'s flavor: from a per-thread copy of the last backend asked about (the rules ask on every
+/// binary op and reshape, almost always about the same backend), else from the process-wide
+/// cache, else from the backend's name.
 fn flavor<B: Backend>(device: &B::Device) -> Flavor {
+    thread_local! {
+        static LAST: Cell<Option<(TypeId, Flavor)>> = const { Cell::new(None) };
+    }
     static BY_BACKEND: OnceLock<Mutex<HashMap<TypeId, Flavor>>> = OnceLock::new();
-    *BY_BACKEND
+    let id = TypeId::of::<B>();
+    if let Some((last, f)) = LAST.get()
+        && last == id
+    {
+        return f;
+    }
+    let f = *BY_BACKEND
         .get_or_init(Default::default)
         .lock()
         .expect("backend cache")
-        .entry(TypeId::of::<B>())
+        .entry(id)
         .or_insert_with(|| {
             let name = B::name(device);
             Flavor {
@@ -88,7 +101,9 @@ fn flavor<B: Backend>(device: &B::Device) -> Flavor {
                 ndarray: name == "ndarray",
                 flex: name == "flex",
             }
-        })
+        });
+    LAST.set(Some((id, f)));
+    f
 }
 
 /// Whether `B` is one of Burn 0.21's cubecl backends (wgpu, CUDA), read from its name once per
