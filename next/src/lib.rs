@@ -9,3 +9,11 @@
 
 // `#[derive(Tree)]` expands to `::burn_vmap::...` paths; this makes them resolve here too.
 extern crate self as burn_vmap;
+
+mod error;
+mod graph;
+mod guard;
+mod runtime;
+mod value;
+
+pub use error::VmapError;

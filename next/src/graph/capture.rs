@@ -1,0 +1,213 @@
+//! Recording a user's function once, for one example, on Burn's capture device.
+//!
+//! A transform calls [`capture`] with a closure that creates the function's inputs on the
+//! capture device (placeholders of one example's shape, or a model moved there), calls the
+//! user's function, and returns the input and output tensors; the result is a [`Program`].
+//!
+//! The capture device is chosen per nesting depth from a per-thread pool, so a transform used
+//! inside a function being recorded (a `vmap` inside a `vmap`) records on a device of its own.
+//! A recording made for gradients runs on the capture device with autodiff turned on, the way a
+//! user's own training step runs on an autodiff device: `Dropout` in training mode then records
+//! its random mask (the transform draws it per example) instead of being skipped.
+//!
+//! Burn 0.22.1 specifics (the part most likely to move in later releases): runtime inputs are
+//! declared by tensor id (placeholders created from data on the capture device are accepted as
+//! inputs; parameters declared as inputs are accepted as well, as capture.rs:210-219 of
+//! burn-capture 0.22.1 shows), and an autodiff tensor on the capture device is unwrapped with
+//! `Dispatch::inner` before its id is read.
+
+use std::cell::{Cell, RefCell};
+
+use burn::tensor::Device;
+use burn_backend::backend::AutodiffBackend;
+use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
+use burn_backend::{TensorData, TensorMetadata};
+use burn_dispatch::backends::Capture;
+use burn_dispatch::{
+    BackendTensor, Dispatch, DispatchAutodiffContext, DispatchKindConversion, DispatchTensor,
+};
+use burn_ir::TensorId;
+
+use super::program::{Program, TensorSig};
+use crate::VmapError;
+use crate::guard;
+
+thread_local! {
+    /// Capture devices by nesting depth (Burn allows one open scope per device).
+    static POOL: RefCell<Vec<Device>> = const { RefCell::new(Vec::new()) };
+    /// How many captures are open on this thread.
+    static DEPTH: Cell<usize> = const { Cell::new(0) };
+}
+
+/// What a capture closure records: the function's inputs and outputs (flattened, in order) and
+/// whatever else the caller needs back (the output's tree structure, say).
+pub(crate) struct Recording<R> {
+    pub(crate) inputs: Vec<DispatchTensor>,
+    pub(crate) outputs: Vec<DispatchTensor>,
+    pub(crate) extra: R,
+}
+
+/// A placeholder input of signature `sig` on the capture device `device` (zeros: its values are
+/// never read, only its shape and dtype are recorded).
+pub(crate) fn placeholder(sig: &TensorSig, device: &Device) -> DispatchTensor {
+    let data = TensorData::full_dtype(sig.shape.clone(), 0, sig.dtype);
+    let device = device.as_dispatch();
+    if sig.dtype.is_float() {
+        Dispatch::float_from_data(data, device)
+    } else if sig.dtype.is_bool() {
+        Dispatch::bool_from_data(data, device)
+    } else {
+        Dispatch::int_from_data(data, device)
+    }
+}
+
+/// Records `record` on a capture device (with autodiff on when `autodiff`) and returns the
+/// program with the closure's extra result. `transform` names the caller in errors.
+///
+/// # Errors
+/// - [`VmapError::ForeignTensor`]: the function used a tensor from another device;
+/// - [`VmapError::ValueRead`]: the function read a recorded tensor's values;
+/// - [`VmapError::FunctionPanicked`]: any other panic of the function;
+/// - whatever error `record` returns.
+pub(crate) fn capture<R>(
+    transform: &'static str,
+    autodiff: bool,
+    record: impl FnOnce(&Device) -> Result<Recording<R>, VmapError>,
+) -> Result<(Program, R), VmapError> {
+    let depth = DEPTH.get();
+    let device = POOL.with(|pool| {
+        let mut pool = pool.borrow_mut();
+        while pool.len() <= depth {
+            pool.push(Device::capture());
+        }
+        pool[depth].clone()
+    });
+    let _depth = DepthGuard::enter(depth);
+    let user_device = if autodiff {
+        device.clone().autodiff()
+    } else {
+        device.clone()
+    };
+
+    let mut outcome: Option<Result<(Vec<TensorId>, Vec<TensorId>, R), VmapError>> = None;
+    let captured = device.capture_scope(|scope| {
+        let result = guard::catch(|| record(&user_device))
+            .map_err(|message| classify(transform, message))
+            .and_then(|r| r)
+            .and_then(|recording| {
+                let inputs = ids(transform, recording.inputs)?;
+                let outputs = ids(transform, recording.outputs)?;
+                Ok((inputs, outputs, recording.extra))
+            });
+        let (inputs, outputs) = match &result {
+            Ok((inputs, outputs, _)) => (inputs.clone(), unique(outputs)),
+            Err(_) => (Vec::new(), Vec::new()),
+        };
+        outcome = Some(result);
+        scope.complete(inputs, outputs)
+    });
+    let (_, outputs, extra) = outcome.expect("the capture closure ran")?;
+    let captured = captured.map_err(|e| VmapError::FunctionPanicked {
+        transform,
+        message: format!("Burn rejected the recorded graph: {e}"),
+    })?;
+    // The graph's boundary is ours, in order, with Burn's aliases resolved: map our ids to it.
+    let declared = unique(&outputs);
+    let resolve = |id: &TensorId| {
+        let pos = declared
+            .iter()
+            .position(|d| d == id)
+            .expect("declared above");
+        captured.graph.outputs[pos]
+    };
+    let outputs = outputs.iter().map(resolve).collect();
+    let program = Program::new(
+        captured.graph.operations,
+        captured.graph.inputs,
+        outputs,
+        captured.values,
+    );
+    Ok((program, extra))
+}
+
+/// Marks one more capture open on this thread while it lives.
+struct DepthGuard(usize);
+
+impl DepthGuard {
+    fn enter(depth: usize) -> Self {
+        DEPTH.set(depth + 1);
+        DepthGuard(depth)
+    }
+}
+
+impl Drop for DepthGuard {
+    fn drop(&mut self) {
+        DEPTH.set(self.0);
+    }
+}
+
+/// `ids` without repeats, first occurrence first.
+fn unique(ids: &[TensorId]) -> Vec<TensorId> {
+    let mut out: Vec<TensorId> = Vec::with_capacity(ids.len());
+    for id in ids {
+        if !out.contains(id) {
+            out.push(*id);
+        }
+    }
+    out
+}
+
+/// The capture ids of recorded tensors.
+fn ids(transform: &'static str, tensors: Vec<DispatchTensor>) -> Result<Vec<TensorId>, VmapError> {
+    tensors.into_iter().map(|t| id(transform, t)).collect()
+}
+
+/// The capture id of a tensor recorded on the capture device (autodiff or not).
+fn id(transform: &'static str, tensor: DispatchTensor) -> Result<TensorId, VmapError> {
+    let tensor = if tensor.autodiff == DispatchAutodiffContext::Disabled {
+        tensor
+    } else if tensor.dtype().is_float() {
+        Dispatch::inner(tensor)
+    } else if tensor.dtype().is_bool() {
+        Dispatch::bool_inner(tensor)
+    } else {
+        Dispatch::int_inner(tensor)
+    };
+    match <DispatchTensor as DispatchKindConversion<Capture>>::try_into_backend(tensor) {
+        Ok(BackendTensor::Float(t) | BackendTensor::Int(t) | BackendTensor::Bool(t)) => Ok(t.id()),
+        Ok(BackendTensor::Autodiff(t)) => Ok(t.into_primitive().id()),
+        Ok(BackendTensor::Quantized(_)) => Err(VmapError::UnsupportedOp {
+            op: "a quantized tensor".into(),
+            why: "quantized tensors are not supported by burn-vmap; run the model in float",
+        }),
+        Err(detail) => Err(VmapError::ForeignTensor { transform, detail }),
+    }
+}
+
+/// The error a panic inside the recorded function stands for.
+fn classify(transform: &'static str, message: String) -> VmapError {
+    let lower = message.to_lowercase();
+    if lower.contains("no concrete value") || lower.contains("no initialized value") {
+        VmapError::ValueRead {
+            transform,
+            detail: first_line(&message),
+        }
+    } else if lower.contains("device") {
+        VmapError::ForeignTensor {
+            transform,
+            detail: first_line(&message),
+        }
+    } else {
+        VmapError::FunctionPanicked { transform, message }
+    }
+}
+
+fn first_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("==="))
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}

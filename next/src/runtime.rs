@@ -1,0 +1,124 @@
+//! The backend behind a user's [`Device`]: the one place that matches Burn 0.22's closed set of
+//! dispatch backends, and where a user's `Tensor` becomes a backend primitive and back.
+//!
+//! Burn 0.22's `Tensor<D>` dispatches at run time over a closed enum (Flex, the cubecl
+//! backends, capture, ...); no outside backend can sit under it. burn-vmap's engine runs at
+//! primitive level instead: a transform is a [`Job`] generic over the inner backend, and
+//! [`on_backend`] runs it on the backend of the user's device. The capture backend is one of
+//! them: a transform used inside a function being recorded runs its batched computation on
+//! capture tensors, recording it into the enclosing graph.
+
+use burn::tensor::Device;
+use burn_backend::TensorMetadata;
+use burn_backend::backend::{AutodiffBackend, Backend};
+use burn_dispatch::{
+    BackendTensor, Dispatch, DispatchAutodiffContext, DispatchDevice, DispatchKindConversion,
+    DispatchTensor,
+};
+
+use crate::VmapError;
+use crate::value::Value;
+
+/// A backend a user's tensors live on: its primitives come out of a Burn `Tensor` and go back
+/// into one without a copy.
+pub(crate) trait UserBackend: Backend {
+    /// The primitive of a user's tensor on this backend. An autodiff tensor is taken without
+    /// its autodiff graph (transforms differentiate what they record themselves).
+    ///
+    /// # Errors
+    /// A description of the mismatch when the tensor lives on another backend.
+    fn value(tensor: DispatchTensor) -> Result<Value<Self>, String>;
+
+    /// A user's tensor holding `value`.
+    fn tensor(value: Value<Self>) -> DispatchTensor;
+}
+
+impl<B: Backend> UserBackend for B
+where
+    DispatchTensor: DispatchKindConversion<B>,
+{
+    fn value(tensor: DispatchTensor) -> Result<Value<Self>, String> {
+        match <DispatchTensor as DispatchKindConversion<B>>::try_into_backend(detach(tensor))? {
+            BackendTensor::Float(t) => Ok(Value::Float(t)),
+            BackendTensor::Int(t) => Ok(Value::Int(t)),
+            BackendTensor::Bool(t) => Ok(Value::Bool(t)),
+            BackendTensor::Autodiff(t) => Ok(Value::Float(t.into_primitive())),
+            BackendTensor::Quantized(_) => {
+                Err("quantized tensors are not supported by burn-vmap".to_string())
+            }
+        }
+    }
+
+    fn tensor(value: Value<Self>) -> DispatchTensor {
+        let tensor = match value {
+            Value::Float(t) => BackendTensor::Float(t),
+            Value::Int(t) => BackendTensor::Int(t),
+            Value::Bool(t) => BackendTensor::Bool(t),
+        };
+        <DispatchTensor as DispatchKindConversion<B>>::from_backend(tensor)
+    }
+}
+
+/// `tensor` without its autodiff graph.
+pub(crate) fn detach(tensor: DispatchTensor) -> DispatchTensor {
+    if tensor.autodiff == DispatchAutodiffContext::Disabled {
+        tensor
+    } else if tensor.dtype().is_float() {
+        Dispatch::inner(tensor)
+    } else if tensor.dtype().is_bool() {
+        Dispatch::bool_inner(tensor)
+    } else {
+        Dispatch::int_inner(tensor)
+    }
+}
+
+/// Work generic over the backend behind the user's device.
+pub(crate) trait Job {
+    /// What the work returns.
+    type Output;
+    /// Runs the work on backend `B`, whose device is `device`.
+    fn run<B: UserBackend>(self, device: B::Device) -> Self::Output;
+}
+
+/// Runs `job` on the backend of `device` (the inner device of an autodiff device).
+///
+/// # Errors
+/// [`VmapError::Device`] when burn-vmap does not run on that backend (a remote device, or a
+/// deprecated NdArray/LibTorch device).
+pub(crate) fn on_backend<J: Job>(
+    transform: &'static str,
+    device: &Device,
+    job: J,
+) -> Result<J::Output, VmapError> {
+    on_dispatch(transform, device.as_dispatch().clone(), job)
+}
+
+fn on_dispatch<J: Job>(
+    transform: &'static str,
+    device: DispatchDevice,
+    job: J,
+) -> Result<J::Output, VmapError> {
+    match device {
+        #[cfg(feature = "flex")]
+        DispatchDevice::Flex(d) => Ok(job.run::<burn_dispatch::backends::Flex>(d)),
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        DispatchDevice::Cube(d) => Ok(job.run::<burn_dispatch::backends::Cube>(d)),
+        DispatchDevice::Capture(d) => Ok(job.run::<burn_dispatch::backends::Capture>(d)),
+        DispatchDevice::Autodiff(d) => on_dispatch(transform, d.inner(), job),
+        #[allow(unreachable_patterns)]
+        other => Err(VmapError::Device {
+            transform,
+            why: format!(
+                "burn-vmap runs on Flex, wgpu, CUDA and capture devices, not on {other:?}"
+            ),
+        }),
+    }
+}
+
+/// The user's device for a backend device.
+pub(crate) fn user_device<B: UserBackend>(device: &B::Device) -> Device
+where
+    B::Device: Into<DispatchDevice>,
+{
+    Device::new(device.clone())
+}
