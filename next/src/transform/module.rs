@@ -1,0 +1,142 @@
+//! A user's Burn module under a transform: its parameters as the inputs of a recorded loss.
+//!
+//! Burn 0.22 modules hold `Param<Tensor<D>>` on a plain device. A transform that differentiates
+//! a loss over a module records the loss once with the module moved to the capture device and
+//! its float parameters declared as the program's first inputs (in the module's visiting
+//! order); every run then feeds the module's current parameters, so an optimizer step needs no
+//! new recording. A parameter is differentiated when it is trainable (`Module::freeze` and
+//! `set_require_grad(false)` exclude it, as Burn's own `backward` would).
+
+use burn::module::{Module, ModuleVisitor, Param, ParamId};
+use burn::tensor::Tensor;
+
+use crate::VmapError;
+use crate::graph::{Recording, TensorSig, capture, placeholder};
+use crate::transform::run::Recorded;
+use crate::tree::{Leaf, Tree, TreeDef};
+
+/// A module's float parameters in visiting order.
+#[derive(Debug, Clone)]
+pub(crate) struct ModuleParams {
+    /// `layer1.weight`.
+    pub(crate) paths: Vec<String>,
+    pub(crate) ids: Vec<ParamId>,
+    pub(crate) tensors: Vec<Leaf>,
+    /// Whether each parameter gets a gradient.
+    pub(crate) trainable: Vec<bool>,
+}
+
+/// What identifies a module for a recording: its parameters' ids and shapes, its flags (a
+/// `Dropout`'s training flag changes what is recorded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ModuleKey {
+    params: Vec<(ParamId, TensorSig, bool)>,
+    flags: Vec<(ParamId, bool)>,
+}
+
+#[derive(Default)]
+struct Collect {
+    path: Vec<String>,
+    paths: Vec<String>,
+    ids: Vec<ParamId>,
+    tensors: Vec<Leaf>,
+    flags: Vec<(ParamId, bool)>,
+}
+
+impl ModuleVisitor for Collect {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        self.paths.push(self.path.join("."));
+        self.ids.push(param.id);
+        self.tensors.push(Leaf::new(param.val()));
+    }
+
+    fn visit_flag(&mut self, flag: &Param<burn::module::Flag>) {
+        self.flags.push((flag.id, flag.val().is_enabled()));
+    }
+}
+
+struct Trainable(Vec<bool>);
+
+impl ModuleVisitor for Trainable {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        self.0.push(param.val().is_require_grad());
+    }
+}
+
+/// The float parameters of `module`, as tensors, in visiting order.
+pub(crate) fn param_tensors<M: Module>(module: &M) -> Vec<Leaf> {
+    let mut collect = Collect::default();
+    module.visit(&mut collect);
+    collect.tensors
+}
+
+impl ModuleParams {
+    /// The float parameters of `module`, and what identifies it for a recording.
+    pub(crate) fn of<M: Module>(module: &M) -> (Self, ModuleKey) {
+        let mut collect = Collect::default();
+        module.visit(&mut collect);
+        // Burn applies a parameter's configured trainability when the module enters training
+        // mode (`train`); read it there.
+        let mut trainable = Trainable(Vec::with_capacity(collect.ids.len()));
+        module.clone().train().visit(&mut trainable);
+        let key = ModuleKey {
+            params: collect
+                .ids
+                .iter()
+                .zip(&collect.tensors)
+                .zip(&trainable.0)
+                .map(|((id, t), g)| {
+                    let sig = TensorSig {
+                        shape: t.shape(),
+                        dtype: t.dtype(),
+                    };
+                    (*id, sig, *g)
+                })
+                .collect(),
+            flags: collect.flags,
+        };
+        let params = Self {
+            paths: collect.paths,
+            ids: collect.ids,
+            tensors: collect.tensors,
+            trainable: trainable.0,
+        };
+        (params, key)
+    }
+}
+
+/// Records `loss(module, args)` for one example: the module on the capture device (with
+/// autodiff on, as a training step runs), its float parameters as the first inputs, then the
+/// arguments of structure `def` and signature `sigs`. The program's outputs are the flattened
+/// result of `loss`.
+pub(crate) fn record_module_fn<M: Module, A: Tree, R: Tree>(
+    transform: &'static str,
+    module: &M,
+    loss: &impl Fn(&M, A) -> R,
+    def: &TreeDef,
+    sigs: &[TensorSig],
+) -> Result<Recorded, VmapError> {
+    let (program, out_def) = capture(transform, true, |device| {
+        let recorded_module = module.clone().to_device(device);
+        let params = param_tensors(&recorded_module);
+        let args: Vec<_> = sigs.iter().map(|s| placeholder(s, device)).collect();
+        let tree = A::unflatten_named(def, args.iter().cloned().map(Leaf).collect(), "args")?;
+        let (outputs, out_def) = loss(&recorded_module, tree).flatten();
+        let mut inputs: Vec<_> = params.into_iter().map(Leaf::into_dispatch).collect();
+        inputs.extend(args);
+        Ok(Recording {
+            inputs,
+            outputs: outputs.into_iter().map(Leaf::into_dispatch).collect(),
+            extra: out_def,
+        })
+    })?;
+    Ok(Recorded { program, out_def })
+}
