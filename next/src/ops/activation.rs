@@ -5,10 +5,11 @@
 //! through. Activations along a dim (softmax, ...) and `prelu` keep Burn's defaults, which
 //! decompose into float ops whose batching rules apply.
 
+use crate::physical::Float;
 use burn_backend::Scalar;
 use burn_backend::backend::Backend;
 use burn_backend::ops::ActivationOps;
-use burn_backend::tensor::{Float, FloatTensor};
+use burn_backend::tensor::FloatTensor;
 
 use super::macros::*;
 use crate::Vmap;

@@ -1,8 +1,9 @@
 //! `BatchOps` for `Vmap<B>`: moving tensors in and out of vmap levels (rules in
 //! `rules/batch.rs`; a factored product leaves a level factored, `rules/factored/`).
 
+use crate::physical::{Bool, Float, Int};
 use burn_backend::backend::Backend;
-use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
+use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 
 use crate::Vmap;
 use crate::batching::BatchOps;

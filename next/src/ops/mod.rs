@@ -2,11 +2,39 @@
 //! operands, calls the batching rule of its family (see [`crate::rules`]) and rewraps.
 //!
 //! Only the methods Burn requires are implemented, plus a few defaults that are overridden for
-//! speed (each says why); Burn's other default methods decompose into these.
+//! speed or correctness (each says why at its definition); Burn's other default methods
+//! decompose into these. The overridden defaults of Burn 0.22.1:
+//!
+//! | trait | defaults overridden | why |
+//! |---|---|---|
+//! | `FloatTensorOps` | `float_zeros`, `float_ones`, `float_full` | speed: the defaults build them on the host |
+//! | | `float_neg` | speed: one kernel, not `mul_scalar(-1)` |
+//! | | `float_cat` | speed (one inner `cat`, not assigns into an empty tensor); keeps factored products factored |
+//! | | `float_sort`, `float_sort_with_indices`, `float_argsort` | correctness: the defaults read the values back (no batched read, no capture) |
+//! | | `float_topk`, `float_topk_with_indices`, `float_argtopk` | speed: the inner top-k, not a sort of the whole dim |
+//! | | `float_hypot`, `float_sum_dims`, `float_pad` | speed: one inner op, not the defaults' decompositions |
+//! | | `float_gather_nd`, `float_scatter_nd` | the defaults are `unimplemented!`; the rules call the inner op |
+//! | | `float_mask_select` | correctness: the default reads the batched mask back; the loop fallback |
+//! | `IntTensorOps` | `int_zeros`, `int_ones`, `int_cat`, `int_sort`, `int_sort_with_indices`, `int_argsort`, `int_topk`, `int_topk_with_indices`, `int_argtopk`, `int_square`, `int_pad`, `int_gather_nd`, `int_scatter_nd`, `int_mask_select` | as their float siblings |
+//! | `BoolTensorOps` | `bool_cat` | speed, as `float_cat` |
+//! | | `bool_argwhere`, `bool_mask_select` | correctness: the loop fallback (see `rules::fallback`) |
+//! | `ModuleOps` | `linear`, `linear_x_backward`, `linear_weight_backward`, `linear_bias_backward` | speed: a batched input folded into rows, one inner op |
+//! | | `conv1d_weight_backward`, `conv2d_weight_backward`, `embedding_backward` | per-example gradients held factored (`rules::factored`) |
+//! | | `batch_norm`, `unfold4d`, `fold4d` | speed: the batch folded into `N`, one inner op |
+//! | `ActivationOps` | `relu`, `gelu`, `sigmoid`, `log_sigmoid`, their backward ops, `leaky_relu`, `hard_sigmoid` | speed: the inner backend's kernels, as `Autodiff<B>` calls them |
+//! | `QTensorOps` | `q_expand`, `q_select`, `q_slice` | exactness: the inner op on the quantized values |
+//!
+//! Left to their defaults on purpose (they decompose into ops with rules, and are right per
+//! example): `batch_norm_train` and `batch_norm_train_backward` (each example's statistics are
+//! its own batch's), `layer_norm`, `softmax`, `log_softmax`, `prelu`, the pool1d and conv1d /
+//! transposed-convolution families, `embedding`, `ctc_loss`, the `*_max_dim_with_indices`
+//! family, `float_repeat_dim`, `float_powi*`, the `DistributedOps` (see `ops/distributed.rs`)
+//! and `TransactionOps` (reads go through `*_into_data`, which refuses batched tensors).
 
 mod activation;
 mod batch;
 mod bool_tensor;
+mod distributed;
 mod float_tensor;
 mod int_tensor;
 pub(crate) mod macros;

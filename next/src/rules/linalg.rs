@@ -1,8 +1,8 @@
 //! Matrix products (JAX's `dot_general` batching rule).
 
+use crate::physical::Float;
 use burn_backend::backend::Backend;
 use burn_backend::ops::FloatTensorOps;
-use burn_backend::tensor::Float;
 use burn_backend::{Shape, TensorMetadata};
 
 use super::helpers::align;

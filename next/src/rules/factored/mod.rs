@@ -39,9 +39,10 @@ mod ops;
 pub(crate) use layers::{conv_weight, embedding_weight, linear_weight};
 pub(crate) use ops::{add, cat, div, mul, scalar, select, sum, sum_dim, unbatch};
 
+use crate::physical::Float;
 use burn_backend::backend::Backend;
-use burn_backend::tensor::Float;
-use burn_backend::{FloatDType, Scalar, Shape, TensorMetadata, get_device_settings};
+use burn_backend::tensor::IndexingUpdateOp;
+use burn_backend::{FloatDType, Scalar, Shape, TensorMetadata, get_or_init_device_settings};
 
 use super::helpers::align;
 use crate::compat::{self, kernel_layout};
@@ -92,12 +93,12 @@ fn multiply<B: Backend>(f: F<B>) -> FP<B> {
         Left::Dense(left) => matmul::<B>(B::float_swap_dims(left, lead, lead + 1), part.right),
         Left::OneHot(index) => {
             let right = expand_lead::<B>(part.right, &lead_dims);
-            let device = B::float_device(&index);
-            let int = get_device_settings::<B>(&device).int_dtype;
+            let device = index.device();
+            let int = get_or_init_device_settings::<B>(&device).int_dtype;
             let index = expand_to::<B>(expand_lead::<B>(index, &lead_dims), &right.shape());
             let index = B::float_into_int(index, int);
             let target = zeros::<B>(&right, matrix.clone());
-            B::float_scatter_add(lead, target, index, right)
+            B::float_scatter(lead, target, index, right, IndexingUpdateOp::Add)
         }
     };
     reshape::<B>(expand_to::<B>(product, &matrix), shape)
@@ -114,8 +115,8 @@ fn dense_left<B: Backend>(left: Left<FP<B>>, m: usize) -> FP<B> {
         Left::Dense(t) => t,
         Left::OneHot(index) => {
             let rank = index.shape().num_dims();
-            let device = B::float_device(&index);
-            let int = get_device_settings::<B>(&device).int_dtype;
+            let device = index.device();
+            let int = get_or_init_device_settings::<B>(&device).int_dtype;
             let cols = B::int_arange(0..m as i64, &device, int);
             let cols = B::int_into_float(cols, FloatDType::from(index.dtype()));
             let mut dims = vec![1; rank];
@@ -160,11 +161,7 @@ fn expand_lead<B: Backend>(t: FP<B>, lead: &[usize]) -> FP<B> {
 }
 
 fn zeros<B: Backend>(like: &FP<B>, dims: Vec<usize>) -> FP<B> {
-    B::float_zeros(
-        Shape::from(dims),
-        &B::float_device(like),
-        like.dtype().into(),
-    )
+    B::float_zeros(Shape::from(dims), &like.device(), like.dtype().into())
 }
 
 /// Applies `f` to every factor tensor (dense rows, one-hot indices and right factors alike).

@@ -1,8 +1,9 @@
 //! The ops with factored forms (the table in [`super`]).
 
+use crate::physical::Float;
 use burn_backend::backend::Backend;
-use burn_backend::tensor::Float;
-use burn_backend::{Scalar, TensorMetadata, get_device_settings};
+use burn_backend::tensor::IndexingUpdateOp;
+use burn_backend::{Scalar, TensorMetadata, get_or_init_device_settings};
 
 use super::{
     Declined, FP, IT, VT, dense_left, equal, expand_lead, make, map_factors, matmul, multiply_pair,
@@ -333,10 +334,11 @@ fn contract_lead<B: Backend>(f: super::F<B>, bdims: BatchDims, pd: usize, mean: 
         Left::OneHot(index) if lead == 1 => {
             // `[rows, 1]` indices: scatter-add the right rows into `[m, n]`.
             let rows = right.shape()[0];
-            let device = B::float_device(&index);
-            let int = get_device_settings::<B>(&device).int_dtype;
+            let device = index.device();
+            let int = get_or_init_device_settings::<B>(&device).int_dtype;
             let index = B::float_into_int(reshape::<B>(join(index), vec![rows]), int);
-            B::float_select_add(zeros::<B>(&right, vec![m, n]), 0, index, right)
+            let target = zeros::<B>(&right, vec![m, n]);
+            B::float_select_assign(target, 0, index, right, IndexingUpdateOp::Add)
         }
         left => {
             let left = join(dense_left::<B>(left, m));
