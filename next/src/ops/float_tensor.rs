@@ -149,6 +149,17 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         })
     }
 
+    // Fix (found by the loop oracle, tests/engine/reduce.rs): Burn's default products are
+    // `exp(sum(log x))`, NaN for a negative factor; the inner backend's own products (Flex has
+    // them), and 1 over no element as `float_sum`'s 0.
+    fn float_prod(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        reduce::all::<B, Float>(tensor, B::float_prod, B::float_prod_dim, 1.0)
+    }
+
+    fn float_prod_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        reduce::reduce_dim_or::<B, Float>(tensor, dim, B::float_prod_dim, 1.0)
+    }
+
     dim_ops!(FloatTensor, Float; float_cumsum, float_cumprod, float_cummin, float_cummax);
 
     arg_ops!(FloatTensor, Float; float_argmax, float_argmin);

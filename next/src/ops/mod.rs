@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | `FloatTensorOps` | `float_zeros`, `float_ones`, `float_full` | speed: the defaults build them on the host |
 //! | | `float_neg` | speed: one kernel, not `mul_scalar(-1)` |
+//! | | `float_prod`, `float_prod_dim` | correctness: the defaults' `exp(sum(log x))` is NaN for a negative factor |
 //! | | `float_cat` | speed (one inner `cat`, not assigns into an empty tensor); keeps factored products factored |
 //! | | `float_sort`, `float_sort_with_indices`, `float_argsort` | correctness: the defaults read the values back (no batched read, no capture) |
 //! | | `float_topk`, `float_topk_with_indices`, `float_argtopk` | speed: the inner top-k, not a sort of the whole dim |
