@@ -10,10 +10,26 @@
 // `#[derive(Tree)]` expands to `::burn_vmap::...` paths; this makes them resolve here too.
 extern crate self as burn_vmap;
 
+// The batching engine: the `Vmap<B>` backend decorator and its rules (ported from the 0.21
+// crate; `ARCHITECTURE.md` maps it).
+mod backend;
+mod batching;
+mod compat;
+pub mod level;
+mod ops;
+mod physical;
+pub(crate) mod rules;
+pub mod strict;
+pub mod tensor;
+
+// The front end: recording a user's function and running it on the engine.
 mod error;
 mod graph;
 mod guard;
 mod runtime;
 mod value;
 
+pub use backend::Vmap;
+pub use batching::BatchOps;
 pub use error::VmapError;
+pub use level::Randomness;

@@ -1,0 +1,388 @@
+//! Every backend workaround of the engine, the backend detection they use, and the places where
+//! the engine reads tensor values.
+//!
+//! Batched tensors are views that Burn's own code rarely builds (batch axes moved to the front,
+//! unit dims for missing levels), and they exposed bugs in Burn 0.21.0's backends. Each
+//! workaround below is a function that the rules call instead of the plain backend op, with a
+//! comment naming the bug and the version. Moving to a later Burn touches this file: re-check
+//! each entry, and where the bug is fixed, make the function the plain op. No other file of
+//! `src/` names a backend.
+//!
+//! | Burn bug or limit (found on 0.21.0) | backends | workaround | on 0.22.1 |
+//! |---|---|---|---|
+//! | reductions, scans, sorts and `scatter_nd` misread some permuted or expanded layouts | cubecl | [`kernel_layout`] | kept |
+//! | `scatter_nd` pairs index tuples spanning several dims with the wrong value rows | cubecl | [`flat_tuples`] | kept |
+//! | `mask_where` / `mask_fill` leave part of a broadcast output unwritten when the masked tensor is the smaller operand | cubecl | [`mask_target`] | kept |
+//! | `float_unfold` windows permuted ahead of the kernel dims are misread when a dim has one window | cubecl | [`conv_patches`] | kept |
+//! | `unfold` to a single window shorter than its dim is read as if contiguous | cubecl | [`unfold`] | kept |
+//! | broadcasting a size-1 dim against a size-0 one panics ("Broadcast dims must be size 1") | cubecl | [`expand_empty_batch`] | kept |
+//! | binary ops over expanded operands run element by element (slow outer products) | Flex | [`outer_product`] | kept |
+//! | copying a view broadcast along a leading dim writes one scattered element at a time | Flex | [`write_target`] | kept: `copy_2d_tiled` still walks the stride-0 dim innermost |
+//! | a pending reshape of a strided tensor is copied by each reader (Flex reshapes views as views) | Flex | [`reshapes_at_once`] | kept |
+//! | a folded `[0, k] x [k, n]` matmul divides by zero (burn-ndarray) | every backend | [`can_fold_rows`] | kept: an empty batch has nothing to fold, and no backend is asked for an empty GEMM |
+//! | reshapes that raise the rank of a non-contiguous tensor ending in size-1 dims get wrong strides (`burn_std::split_strides`) | cubecl | `reshape` | **dropped**: burn-std 0.22.1's `split_strides` skips the old shape's unit dims, which cubecl's reshape uses |
+//! | binary ops over a broadcast left operand run element by element | Flex | `binary_lhs` | **dropped**: Flex 0.22.1 runs broadcast binary ops through one collapsed loop nest (`zip.rs`), in place into a uniquely owned operand, with no copy of the broadcast one |
+//! | reshaping to rank 0 panics | ndarray | `reshapes_to_rank0`, `rank0_through_data` | **dropped**: NdArray is not a backend of this crate (deprecated in Burn 0.22) |
+//!
+//! The cubecl entries were not re-checked on a GPU for 0.22.1 (none was at hand): they are kept,
+//! and cost nothing elsewhere ([`kernel_layout`] makes a contiguous copy on cubecl only).
+//!
+//! **Flex** (`burn-flex`, Burn 0.22's default CPU backend) needs none of the correctness
+//! workarounds above; it takes three speed routes, [`outer_product`], [`write_target`] and
+//! [`reshapes_at_once`]. **Capture** (`burn_dispatch::backends::Capture`, a router over
+//! `burn-capture`'s channel, named `router<capture>`) records ops instead of running them: it
+//! takes no workaround and no speed route, and cannot read values (see below).
+//!
+//! # Where the engine reads tensor values
+//!
+//! No batching rule reads a tensor's values: every rule is a fixed sequence of backend ops
+//! decided from shapes and batch dims alone, so the engine runs over the capture backend. The
+//! exceptions are the ops whose *output shape* depends on the values, which Burn itself
+//! implements by reading them (`bool_argwhere`, and `*_mask_select` through it):
+//!
+//! - `bool_argwhere` and `float_mask_select` / `int_mask_select` / `bool_mask_select` on a
+//!   batched tensor run the loop fallback (`rules::fallback`), which calls the inner op once
+//!   per example (each reads its example); on a backend that cannot read values
+//!   ([`reads_values`]) they panic with a `vmap:` message first;
+//! - reading a tensor back (`*_into_data`, `q_into_data`, transactions) is the user's read,
+//!   forwarded for unbatched tensors only.
+//!
+//! Limits that shaped the design itself, and stay right on any backend (nothing to change on
+//! an upgrade):
+//!
+//! - rank-0 tensors cannot be allocated on cubecl: a logical rank-0 tensor is held as
+//!   `[batch sizes.., 1]` (`VmapTensor`'s physical layout, `rules::create`);
+//! - reductions over a zero-length dim panic on cubecl: sums, products and means over an empty
+//!   dim give 0, 1 and NaN on every backend (`rules::reduce::reduce_dim_or`, `reduce::all`);
+//! - some backends copy on a reshape of a strided tensor: reshapes of batched tensors are held
+//!   pending (`VmapTensor`'s "Pending reshapes", except on Flex: [`reshapes_at_once`]), a
+//!   reshape to the same shape is skipped (`rules::view::reshape`), and whole-tensor
+//!   reductions reduce one dim at a time (`rules::reduce::all`);
+//! - burn-cubecl's `is_nonoverlapping` overflows on zero-size tensors in debug builds (found on
+//!   0.21: build cubecl dependencies without overflow checks).
+//!
+//! Not fixable from a decorator: cubecl's `scatter_nd` with `Add` and a repeated index tuple
+//! loses updates at random (batched or not; found on 0.21), and rank-0 tensors on a plain
+//! cubecl backend (outside `Vmap`) still panic inside Burn.
+
+use std::any::TypeId;
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use crate::physical::Int as IntKind;
+use burn_backend::backend::{Backend, BackendTypes};
+use burn_backend::{Shape, TensorMetadata};
+
+use crate::physical::{Kind, with_batch_sizes};
+use crate::tensor::BatchDims;
+
+// =================================================================================================
+// Backend detection
+// =================================================================================================
+
+/// What the workarounds need to know about a backend type, read from its name once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Flavor {
+    cubecl: bool,
+    flex: bool,
+    capture: bool,
+}
+
+impl Flavor {
+    /// From a backend's name (Burn 0.22.1): `flex` for Flex, `cubecl<..>` (inside `fusion<..>`
+    /// when fused) for the cubecl backends, `router<capture>` for the capture backend;
+    /// `dispatch<..>` wraps the name of the backend of the device it is given.
+    fn from_name(name: &str) -> Self {
+        let mut inner = name;
+        for wrapper in ["dispatch<", "fusion<", "router<"] {
+            while let Some(rest) = inner.strip_prefix(wrapper) {
+                inner = rest.strip_suffix('>').unwrap_or(rest);
+            }
+        }
+        Flavor {
+            cubecl: inner.starts_with("cubecl"),
+            flex: inner == "flex",
+            capture: inner == "capture",
+        }
+    }
+}
+
+/// `B`'s flavor: from a per-thread copy of the last backend asked about (the rules ask on every
+/// reshape, almost always about the same backend), else from the process-wide cache, else from
+/// the backend's name. Burn's `Dispatch` backend names the backend of each device, so its flavor
+/// is read from the name every time (not cached).
+fn flavor<B: Backend>(device: &B::Device) -> Flavor {
+    thread_local! {
+        static LAST: Cell<Option<(TypeId, Flavor)>> = const { Cell::new(None) };
+    }
+    static BY_BACKEND: OnceLock<Mutex<HashMap<TypeId, Option<Flavor>>>> = OnceLock::new();
+    let id = TypeId::of::<B>();
+    if let Some((last, f)) = LAST.get()
+        && last == id
+    {
+        return f;
+    }
+    let cached = *BY_BACKEND
+        .get_or_init(Default::default)
+        .lock()
+        .expect("backend cache")
+        .entry(id)
+        .or_insert_with(|| {
+            let name = B::name(device);
+            (!name.starts_with("dispatch<")).then(|| Flavor::from_name(&name))
+        });
+    match cached {
+        Some(f) => {
+            LAST.set(Some((id, f)));
+            f
+        }
+        None => Flavor::from_name(&B::name(device)),
+    }
+}
+
+/// Whether `B` is one of Burn's cubecl backends (wgpu, CUDA, ...), read from its name once per
+/// backend type.
+pub(crate) fn is_cubecl<B: Backend>(device: &B::Device) -> bool {
+    flavor::<B>(device).cubecl
+}
+
+/// Whether the engine may read tensor values on `B`: not on Burn's capture backend, which
+/// records ops without running them (see "Where the engine reads tensor values" above).
+pub(crate) fn reads_values<B: Backend>(device: &B::Device) -> bool {
+    !flavor::<B>(device).capture
+}
+
+// =================================================================================================
+// Flex: broadcast products
+// =================================================================================================
+
+/// The outer products `col ⊗ row` of `col: [.., m, 1]` and `row: [.., 1, n]` (leading dims
+/// broadcasting): a broadcast multiply, except on Burn 0.21's Flex backend, whose binary ops
+/// over expanded operands run element by element while its batched matmul is one GEMM call per
+/// leading index (multiplying out the MLP bench's per-example gradients on 0.21: 535 ms as a
+/// broadcast multiply, 132 ms as a matmul). Flex 0.22.1 runs broadcast products through a loop
+/// nest (`zip.rs`) that is much faster than 0.21's element walk; kept until measured again.
+pub(crate) fn outer_product<B: Backend>(
+    col: B::FloatTensorPrimitive,
+    row: B::FloatTensorPrimitive,
+) -> B::FloatTensorPrimitive {
+    if flavor::<B>(&col.device()).flex {
+        return B::float_matmul(col, row);
+    }
+    B::float_mul(col, row)
+}
+
+/// `t`, aligned (a unit dim for each batch dim it lacks), broadcast to `full` as the tensor an
+/// op writes into (`slice_assign`, `scatter`, `select_add`; the backend copies it first): an
+/// expanded view, except on Flex (0.21 and 0.22.1) where only leading dims are broadcast.
+/// Flex copies a view with a stride-0 dim by walking that dim innermost (`copy_2d_tiled` puts
+/// the smaller stride inside), one scattered write per element; an LSTM's states, slice-assigned
+/// per time step into a tensor shared by every example, spent 15% of its clipped step there.
+/// Repeating the rows instead is one memcpy per example.
+pub(crate) fn write_target<B: Backend, K: Kind<B>>(t: K::P, full: Shape) -> K::P {
+    let shape = t.shape();
+    let lead = (0..shape.num_dims())
+        .take_while(|&d| shape[d] != full[d])
+        .count();
+    let leading_only = lead > 0
+        && shape[..lead].iter().all(|&s| s == 1)
+        && shape[lead..] == full[lead..]
+        && full.num_elements() > 0;
+    if leading_only && flavor::<B>(&t.device()).flex {
+        let times = full[..lead].iter().product();
+        let rows = K::reshape(t, Shape::from(vec![1, shape.num_elements()]));
+        return K::reshape(K::repeat_dim(rows, 0, times), full);
+    }
+    K::expand(t, full)
+}
+
+/// Whether a reshape of a batched tensor runs at once rather than being held pending
+/// (`VmapTensor`'s "Pending reshapes"): on Flex (0.21 and 0.22.1). Flex reshapes a contiguous
+/// tensor as a view and copies a strided one, once; held pending, the copy is made again by
+/// every reader of every clone (a `Linear`'s three backward ops each copied the attention
+/// heads' gradient back into rows: 13% of a transformer's clipped step, on 0.21). Pending
+/// reshapes pay on backends that copy on more reshapes (burn-ndarray did on every one).
+pub(crate) fn reshapes_at_once<B: Backend>(device: &B::Device) -> bool {
+    flavor::<B>(device).flex
+}
+
+// =================================================================================================
+// cubecl: kernels that misread strided layouts
+// =================================================================================================
+
+/// A physical tensor laid out so that every backend's kernels read it right: contiguous on
+/// Burn's cubecl backends (wgpu, CUDA; found on 0.21), unchanged elsewhere.
+///
+/// cubecl's reductions (`sum_dim`, `max_dim`, ...) return wrong values for some permuted
+/// layouts: `[6, 2, 3]` with dims 1 and 2 swapped and a unit dim in front, summed over that
+/// unit dim, does not give the tensor back; its `scatter_nd` reads an expanded or permuted
+/// `values` operand as if it were contiguous. A loop over examples never builds such layouts,
+/// but batched tensors are permuted views all the time (batch axes moved to the front, unit
+/// dims permuted in by `rules::helpers::align`), so reductions, scans and sorts of batched
+/// tensors, and materialized operands, read them through this. The flattening reshape copies
+/// only a tensor that is not contiguous already; the reshape back is a view.
+pub(crate) fn kernel_layout<B: Backend, K: Kind<B>>(t: K::P) -> K::P {
+    let shape = t.shape();
+    let n = shape.num_elements();
+    if shape.num_dims() < 2 || n == 0 || !is_cubecl::<B>(&t.device()) {
+        return t;
+    }
+    let flat = K::reshape(t, Shape::from(vec![n]));
+    K::reshape(flat, shape)
+}
+
+// =================================================================================================
+// cubecl: scatter_nd with several dims of index tuples
+// =================================================================================================
+
+type IntP<B> = <B as BackendTypes>::IntTensorPrimitive;
+
+/// `scatter_nd`'s operands with their tuple dims `M..` flattened into one: indices
+/// `[M.., K] -> [m, K]`, values `[M.., D..] -> [m, D..]` (the same updates). Burn 0.21's cubecl
+/// `scatter_nd` pairs tuples with the wrong value rows when the tuples span several dims, so
+/// the inner op always gets one flat dim of tuples (`rules::indexing::scatter_nd`).
+pub(crate) fn flat_tuples<B: Backend, K: Kind<B>>(
+    indices: IntP<B>,
+    values: K::P,
+) -> (IntP<B>, K::P) {
+    let ishape = indices.shape();
+    let tuple_dims = ishape.num_dims() - 1;
+    if tuple_dims == 1 {
+        return (indices, values);
+    }
+    let m: usize = ishape[..tuple_dims].iter().product();
+    let vshape = values.shape();
+    let indices = <IntKind as Kind<B>>::reshape(indices, Shape::from(vec![m, ishape[tuple_dims]]));
+    let flat_values: Shape = core::iter::once(m)
+        .chain(vshape[tuple_dims..].iter().copied())
+        .collect();
+    (indices, K::reshape(values, flat_values))
+}
+
+// =================================================================================================
+// cubecl: mask ops on a smaller masked tensor
+// =================================================================================================
+
+/// The masked tensor expanded to the broadcast shape of the mask ops' operands (same rank):
+/// Burn 0.21's cubecl `mask_where` / `mask_fill` run one unit per element of the tensor, so
+/// output elements beyond a smaller tensor (`max_pair` of a `[1]` and a `[2]` tensor masks the
+/// `[1]` one) were never written. A view; nothing when the shapes already agree.
+pub(crate) fn mask_target<B: Backend, K: Kind<B>>(t: K::P, others: &[Shape]) -> K::P {
+    let shape = t.shape();
+    // Incompatible shapes are left to the backend's own error.
+    let out =
+        Shape::broadcast_many(core::iter::once(&shape).chain(others)).unwrap_or(shape.clone());
+    if out == shape {
+        return t;
+    }
+    K::expand(t, out)
+}
+
+// =================================================================================================
+// cubecl: broadcasting against an empty batch
+// =================================================================================================
+
+/// An operand aligned to `target` (size-1 dims at the levels it lacks, then its `logical`
+/// dims), expanded to the full batch when `target` has an empty batch dim (to nothing, a view):
+/// Burn 0.21's cubecl backends refuse to broadcast a size-1 dim against a size-0 one
+/// ("Broadcast dims must be size 1").
+pub(crate) fn expand_empty_batch<B: Backend, K: Kind<B>>(
+    aligned: K::P,
+    target: &BatchDims,
+    logical: &[usize],
+) -> K::P {
+    if target.sizes().any(|size| size == 0) {
+        return K::expand(aligned, with_batch_sizes(target, logical));
+    }
+    aligned
+}
+
+// =================================================================================================
+// cubecl: unfold to a single window
+// =================================================================================================
+
+/// `unfold(t, dim)` (windows of `size` every `step` along `dim`, as a new last dim), except on
+/// Burn 0.21's cubecl backends when `dim` holds a single window shorter than it: there the view
+/// `unfold` returns is read as if it were contiguous (`[2, 1, 3]` unfolded along its last dim
+/// by 2 every 2 reads the second row from offset 2, not 3), so the window is sliced out, made
+/// contiguous, and moved into place instead.
+pub(crate) fn unfold<B: Backend, K: Kind<B>>(
+    t: K::P,
+    dim: usize,
+    size: usize,
+    step: usize,
+    unfold: impl FnOnce(K::P, usize) -> K::P,
+) -> K::P {
+    let shape = t.shape();
+    let len = shape[dim];
+    let one_short_window = size < len && (len - size) / step.max(1) == 0;
+    if !one_short_window || !is_cubecl::<B>(&t.device()) {
+        return unfold(t, dim);
+    }
+    let rank = shape.num_dims();
+    let mut slices = vec![burn_backend::Slice::full(); rank];
+    slices[dim] = burn_backend::Slice::from(0..size);
+    let window = kernel_layout::<B, K>(K::slice(t, &slices));
+    let window = crate::physical::move_dim::<B, K>(window, dim, rank - 1);
+    let mut dims = window.shape().to_vec();
+    dims.insert(dim, 1);
+    K::reshape(window, Shape::from(dims))
+}
+
+// =================================================================================================
+// cubecl: unfolded windows moved ahead of the kernel dims
+// =================================================================================================
+
+/// A convolution's input patches as rows, `[N, c, h, w] -> [N, L, c·kh·kw]` (`L` output
+/// positions), for the factored weight gradients (`rules::factored`): `direct(x)` (windows as
+/// views, one copy), except on Burn 0.21's cubecl backends, which misread `float_unfold`'s
+/// windows permuted ahead of the kernel dims when a spatial dim has a single window (reads of
+/// `[N, 1, 1, c, kh, kw]` return the wrong elements, even through an elementwise kernel). There
+/// the backend's own `unfold4d` (windows kept last, `[N, c·kh·kw, L]`) is transposed and made
+/// contiguous through a flat reshape.
+pub(crate) fn conv_patches<B: Backend>(
+    x: B::FloatTensorPrimitive,
+    kernel: [usize; 2],
+    options: burn_backend::ops::UnfoldOptions,
+    direct: impl FnOnce(B::FloatTensorPrimitive) -> B::FloatTensorPrimitive,
+) -> B::FloatTensorPrimitive {
+    if !is_cubecl::<B>(&x.device()) {
+        return direct(x);
+    }
+    let patches = B::float_swap_dims(B::unfold4d(x, kernel, options), 1, 2);
+    kernel_layout::<B, crate::physical::Float>(patches)
+}
+
+// =================================================================================================
+// Every backend: an empty folded matmul
+// =================================================================================================
+
+/// Whether a batched matmul may fold its batch into `rows` rows of one `[rows, k] x [k, n]`
+/// product (`rules::linalg::matmul`): not with no row, as the folded `[0, k] x [k, n]` product
+/// divided by zero in burn-ndarray 0.21's matmul (found by the loop oracle's `batch_size_zero`).
+/// Kept for every backend: an empty batch takes the broadcasting path instead, which computes
+/// nothing either.
+pub(crate) fn can_fold_rows(rows: usize) -> bool {
+    rows > 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Flavor;
+
+    #[test]
+    fn should_read_the_flavor_from_burn_0_22_names() {
+        let f = |name: &str| {
+            let f = Flavor::from_name(name);
+            (f.cubecl, f.flex, f.capture)
+        };
+        assert_eq!(f("flex"), (false, true, false));
+        assert_eq!(f("dispatch<flex>"), (false, true, false));
+        assert_eq!(f("cubecl<cuda>"), (true, false, false));
+        assert_eq!(f("fusion<cubecl<wgpu<vulkan>>>"), (true, false, false));
+        assert_eq!(f("router<capture>"), (false, false, true));
+        assert_eq!(f("dispatch<router<capture>>"), (false, false, true));
+        assert_eq!(f("ndarray"), (false, false, false));
+    }
+}

@@ -1,0 +1,209 @@
+//! Vmap levels and their lifetime: the one place that knows which levels exist.
+//!
+//! - A [`Level`] names one `vmap` call (one per batch dim for `auto_vmap`). Levels are allocated
+//!   in increasing order, so an inner `vmap` always has a larger level than every enclosing one;
+//!   a [`VmapTensor`](crate::tensor::VmapTensor) keeps its batch dims sorted by level.
+//! - **Active levels**: a thread-local stack of the running `vmap` calls (outermost first) with
+//!   their size and [`Randomness`] mode. `VmapScope` pushes one for the duration of the mapped
+//!   function; random ops read the stack (`rules::random`).
+//! - **Refused draws**: a random op at a level in `Randomness::Error` mode cannot return an
+//!   error (backend ops return tensors), so the refusal is recorded here and the level's `vmap`
+//!   call reports it (`VmapScope::take_refused`).
+//! - **Finished levels**: a bounded per-thread record of levels whose `vmap` call has returned,
+//!   to name a tensor that escaped its vmap (`is_finished`).
+//! - **Private levels**: levels that `sequential_vmap` uses to hold one example, invisible to
+//!   `custom_vmap` rules (`PrivateLevel`, `is_private`).
+
+use core::cell::RefCell;
+use core::sync::atomic::{AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard};
+
+/// A vmap level: one per active `vmap` call. Levels are allocated in increasing order, so an
+/// inner `vmap` always has a larger level than every enclosing one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Level(u64);
+
+static NEXT_LEVEL: AtomicU64 = AtomicU64::new(1);
+
+impl Level {
+    /// Allocates a fresh level, larger than every level allocated before.
+    ///
+    /// ```
+    /// use burn_vmap::level::Level;
+    /// let a = Level::fresh();
+    /// let b = Level::fresh();
+    /// assert!(b > a);
+    /// ```
+    pub fn fresh() -> Self {
+        Level(NEXT_LEVEL.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The level's number (for messages and debugging).
+    pub fn id(self) -> u64 {
+        self.0
+    }
+}
+
+/// What random ops do inside `vmap`: torch.func's `randomness` argument.
+///
+/// The `vmap` transform sets it per call. Random ops are `float_random`, `int_random` and what
+/// is built on them (`Tensor::random`, `random_like`, `burn::nn::Dropout` in training mode).
+/// A draw inside a level in `Different` mode gets a batch dim at that level; in `Same` mode
+/// it does not; in `Error` mode it is refused, and the refusal is reported by the level's
+/// `vmap` call when the mapped function returns.
+///
+/// ```
+/// use burn_vmap::Randomness;
+/// assert_eq!(Randomness::default(), Randomness::Error);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Randomness {
+    /// Random ops inside the mapped function make the `vmap` call fail with the error of a
+    /// refused draw (the default).
+    #[default]
+    Error,
+    /// Every example gets its own, independent random numbers (as the loop over examples would).
+    Different,
+    /// One draw is shared by all examples of this `vmap`.
+    Same,
+}
+
+// =================================================================================================
+// Active levels, refused draws and finished levels (per thread)
+// =================================================================================================
+
+/// A running `vmap` call: its level, size and randomness mode.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Active {
+    pub(crate) level: Level,
+    pub(crate) size: usize,
+    pub(crate) mode: Randomness,
+}
+
+/// A refused draw: the op and the level's size.
+///
+/// Hidden from the docs: public for the engine's integration tests, which run random ops under
+/// a [`VmapScope`] without the `vmap` transform.
+#[doc(hidden)]
+#[derive(Clone, Debug)]
+pub struct Refused {
+    /// The random op (`float_random`, `int_random`).
+    pub op: &'static str,
+    /// The level in `Randomness::Error` mode that refused it.
+    pub level: Level,
+    /// That level's size.
+    pub size: usize,
+}
+
+thread_local! {
+    static ACTIVE: RefCell<Vec<Active>> = const { RefCell::new(Vec::new()) };
+    static REFUSED: RefCell<Vec<Refused>> = const { RefCell::new(Vec::new()) };
+    /// Recently finished levels (bounded), to name tensors that escaped their vmap.
+    static FINISHED: RefCell<VecDeque<Level>> = const { RefCell::new(VecDeque::new()) };
+}
+
+/// How many finished levels are remembered per thread.
+const FINISHED_CAP: usize = 4096;
+
+/// Marks a vmap level active on this thread while it lives (panic-safe: dropping pops it and
+/// records the level as finished).
+///
+/// Hidden from the docs: the `vmap` transform enters it; public for the engine's integration
+/// tests.
+#[doc(hidden)]
+pub struct VmapScope {
+    level: Level,
+}
+
+impl VmapScope {
+    /// Pushes `level` (with its size and randomness mode) on this thread's stack.
+    pub fn enter(level: Level, size: usize, mode: Randomness) -> Self {
+        ACTIVE.with(|a| a.borrow_mut().push(Active { level, size, mode }));
+        VmapScope { level }
+    }
+
+    /// The first draw refused at this level, if any (consumes the records of this level).
+    pub fn take_refused(&self) -> Option<Refused> {
+        REFUSED.with(|r| {
+            let mut r = r.borrow_mut();
+            let first = r.iter().find(|x| x.level == self.level).cloned();
+            r.retain(|x| x.level != self.level);
+            first
+        })
+    }
+}
+
+impl Drop for VmapScope {
+    fn drop(&mut self) {
+        ACTIVE.with(|a| {
+            let mut a = a.borrow_mut();
+            if let Some(pos) = a.iter().rposition(|x| x.level == self.level) {
+                a.remove(pos);
+            }
+        });
+        REFUSED.with(|r| r.borrow_mut().retain(|x| x.level != self.level));
+        FINISHED.with(|f| {
+            let mut f = f.borrow_mut();
+            if f.len() == FINISHED_CAP {
+                f.pop_front();
+            }
+            f.push_back(self.level);
+        });
+    }
+}
+
+/// Calls `f` with this thread's active vmap calls, outermost first.
+pub(crate) fn with_active<R>(f: impl FnOnce(&[Active]) -> R) -> R {
+    ACTIVE.with(|a| f(&a.borrow()))
+}
+
+/// Records a refused random draw; the `vmap` call of its level reports it when the mapped
+/// function returns.
+pub(crate) fn refuse(refused: Refused) {
+    REFUSED.with(|r| r.borrow_mut().push(refused));
+}
+
+/// Whether `level` belongs to a `vmap` call on this thread that has already returned: a tensor
+/// batched there escaped its vmap.
+pub(crate) fn is_finished(level: Level) -> bool {
+    FINISHED.with(|f| f.borrow().contains(&level))
+}
+
+// =================================================================================================
+// Private levels (process-wide)
+// =================================================================================================
+
+/// Levels that `sequential_vmap` uses to hold one example (size 1):
+/// invisible to custom rules, so that calling the function on one example does not start the
+/// rule again at that level.
+static PRIVATE_LEVELS: Mutex<Vec<Level>> = Mutex::new(Vec::new());
+
+fn private_levels() -> MutexGuard<'static, Vec<Level>> {
+    PRIVATE_LEVELS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether `level` is a [`PrivateLevel`].
+#[allow(dead_code)] // For `sequential_vmap` and `custom_vmap` (the transforms), not the engine.
+pub(crate) fn is_private(level: Level) -> bool {
+    private_levels().contains(&level)
+}
+
+/// A fresh private level, unregistered on drop (also when unwinding).
+#[allow(dead_code)] // For `sequential_vmap` (the transforms), not the engine.
+pub(crate) struct PrivateLevel(pub(crate) Level);
+
+impl PrivateLevel {
+    #[allow(dead_code)] // For `sequential_vmap` (the transforms), not the engine.
+    pub(crate) fn new() -> Self {
+        let level = Level::fresh();
+        private_levels().push(level);
+        Self(level)
+    }
+}
+
+impl Drop for PrivateLevel {
+    fn drop(&mut self) {
+        private_levels().retain(|&l| l != self.0);
+    }
+}

@@ -1,0 +1,499 @@
+//! The ops with factored forms (the table in [`super`]).
+
+use crate::physical::Float;
+use burn_backend::backend::Backend;
+use burn_backend::tensor::IndexingUpdateOp;
+use burn_backend::{Scalar, TensorMetadata, get_or_init_device_settings};
+
+use super::{
+    Declined, FP, IT, VT, dense_left, equal, expand_lead, make, map_factors, matmul, multiply_pair,
+    realign, reshape, scale_part, scale_parts, single_part, zeros,
+};
+use crate::level::Level;
+use crate::physical::move_dim;
+use crate::rules::helpers::align;
+use crate::tensor::{BatchDims, Factors, Left, Part, VmapTensor};
+
+/// The factors of a tensor already checked to hold them.
+#[track_caller]
+fn factors<B: Backend>(t: VT<B>) -> (super::F<B>, BatchDims) {
+    match t.into_factors() {
+        Ok(f) => f,
+        Err(_) => unreachable!("checked to hold factors"),
+    }
+}
+
+/// `lhs + rhs` of two factored products of the same shape (a parameter used twice: the
+/// gradients of its uses add up): one sum holding the parts of both.
+pub(crate) fn add<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Result<VT<B>, (VT<B>, VT<B>)> {
+    if !(lhs.has_factors() && rhs.has_factors())
+        || lhs.bdims != rhs.bdims
+        || lhs.physical_shape() != rhs.physical_shape()
+        || lhs.factors_ref().map(|f| f.cols) != rhs.factors_ref().map(|f| f.cols)
+    {
+        return Err((lhs, rhs));
+    }
+    let (mut f, bdims) = factors::<B>(lhs);
+    let (g, _) = factors::<B>(rhs);
+    f.parts.extend(g.parts);
+    Ok(make::<B>(f, bdims))
+}
+
+/// `lhs * rhs` with a factored form (see the module table), or the operands back.
+pub(crate) fn mul<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Result<VT<B>, (VT<B>, VT<B>)> {
+    match (lhs.has_factors(), rhs.has_factors()) {
+        (true, true) => Ok(product::<B>(lhs, rhs)),
+        (true, false) => scaled::<B>(lhs, rhs, B::float_mul),
+        // Multiplication commutes: `s * (Xᵀ G) = (s X)ᵀ G`.
+        (false, true) => scaled::<B>(rhs, lhs, B::float_mul).map_err(|(o, s)| (s, o)),
+        (false, false) => Err((lhs, rhs)),
+    }
+}
+
+/// `lhs / rhs` with a factored form (a product divided by a per-example factor), or the
+/// operands back.
+pub(crate) fn div<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Result<VT<B>, (VT<B>, VT<B>)> {
+    if !lhs.has_factors() || rhs.is_factored() {
+        return Err((lhs, rhs));
+    }
+    scaled::<B>(lhs, rhs, B::float_div)
+}
+
+/// The elementwise product of two factored products: `(x x') ⊗ (g g')` for one row each;
+/// otherwise the pair, held until read (its sum is a Gram product: see [`sum`]).
+fn product<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> VT<B> {
+    let same = lhs.bdims == rhs.bdims
+        && lhs.physical_shape() == rhs.physical_shape()
+        && lhs.factors_ref().map(|f| f.cols) == rhs.factors_ref().map(|f| f.cols);
+    let one_row = |t: &VT<B>| {
+        t.factors_ref()
+            .is_some_and(|f| f.parts.len() == 1 && f.k() == 1 && !f.parts[0].left.is_one_hot())
+    };
+    if same && one_row(&lhs) && one_row(&rhs) {
+        let (mut f, bdims) = factors::<B>(lhs);
+        let (g, _) = factors::<B>(rhs);
+        let (p, q) = (
+            f.parts.remove(0),
+            g.parts.into_iter().next().expect("one part"),
+        );
+        let (Left::Dense(x), Left::Dense(y)) = (p.left, q.left) else {
+            unreachable!("checked to be dense")
+        };
+        f.parts = vec![Part {
+            left: Left::Dense(B::float_mul(x, y)),
+            right: B::float_mul(p.right, q.right),
+        }];
+        return make::<B>(f, bdims);
+    }
+    if same {
+        return VmapTensor::hadamard([lhs, rhs], multiply_pair::<B>);
+    }
+    // Broadcasting products of factored tensors of different shapes: multiplied out.
+    let bdims = BatchDims::union([&lhs.bdims, &rhs.bdims]);
+    let l = align::<B, Float>(lhs, &bdims);
+    let r = align::<B, Float>(rhs, &bdims);
+    VmapTensor::new(B::float_mul(l, r), bdims)
+}
+
+/// `op(Xᵀ G, s)` for `s` constant over the product's matrix dims (a per-example factor):
+/// `op` applied to one factor of every part.
+fn scaled<B: Backend>(
+    o: VT<B>,
+    s: VT<B>,
+    op: fn(FP<B>, FP<B>) -> FP<B>,
+) -> Result<VT<B>, (VT<B>, VT<B>)> {
+    let Some(f) = o.factors_ref() else {
+        return Err((o, s));
+    };
+    let shape = s.shape();
+    let rank = shape.num_dims();
+    let matrix_dims = 1 + f.cols;
+    let logical_lead = f.lead() - o.bdims.len();
+    if rank != logical_lead + matrix_dims || shape.iter().skip(logical_lead).any(|&d| d != 1) {
+        return Err((o, s));
+    }
+    let bdims = BatchDims::union([&o.bdims, &s.bdims]);
+    let (f, own) = factors::<B>(o);
+    let mut f = realign::<B>(f, &own, &bdims);
+    // `s` as `[lead.., 1, 1]`, broadcasting against `[lead.., k, _]`.
+    let s = align::<B, Float>(s, &bdims);
+    let lead = f.lead();
+    let dims: Vec<usize> = s.shape().iter().take(lead).copied().chain([1, 1]).collect();
+    // The product's leading dims broadcast against the factor's (one example scaled by many).
+    let mut shape = f.shape.to_vec();
+    for (d, &size) in shape.iter_mut().zip(&dims).take(lead) {
+        *d = (*d).max(size);
+    }
+    f.shape = shape.into();
+    let s = reshape::<B>(s, dims);
+    let f = scale_parts::<B>(f, |t| op(t, s.clone()));
+    Ok(make::<B>(f, bdims))
+}
+
+/// `Xᵀ G` times (`divide` false) or divided by a scalar: one factor of every part scaled.
+pub(crate) fn scalar<B: Backend>(t: VT<B>, s: Scalar, divide: bool) -> Declined<VT<B>> {
+    let (f, bdims) = t.into_factors()?;
+    let f = scale_parts::<B>(f, |x| {
+        if divide {
+            B::float_div_scalar(x, s)
+        } else {
+            B::float_mul_scalar(x, s)
+        }
+    });
+    Ok(make::<B>(f, bdims))
+}
+
+/// `sum` over every logical element, as `[1]` per example.
+///
+/// Of `Xᵀ G`: `Σ_t sum(x_t) sum(g_t)` (a one-hot row sums to 1). Of the elementwise product
+/// of two factored products (a squared norm's `g * g`): `⟨X X'ᵀ, G G'ᵀ⟩`, from the `k × k'`
+/// Gram matrices of the rows, never the `m × n` products; one-hot rows compare their indices.
+pub(crate) fn sum<B: Backend>(t: VT<B>) -> Declined<VT<B>> {
+    let t = match t.into_hadamard() {
+        Ok([a, b]) => return Ok(gram_sum::<B>(a, b)),
+        Err(t) => t,
+    };
+    let (f, bdims) = t.into_factors()?;
+    let lead = f.lead();
+    let lead_dims: Vec<usize> = f.shape.iter().take(lead).copied().collect();
+    let mut total: Option<FP<B>> = None;
+    for part in f.parts {
+        let rows = B::float_sum_dim(part.right, lead + 1); // [lead.., k, 1]
+        let rows = match part.left {
+            Left::Dense(x) => B::float_mul(B::float_sum_dim(x, lead + 1), rows),
+            Left::OneHot(_) => rows,
+        };
+        let per = B::float_sum_dim(rows, lead); // [lead.., 1, 1]
+        total = Some(match total {
+            Some(t) => B::float_add(t, per),
+            None => per,
+        });
+    }
+    let per = expand_lead::<B>(total.expect("at least one part"), &lead_dims);
+    Ok(per_lead_sum::<B>(per, bdims))
+}
+
+/// `[lead.., 1, 1]` per-leading-index sums, summed over the logical leading dims: `[1]` per
+/// example.
+fn per_lead_sum<B: Backend>(per: FP<B>, bdims: BatchDims) -> VT<B> {
+    super::super::reduce::all::<B, Float>(
+        VmapTensor::new(per, bdims),
+        B::float_sum,
+        B::float_sum_dim,
+        0.0,
+    )
+}
+
+/// `sum(a ⊙ b)` of two factored products of the same shape, from Gram matrices.
+fn gram_sum<B: Backend>(a: VT<B>, b: VT<B>) -> VT<B> {
+    let (fa, bdims) = factors::<B>(a);
+    let (fb, _) = factors::<B>(b);
+    let (lead, m) = (fa.lead(), fa.m());
+    let lead_dims: Vec<usize> = fa.shape.iter().take(lead).copied().collect();
+    let (pa, pb) = (single_part::<B>(fa), single_part::<B>(fb));
+    let (pa, pb) = (pa.parts.into_iter().next(), pb.parts.into_iter().next());
+    let (pa, pb) = (pa.expect("one part"), pb.expect("one part"));
+    let transpose = |t: FP<B>| B::float_swap_dims(t, lead, lead + 1);
+    // `[lead.., k, k']`: how every row of `a` meets every row of `b`.
+    let left_gram = match (pa.left, pb.left) {
+        (Left::OneHot(i), Left::OneHot(j)) => equal::<B>(i, transpose(j)),
+        (x, y) => matmul::<B>(dense_left::<B>(x, m), transpose(dense_left::<B>(y, m))),
+    };
+    let right_gram = matmul::<B>(pa.right, transpose(pb.right));
+    let both = B::float_mul(left_gram, right_gram);
+    let per = B::float_sum_dim(B::float_sum_dim(both, lead + 1), lead);
+    per_lead_sum::<B>(expand_lead::<B>(per, &lead_dims), bdims)
+}
+
+/// `sum_dim` (or `mean_dim`) of `Xᵀ G` along logical `dim`.
+///
+/// Along the row dim `m` it reduces `X`, along the (single) column dim it reduces `G`. Along a
+/// leading dim: with both factors constant along it, a scaling; with one constant, the other
+/// reduced; otherwise the sum over that dim of every product, `Σ_b X_bᵀ G_b`: one matrix
+/// product over the rows of every `b` (Goodfellow's trick: the sum over examples of their
+/// weight gradients), or, for one-hot rows, one scatter-add of the right rows.
+pub(crate) fn sum_dim<B: Backend>(t: VT<B>, dim: usize, mean: bool) -> Declined<VT<B>> {
+    let Some(f) = t.factors_ref() else {
+        return Err(t);
+    };
+    let pd = t.bdims.len() + dim;
+    let lead = f.lead();
+    if pd > lead + 1 || (pd == lead + 1 && f.cols != 1) {
+        // A column dim of a convolution's `[c_in, k..]`: multiplied out.
+        return Err(t);
+    }
+    let (f, bdims) = factors::<B>(t);
+    let size = f.shape[pd];
+    let reduce = |x: FP<B>, d: usize| {
+        if mean {
+            B::float_mean_dim(x, d)
+        } else {
+            B::float_sum_dim(x, d)
+        }
+    };
+    let mut shape = f.shape.to_vec();
+    shape[pd] = 1;
+    if pd == lead || pd == lead + 1 {
+        // The row dim reduces the left factor, the column dim the right one.
+        let m = f.m();
+        let row = |left: Left<FP<B>>| match left {
+            Left::Dense(x) => reduce(x, lead + 1),
+            // A one-hot row sums to 1.
+            Left::OneHot(i) => {
+                let ones = B::float_add_scalar(B::float_mul_scalar(i, 0.0.into()), 1.0.into());
+                if mean {
+                    B::float_div_scalar(ones, Scalar::Float(m as f64))
+                } else {
+                    ones
+                }
+            }
+        };
+        let parts = f
+            .parts
+            .into_iter()
+            .map(|p| match pd == lead {
+                true => Part {
+                    left: Left::Dense(row(p.left)),
+                    right: p.right,
+                },
+                false => Part {
+                    left: p.left,
+                    right: reduce(p.right, lead + 1),
+                },
+            })
+            .collect();
+        let shape = shape.into();
+        return Ok(make::<B>(Factors { parts, shape, ..f }, bdims));
+    }
+    // A leading dim.
+    let varies = |t: &FP<B>| t.shape()[pd] != 1;
+    let contract = f
+        .parts
+        .iter()
+        .any(|p| varies(p.left.tensor()) && varies(&p.right));
+    if contract {
+        return Ok(contract_lead::<B>(f, bdims, pd, mean));
+    }
+    let m = f.m();
+    let parts = f
+        .parts
+        .into_iter()
+        .map(|p| {
+            if varies(&p.right) {
+                // `Σ_b xᵀ g_b = xᵀ Σ_b g_b`.
+                Part {
+                    left: p.left,
+                    right: reduce(p.right, pd),
+                }
+            } else if varies(p.left.tensor()) {
+                let x = dense_left::<B>(p.left, m);
+                Part {
+                    left: Left::Dense(reduce(x, pd)),
+                    right: p.right,
+                }
+            } else if mean {
+                p
+            } else {
+                // Constant along `pd`: `size` equal terms.
+                scale_part::<B>(p, |x| B::float_mul_scalar(x, Scalar::Float(size as f64)))
+            }
+        })
+        .collect();
+    let f = Factors {
+        parts,
+        shape: shape.into(),
+        cols: f.cols,
+    };
+    Ok(make::<B>(f, bdims))
+}
+
+/// `Σ_b X_bᵀ G_b` along leading dim `pd` (mean: divided by its size), multiplied out: the rows
+/// of every `b` joined into one contraction.
+fn contract_lead<B: Backend>(f: super::F<B>, bdims: BatchDims, pd: usize, mean: bool) -> VT<B> {
+    let (lead, m, n) = (f.lead(), f.m(), f.n());
+    let size = f.shape[pd];
+    let mut out_shape = f.shape.to_vec();
+    out_shape[pd] = 1;
+    let f = single_part::<B>(f);
+    let part = f.parts.into_iter().next().expect("one part");
+    let lead_dims: Vec<usize> = f.shape.iter().take(lead).copied().collect();
+    // `[rest.., pd, k, w] -> [rest.., size·k, w]`.
+    let join = |t: FP<B>| {
+        let t = move_dim::<B, Float>(expand_lead::<B>(t, &lead_dims), pd, lead - 1);
+        let s = t.shape();
+        let dims: Vec<usize> = s
+            .iter()
+            .take(lead - 1)
+            .copied()
+            .chain([s[lead - 1] * s[lead], s[lead + 1]])
+            .collect();
+        reshape::<B>(t, dims)
+    };
+    let right = join(part.right);
+    let out = match part.left {
+        Left::OneHot(index) if lead == 1 => {
+            // `[rows, 1]` indices: scatter-add the right rows into `[m, n]`.
+            let rows = right.shape()[0];
+            let device = index.device();
+            let int = get_or_init_device_settings::<B>(&device).int_dtype;
+            let index = B::float_into_int(reshape::<B>(join(index), vec![rows]), int);
+            let target = zeros::<B>(&right, vec![m, n]);
+            B::float_select_assign(target, 0, index, right, IndexingUpdateOp::Add)
+        }
+        left => {
+            let left = join(dense_left::<B>(left, m));
+            matmul::<B>(B::float_swap_dims(left, lead - 1, lead), right)
+        }
+    };
+    let out = if mean {
+        B::float_div_scalar(out, Scalar::Float(size as f64))
+    } else {
+        out
+    };
+    VmapTensor::new(reshape::<B>(out, out_shape), bdims)
+}
+
+/// `cat` along a leading logical dim of factored products with the same batch dims and the same
+/// shape but along `dim`, and the same number of rows: the factors are concatenated, the
+/// result stays factored (what [`Concat`](crate::accumulate::Concat) does with the
+/// microbatches' per-example gradients).
+pub(crate) fn cat<B: Backend>(tensors: Vec<VT<B>>, dim: usize) -> Result<VT<B>, Vec<VT<B>>> {
+    let Some(first) = tensors.first().and_then(|t| t.factors_ref()) else {
+        return Err(tensors);
+    };
+    let bdims = tensors[0].bdims.clone();
+    let pd = bdims.len() + dim;
+    let (shape, cols, k) = (first.shape.clone(), first.cols, first.k());
+    let lead = first.lead();
+    let one_hot = |f: &super::F<B>| f.parts.iter().all(|p| p.left.is_one_hot());
+    let kind = one_hot(first);
+    let same = |t: &VT<B>| {
+        t.factors_ref().is_some_and(|f| {
+            let s = &f.shape;
+            t.bdims == bdims
+                && f.cols == cols
+                && f.k() == k
+                && one_hot(f) == kind
+                && s.num_dims() == shape.num_dims()
+                && (0..s.num_dims()).all(|d| d == pd || s[d] == shape[d])
+        })
+    };
+    if tensors.len() < 2 || pd >= lead || !tensors.iter().all(same) {
+        return Err(tensors);
+    }
+    let mut total = 0;
+    let (lefts, rights): (Vec<_>, Vec<_>) = tensors
+        .into_iter()
+        .map(|t| {
+            let (f, _) = factors::<B>(t);
+            let lead_dims: Vec<usize> = f.shape.iter().take(lead).copied().collect();
+            total += f.shape[pd];
+            let f = single_part::<B>(f);
+            let p = f.parts.into_iter().next().expect("one part");
+            let left = match p.left {
+                Left::Dense(x) | Left::OneHot(x) => x,
+            };
+            (
+                expand_lead::<B>(left, &lead_dims),
+                expand_lead::<B>(p.right, &lead_dims),
+            )
+        })
+        .unzip();
+    let left = B::float_cat(lefts, pd);
+    let mut shape = shape.to_vec();
+    shape[pd] = total;
+    let f = Factors {
+        parts: vec![Part {
+            left: if kind {
+                Left::OneHot(left)
+            } else {
+                Left::Dense(left)
+            },
+            right: B::float_cat(rights, pd),
+        }],
+        shape: shape.into(),
+        cols,
+    };
+    Ok(make::<B>(f, bdims))
+}
+
+/// `select` along a leading logical dim of `Xᵀ G` with shared (unbatched) indices: the same
+/// select on both factors (the reordering of [`Concat`](crate::accumulate::Concat)'s
+/// microbatch rows); a factor constant along that dim stays as it is.
+pub(crate) fn select<B: Backend>(
+    t: VT<B>,
+    dim: usize,
+    indices: IT<B>,
+) -> Result<VT<B>, (VT<B>, IT<B>)> {
+    let pd = t.bdims.len() + dim;
+    if indices.is_batched() || t.factors_ref().is_none_or(|f| pd >= f.lead()) {
+        return Err((t, indices));
+    }
+    let (f, bdims) = factors::<B>(t);
+    let idx = indices.inner();
+    let count = idx.shape().num_elements();
+    let mut shape = f.shape.to_vec();
+    shape[pd] = count;
+    let f = map_factors::<B>(f, |x| {
+        if x.shape()[pd] == 1 {
+            x
+        } else {
+            B::float_select(x, pd, idx.clone())
+        }
+    });
+    Ok(make::<B>(
+        Factors {
+            shape: shape.into(),
+            ..f
+        },
+        bdims,
+    ))
+}
+
+/// `unbatch` of `Xᵀ G` at `level` into logical `axis` (`BatchOps::float_unbatch`): the same
+/// move on both factors, which stay factored.
+pub(crate) fn unbatch<B: Backend>(
+    t: VT<B>,
+    level: Level,
+    size: usize,
+    axis: usize,
+) -> Declined<VT<B>> {
+    let Some(f) = t.factors_ref() else {
+        return Err(t);
+    };
+    // The factored layout keeps the matrix dims last: an axis that lands among them (an
+    // `out_axes` of -1 or -2 on a weight gradient) leaves the factored form, multiplied out by
+    // the general rule.
+    let present = t.bdims.position(level);
+    let lead_after = f.lead() - usize::from(present.is_some());
+    let to = t.bdims.len() - usize::from(present.is_some()) + axis;
+    if to > lead_after {
+        return Err(t);
+    }
+    let (f, mut bdims) = factors::<B>(t);
+    let mut shape = f.shape.to_vec();
+    let f = match bdims.remove(level) {
+        Some((pos, _)) => {
+            let moved = shape.remove(pos);
+            shape.insert(to, moved);
+            map_factors::<B>(f, |x| move_dim::<B, Float>(x, pos, to))
+        }
+        None => {
+            // The same for every example: a new leading dim along which both factors are
+            // constant (size 1, broadcast).
+            shape.insert(to, size);
+            map_factors::<B>(f, |x| {
+                let mut dims = x.shape().to_vec();
+                dims.insert(to, 1);
+                reshape::<B>(x, dims)
+            })
+        }
+    };
+    Ok(make::<B>(
+        Factors {
+            shape: shape.into(),
+            ..f
+        },
+        bdims,
+    ))
+}

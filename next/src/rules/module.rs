@@ -1,0 +1,349 @@
+//! Batching for module ops (conv, pool, interpolate, attention) whose first dim is the batch `N`:
+//! the vmap batch dims fold into `N`, so a batched input with unbatched weights runs as one
+//! large op (`[b.., N, ...] -> [b*...*N, ...]`), not a loop.
+
+use crate::physical::Float;
+use burn_backend::Scalar;
+use burn_backend::backend::Backend;
+use burn_backend::ops::FloatTensorOps;
+use burn_backend::{Shape, TensorMetadata};
+
+use super::helpers::materialize;
+use crate::physical::{Kind, with_batch_sizes};
+use crate::tensor::{BatchDims, VmapTensor};
+
+/// `[b.., N, rest..] -> [b*..*N, rest..]`.
+pub(crate) fn fold_n<B: Backend, K: Kind<B>>(t: K::P, bdims: &BatchDims) -> K::P {
+    let shape = t.shape();
+    let nb = bdims.len();
+    let dims: Shape = core::iter::once(shape[..=nb].iter().product())
+        .chain(shape[nb + 1..].iter().copied())
+        .collect();
+    K::reshape(t, dims)
+}
+
+/// `[b*..*N, rest..] -> [b.., N, rest..]`.
+pub(crate) fn unfold_n<B: Backend, K: Kind<B>>(t: K::P, bdims: &BatchDims) -> K::P {
+    let shape = t.shape();
+    let n = shape[0] / bdims.num_examples().max(1);
+    let mut logical = vec![n];
+    logical.extend_from_slice(&shape[1..]);
+    K::reshape(t, with_batch_sizes(bdims, &logical))
+}
+
+/// Materializes `t` over `bdims` and folds them into `N`; unbatched `bdims` leave `t` as is.
+pub(crate) fn fold_to<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, bdims: &BatchDims) -> K::P {
+    if bdims.is_empty() {
+        return t.inner();
+    }
+    fold_n::<B, K>(materialize::<B, K>(t, bdims), bdims)
+}
+
+/// Runs `f` on operands whose batch dims are folded into `N` (materialized over their union);
+/// returns the union batch dims with the folded operands. With no batched operand, `f` runs
+/// on the inner tensors directly.
+pub(crate) fn fold_all<B: Backend, K: Kind<B>, const N: usize>(
+    xs: [VmapTensor<K::P>; N],
+) -> (BatchDims, [K::P; N]) {
+    let bdims = BatchDims::union(xs.iter().map(|x| &x.bdims));
+    if bdims.is_empty() {
+        return (bdims, xs.map(|x| x.inner()));
+    }
+    let folded = xs.map(|x| fold_n::<B, K>(materialize::<B, K>(x, &bdims), &bdims));
+    (bdims, folded)
+}
+
+/// Rewraps an output computed on folded operands.
+pub(crate) fn unfold_out<B: Backend, K: Kind<B>>(out: K::P, bdims: &BatchDims) -> VmapTensor<K::P> {
+    if bdims.is_empty() {
+        return VmapTensor::unbatched(out);
+    }
+    VmapTensor::new(unfold_n::<B, K>(out, bdims), bdims.clone())
+}
+
+type FP<B> = <B as burn_backend::backend::BackendTypes>::FloatTensorPrimitive;
+
+/// The union of the batch dims of some optional operands.
+fn union_of<'a, P: 'a>(ts: impl IntoIterator<Item = Option<&'a VmapTensor<P>>>) -> BatchDims {
+    BatchDims::union(ts.into_iter().flatten().map(|t| &t.bdims))
+}
+
+/// Examples as channel groups: `[E.., N, C, s..] -> [N, E*C, s..]` (materialized over `bdims`).
+fn examples_into_channels<B: Backend>(t: VmapTensor<FP<B>>, bdims: &BatchDims) -> FP<B> {
+    let nb = bdims.len();
+    let e = bdims.num_examples();
+    let t = materialize::<B, Float>(t, bdims);
+    let shape = t.shape();
+    let rank = shape.num_dims();
+    let mut axes = vec![nb];
+    axes.extend(0..nb);
+    axes.extend(nb + 1..rank);
+    let t = B::float_permute(t, &axes);
+    let mut dims = vec![shape[nb], e * shape[nb + 1]];
+    dims.extend_from_slice(&shape[nb + 2..]);
+    <Float as Kind<B>>::reshape(t, Shape::from(dims))
+}
+
+/// Inverse of [`examples_into_channels`]: `[N, E*C, s..] -> [E.., N, C, s..]`.
+fn channels_into_examples<B: Backend>(t: FP<B>, bdims: &BatchDims) -> VmapTensor<FP<B>> {
+    let nb = bdims.len();
+    let e = bdims.num_examples();
+    let shape = t.shape();
+    let c = shape[1] / e.max(1);
+    let mut dims = vec![shape[0]];
+    dims.extend(bdims.sizes());
+    dims.push(c);
+    dims.extend_from_slice(&shape[2..]);
+    let t = <Float as Kind<B>>::reshape(t, Shape::from(dims));
+    let rank = t.shape().num_dims();
+    let mut axes: Vec<usize> = (1..=nb).collect();
+    axes.push(0);
+    axes.extend(nb + 1..rank);
+    VmapTensor::new(B::float_permute(t, &axes), bdims.clone())
+}
+
+/// Per-example weights stacked along their first dim: `[E.., O, r..] -> [E*O, r..]`.
+fn examples_into_rows<B: Backend>(t: VmapTensor<FP<B>>, bdims: &BatchDims) -> FP<B> {
+    let t = materialize::<B, Float>(t, bdims);
+    let shape = t.shape();
+    let nb = bdims.len();
+    let mut dims = vec![bdims.num_examples() * shape[nb]];
+    dims.extend_from_slice(&shape[nb + 1..]);
+    <Float as Kind<B>>::reshape(t, Shape::from(dims))
+}
+
+/// Inverse of [`examples_into_rows`]: `[E*O, r..] -> [E.., O, r..]`.
+fn rows_into_examples<B: Backend>(t: FP<B>, bdims: &BatchDims) -> VmapTensor<FP<B>> {
+    let shape = t.shape();
+    let o = shape[0] / bdims.num_examples().max(1);
+    let mut logical = vec![o];
+    logical.extend_from_slice(&shape[1..]);
+    VmapTensor::new(
+        <Float as Kind<B>>::reshape(t, with_batch_sizes(bdims, &logical)),
+        bdims.clone(),
+    )
+}
+
+/// Convolution (plain or transposed) under vmap.
+///
+/// - Unbatched weights and bias: the batch folds into `N`, one large convolution.
+/// - Batched (per-example) weights or bias, as functorch does: the `E` examples become `E`
+///   times as many groups. `x: [E.., N, C, s..] -> [N, E*C, s..]`, `weight: [E.., O, I, k..] ->
+///   [E*O, I, k..]`, `bias: [E.., O] -> [E*O]`, `groups -> E*groups`, and the output
+///   `[N, E*O', s'..]` is split back into `[E.., N, O', s'..]`. The same layout works for
+///   transposed convolutions, whose weights are `[C_in, C_out/groups, k..]`.
+///
+/// `f(x, weight, bias, group_factor)` runs the inner convolution with `groups * group_factor`.
+pub(crate) fn conv<B: Backend>(
+    x: VmapTensor<FP<B>>,
+    weight: VmapTensor<FP<B>>,
+    bias: Option<VmapTensor<FP<B>>>,
+    f: impl FnOnce(FP<B>, FP<B>, Option<FP<B>>, usize) -> FP<B>,
+) -> VmapTensor<FP<B>> {
+    let weights_batched = weight.is_batched() || bias.as_ref().is_some_and(|b| b.is_batched());
+    if !weights_batched {
+        let (bdims, [x]) = fold_all::<B, Float, 1>([x]);
+        return unfold_out::<B, Float>(f(x, weight.inner(), bias.map(|b| b.inner()), 1), &bdims);
+    }
+    let bdims = union_of([Some(&x), Some(&weight), bias.as_ref()]);
+    let e = bdims.num_examples();
+    let x = examples_into_channels::<B>(x, &bdims);
+    let w = examples_into_rows::<B>(weight, &bdims);
+    let b = bias.map(|b| examples_into_rows::<B>(b, &bdims));
+    channels_into_examples::<B>(f(x, w, b, e), &bdims)
+}
+
+/// The operands of a deformable convolution (and, as [`DeformGrads`], their gradients).
+pub(crate) struct DeformArgs<P> {
+    pub(crate) x: VmapTensor<P>,
+    pub(crate) offset: VmapTensor<P>,
+    pub(crate) weight: VmapTensor<P>,
+    pub(crate) mask: Option<VmapTensor<P>>,
+    pub(crate) bias: Option<VmapTensor<P>>,
+}
+
+impl<P> DeformArgs<P> {
+    pub(crate) fn new(
+        x: VmapTensor<P>,
+        offset: VmapTensor<P>,
+        weight: VmapTensor<P>,
+        mask: Option<VmapTensor<P>>,
+        bias: Option<VmapTensor<P>>,
+    ) -> Self {
+        Self {
+            x,
+            offset,
+            weight,
+            mask,
+            bias,
+        }
+    }
+
+    fn bdims(&self) -> BatchDims {
+        union_of([
+            Some(&self.x),
+            Some(&self.offset),
+            Some(&self.weight),
+            self.mask.as_ref(),
+            self.bias.as_ref(),
+        ])
+    }
+}
+
+/// Inner operands of a deformable convolution in the grouped layout, with the factor by which
+/// both `weight_groups` and `offset_groups` grow.
+pub(crate) struct DeformGrouped<P> {
+    pub(crate) x: P,
+    pub(crate) offset: P,
+    pub(crate) weight: P,
+    pub(crate) mask: Option<P>,
+    pub(crate) bias: Option<P>,
+    pub(crate) factor: usize,
+}
+
+/// Deformable convolution under vmap, like [`conv`]: the examples become channel groups.
+///
+/// The offset channels are laid out `[offset_groups, kh, kw, 2]` and the mask channels
+/// `[offset_groups, kh, kw]` (torchvision's layout, which Burn follows), group-major like the
+/// input channels, so stacking the examples along channels and multiplying **both**
+/// `offset_groups` and `weight_groups` by `E` keeps every example on its own input channels,
+/// offsets, mask and kernels. Unbatched weights and bias take the cheaper path that folds the
+/// batch into `N`.
+pub(crate) fn deform_conv2d<B: Backend>(
+    args: DeformArgs<FP<B>>,
+    f: impl FnOnce(DeformGrouped<FP<B>>) -> FP<B>,
+) -> VmapTensor<FP<B>> {
+    let bdims = args.bdims();
+    let weights_batched =
+        args.weight.is_batched() || args.bias.as_ref().is_some_and(|b| b.is_batched());
+    if !weights_batched {
+        // Fold into N (a no-op when nothing is batched).
+        let fold = |t: VmapTensor<FP<B>>| fold_to::<B, Float>(t, &bdims);
+        let out = f(DeformGrouped {
+            x: fold(args.x),
+            offset: fold(args.offset),
+            weight: args.weight.inner(),
+            mask: args.mask.map(fold),
+            bias: args.bias.map(|b| b.inner()),
+            factor: 1,
+        });
+        return unfold_out::<B, Float>(out, &bdims);
+    }
+    let out = f(group_deform::<B>(args, &bdims));
+    channels_into_examples::<B>(out, &bdims)
+}
+
+fn group_deform<B: Backend>(args: DeformArgs<FP<B>>, bdims: &BatchDims) -> DeformGrouped<FP<B>> {
+    DeformGrouped {
+        x: examples_into_channels::<B>(args.x, bdims),
+        offset: examples_into_channels::<B>(args.offset, bdims),
+        weight: examples_into_rows::<B>(args.weight, bdims),
+        mask: args.mask.map(|m| examples_into_channels::<B>(m, bdims)),
+        bias: args.bias.map(|b| examples_into_rows::<B>(b, bdims)),
+        factor: bdims.num_examples(),
+    }
+}
+
+/// Gradients of a deformable convolution (batched), one per operand.
+pub(crate) type DeformGrads<P> = DeformArgs<P>;
+
+/// Backward of a deformable convolution under vmap. Every gradient is per example (the
+/// gradient of each example's output).
+///
+/// - Unbatched weights and bias: the gradients of `x`, `offset` and `mask` are local to each
+///   sample of `N`, so they come from one backward pass with the batch folded into `N`; the
+///   weight and bias gradients, which would sum over that fold, come from the grouped layout of
+///   [`deform_conv2d`] (examples as channel groups), which keeps them per example.
+/// - Batched weights or bias: one backward pass in the grouped layout gives every gradient.
+///
+/// `f(operands, output gradient)` runs the inner backward and returns the inner gradients
+/// `(x, offset, weight, mask, bias)`.
+#[allow(clippy::type_complexity)]
+pub(crate) fn deform_conv2d_backward<B: Backend>(
+    args: DeformArgs<FP<B>>,
+    output_grad: VmapTensor<FP<B>>,
+    f: impl Fn(DeformGrouped<FP<B>>, FP<B>) -> (FP<B>, FP<B>, FP<B>, Option<FP<B>>, Option<FP<B>>),
+) -> DeformGrads<FP<B>> {
+    let bdims = BatchDims::union([&args.bdims(), &output_grad.bdims]);
+    if bdims.is_empty() {
+        let (x, offset, weight, mask, bias) = f(
+            DeformGrouped {
+                x: args.x.inner(),
+                offset: args.offset.inner(),
+                weight: args.weight.inner(),
+                mask: args.mask.map(|m| m.inner()),
+                bias: args.bias.map(|b| b.inner()),
+                factor: 1,
+            },
+            output_grad.inner(),
+        );
+        return DeformGrads {
+            x: VmapTensor::unbatched(x),
+            offset: VmapTensor::unbatched(offset),
+            weight: VmapTensor::unbatched(weight),
+            mask: mask.map(VmapTensor::unbatched),
+            bias: bias.map(VmapTensor::unbatched),
+        };
+    }
+    let weights_batched =
+        args.weight.is_batched() || args.bias.as_ref().is_some_and(|b| b.is_batched());
+    if !weights_batched {
+        let fold = |t: VmapTensor<FP<B>>| fold_to::<B, Float>(t, &bdims);
+        let folded = DeformGrouped {
+            x: fold(args.x.clone()),
+            offset: fold(args.offset.clone()),
+            weight: args.weight.clone().inner(),
+            mask: args.mask.clone().map(fold),
+            bias: args.bias.as_ref().map(|b| b.clone().inner()),
+            factor: 1,
+        };
+        let (x, offset, _, mask, _) = f(folded, fold(output_grad.clone()));
+        let grouped = group_deform::<B>(args, &bdims);
+        let og = examples_into_channels::<B>(output_grad, &bdims);
+        let (_, _, weight, _, bias) = f(grouped, og);
+        return DeformGrads {
+            x: unfold_out::<B, Float>(x, &bdims),
+            offset: unfold_out::<B, Float>(offset, &bdims),
+            weight: rows_into_examples::<B>(weight, &bdims),
+            mask: mask.map(|m| unfold_out::<B, Float>(m, &bdims)),
+            bias: bias.map(|b| rows_into_examples::<B>(b, &bdims)),
+        };
+    }
+    let grouped = group_deform::<B>(args, &bdims);
+    let og = examples_into_channels::<B>(output_grad, &bdims);
+    let (x, offset, weight, mask, bias) = f(grouped, og);
+    DeformGrads {
+        x: channels_into_examples::<B>(x, &bdims),
+        offset: channels_into_examples::<B>(offset, &bdims),
+        weight: rows_into_examples::<B>(weight, &bdims),
+        mask: mask.map(|m| channels_into_examples::<B>(m, &bdims)),
+        bias: bias.map(|b| rows_into_examples::<B>(b, &bdims)),
+    }
+}
+
+/// Burn's default `batch_norm` (`(x - mean) / sqrt(variance + ε) · γ + β`, the `[C]` parameters
+/// broadcast along dim 1), through the rules of `Vmap<B>`'s ops: the path of per-example
+/// parameters or statistics (the op's override takes the shared ones).
+pub(crate) fn batch_norm_default<B: Backend>(
+    x: VmapTensor<FP<B>>,
+    gamma: VmapTensor<FP<B>>,
+    beta: VmapTensor<FP<B>>,
+    mean: VmapTensor<FP<B>>,
+    variance: VmapTensor<FP<B>>,
+    epsilon: f64,
+) -> VmapTensor<FP<B>> {
+    type V<B> = crate::Vmap<B>;
+    let shape = x.shape();
+    let mut dims = vec![1; shape.num_dims()];
+    dims[1] = shape[1];
+    let per_channel = |t| V::<B>::float_reshape(t, Shape::from(dims.clone()));
+    let variance = V::<B>::float_add_scalar(per_channel(variance), Scalar::Float(epsilon));
+    let normalized = V::<B>::float_div(
+        V::<B>::float_sub(x, per_channel(mean)),
+        V::<B>::float_sqrt(variance),
+    );
+    V::<B>::float_add(
+        V::<B>::float_mul(normalized, per_channel(gamma)),
+        per_channel(beta),
+    )
+}

@@ -1,0 +1,175 @@
+//! Per-example gradients on `Autodiff<Vmap<Flex>>`: parameters unbatched, inputs batched, the
+//! backward pass of a batched loss gives every example's gradient (the weight's held factored),
+//! equal to the loop over examples on `Autodiff<Flex>`.
+
+use burn_autodiff::Autodiff;
+use burn_backend::AutodiffBackend;
+use burn_backend::ops::{ActivationOps, FloatTensorOps, ModuleOps};
+use burn_backend::{TensorData, TensorMetadata};
+use burn_vmap::BatchOps;
+use burn_vmap::level::Level;
+
+use crate::common::*;
+
+type Ad = Autodiff<V>;
+type Adf = Autodiff<F>;
+
+const D_IN: usize = 6;
+const D_OUT: usize = 5;
+
+fn data(shape: &[usize], seed: u64) -> TensorData {
+    TensorData::new(values(shape.iter().product(), seed), shape.to_vec())
+}
+
+/// `sum(tanh(x W + b)²)` on any autodiff backend: the loss of one example (`x: [rows, D_IN]`;
+/// Burn's `Linear` gives the backend a vector as one row).
+macro_rules! loss {
+    ($B:ty, $x:expr, $w:expr, $b:expr) => {{
+        let y = <$B>::float_tanh(<$B>::linear($x, $w, Some($b)));
+        <$B>::float_sum(<$B>::float_mul(y.clone(), y))
+    }};
+}
+
+/// The gradients of one example's loss on `Autodiff<Flex>`: `(dW, db, dx)`.
+fn per_example(x: TensorData) -> (T, T, T) {
+    let p = |d: TensorData| Adf::float_set_require_grad(Adf::float_from_data(d, &dev()), true);
+    let (w, b, x) = (p(data(&[D_IN, D_OUT], 1)), p(data(&[D_OUT], 2)), p(x));
+    let grads = Adf::backward(loss!(Adf, x.clone(), w.clone(), b.clone()));
+    let g = |t: &<Adf as burn_backend::BackendTypes>::FloatTensorPrimitive| {
+        Adf::grad(t, &grads).expect("a gradient")
+    };
+    (g(&w), g(&b), g(&x))
+}
+
+/// `(level, dW, db, dxs)` of the batched loss over `xs: [E, rows, D_IN]`, batched at a fresh
+/// level.
+fn batched(xs: TensorData) -> (Level, VT, VT, VT) {
+    let level = Level::fresh();
+    let p = |d: TensorData| Ad::float_set_require_grad(Ad::float_from_data(d, &dev()), true);
+    let (w, b, xs) = (p(data(&[D_IN, D_OUT], 1)), p(data(&[D_OUT], 2)), p(xs));
+    let x = Ad::float_batch(xs.clone(), 0, level);
+    let loss = loss!(Ad, x, w.clone(), b.clone());
+    assert!(Ad::float_batch_dims(&loss).size_at(level).is_some());
+    let grads = Ad::backward(loss);
+    let g = |t: &<Ad as burn_backend::BackendTypes>::FloatTensorPrimitive| {
+        Ad::grad(t, &grads).expect("a gradient")
+    };
+    (level, g(&w), g(&b), g(&xs))
+}
+
+fn example(t: &TensorData, e: usize) -> TensorData {
+    let shape = t.shape().to_vec();
+    let n: usize = shape[1..].iter().product();
+    let v: Vec<f32> = t.iter::<f32>().skip(e * n).take(n).collect();
+    TensorData::new(v, shape[1..].to_vec())
+}
+
+#[test]
+fn should_give_per_example_gradients_of_a_linear_model() {
+    for rows in [&[1][..], &[2]] {
+        let e = 4;
+        let mut shape = vec![e];
+        shape.extend_from_slice(rows);
+        shape.push(D_IN);
+        let xs = data(&shape, 7);
+        let (level, dw, db, dxs) = batched(xs.clone());
+        // Parameters unbatched, so their gradients are per example.
+        assert_eq!(dw.batch_dims().size_at(level), Some(e));
+        assert_eq!(dims(&dw), vec![D_IN, D_OUT]);
+        assert!(
+            dw.is_factored(),
+            "the weight gradient is held factored (rows {rows:?})"
+        );
+        // The input's gradient comes back through the level move, unbatched.
+        assert!(!dxs.is_batched());
+        let lv = Levels {
+            levels: vec![(level, e)],
+        };
+        check_result(&lv, &dw, |idx| per_example(example(&xs, idx[0])).0);
+        check_result(&lv, &db, |idx| per_example(example(&xs, idx[0])).1);
+        let dxs = read(dxs.into_parts().0);
+        let loop_dxs: Vec<f32> = (0..e)
+            .flat_map(|i| read(per_example(example(&xs, i)).2))
+            .collect();
+        assert_close(&dxs, &loop_dxs, "input gradients");
+    }
+}
+
+#[test]
+fn should_keep_squared_norms_of_factored_gradients_factored() {
+    // One row per example (an outer product) and two (a Gram product).
+    for rows in [&[1][..], &[2]] {
+        let e = 5;
+        let mut shape = vec![e];
+        shape.extend_from_slice(rows);
+        shape.push(D_IN);
+        let (level, dw, _, _) = batched(data(&shape, 3));
+        assert!(dw.is_factored());
+        let squared = V::float_mul(dw.clone(), dw.clone());
+        assert!(
+            squared.is_factored(),
+            "g * g stays factored (rows {rows:?})"
+        );
+        let norms = V::float_sum(squared);
+        assert_eq!(norms.batch_dims().size_at(level), Some(e));
+        // The same norms from the multiplied-out gradient.
+        let dense = read(dw.into_parts().0);
+        let want: Vec<f32> = dense
+            .chunks(D_IN * D_OUT)
+            .map(|g| g.iter().map(|v| v * v).sum())
+            .collect();
+        assert_close(&read(norms.into_parts().0), &want, "squared norms");
+    }
+}
+
+#[test]
+fn should_sum_factored_gradients_over_the_examples() {
+    let e = 6;
+    let xs = data(&[e, 1, D_IN], 9);
+    let (level, dw, _, _) = batched(xs.clone());
+    // Leaving the level keeps the factors; the sum over the examples is one matrix product.
+    let all = V::float_unbatch(dw, level, e, 0);
+    assert!(all.is_factored());
+    assert_eq!(dims(&all), vec![e, D_IN, D_OUT]);
+    let total = V::float_sum_dim(all, 0);
+    let mut want = vec![0.0; D_IN * D_OUT];
+    for i in 0..e {
+        for (acc, v) in want.iter_mut().zip(read(per_example(example(&xs, i)).0)) {
+            *acc += v;
+        }
+    }
+    assert_close(&read(total.into_parts().0), &want, "summed gradient");
+}
+
+#[test]
+fn should_differentiate_through_shared_parameters() {
+    // `float_shared`: a parameter entering a level unmapped gets the sum of the per-example
+    // gradients when the backward pass runs outside the level.
+    let e = 3;
+    let xs = data(&[e, 1, D_IN], 5);
+    let level = Level::fresh();
+    let p = |d: TensorData| Ad::float_set_require_grad(Ad::float_from_data(d, &dev()), true);
+    let (w, b) = (p(data(&[D_IN, D_OUT], 1)), p(data(&[D_OUT], 2)));
+    let x = Ad::float_batch(Ad::float_from_data(xs.clone(), &dev()), 0, level);
+    let (ws, bs) = (
+        Ad::float_shared(w.clone(), level),
+        Ad::float_shared(b.clone(), level),
+    );
+    let per = loss!(Ad, x, ws, bs);
+    // Out of the level: [e, 1], summed to the batch loss.
+    let out = Ad::float_sum(Ad::float_unbatch(per, level, e, 0));
+    let grads = Ad::backward(out);
+    let dw = Ad::grad(&w, &grads).expect("a gradient");
+    assert!(!dw.is_batched());
+    let mut want = vec![0.0; D_IN * D_OUT];
+    for i in 0..e {
+        for (acc, v) in want.iter_mut().zip(read(per_example(example(&xs, i)).0)) {
+            *acc += v;
+        }
+    }
+    assert_close(&read(dw.into_parts().0), &want, "batch gradient");
+    let _ = (
+        Ad::relu(Ad::float_from_data(data(&[2], 1), &dev())),
+        b.shape(),
+    );
+}
