@@ -19,13 +19,10 @@
 use std::cell::{Cell, RefCell};
 
 use burn::tensor::Device;
-use burn_backend::backend::AutodiffBackend;
+use burn_backend::TensorData;
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
-use burn_backend::{TensorData, TensorMetadata};
 use burn_dispatch::backends::Capture;
-use burn_dispatch::{
-    BackendTensor, Dispatch, DispatchAutodiffContext, DispatchKindConversion, DispatchTensor,
-};
+use burn_dispatch::{BackendTensor, Dispatch, DispatchTensor, DispatchTensorKind};
 use burn_ir::TensorId;
 
 use super::program::{Program, TensorSig};
@@ -164,23 +161,31 @@ fn ids(transform: &'static str, tensors: Vec<DispatchTensor>) -> Result<Vec<Tens
 
 /// The capture id of a tensor recorded on the capture device (autodiff or not).
 fn id(transform: &'static str, tensor: DispatchTensor) -> Result<TensorId, VmapError> {
-    let tensor = if tensor.autodiff == DispatchAutodiffContext::Disabled {
-        tensor
-    } else if tensor.dtype().is_float() {
-        Dispatch::inner(tensor)
-    } else if tensor.dtype().is_bool() {
-        Dispatch::bool_inner(tensor)
-    } else {
-        Dispatch::int_inner(tensor)
+    fn of(transform: &'static str, tensor: BackendTensor<Capture>) -> Result<TensorId, VmapError> {
+        match tensor {
+            BackendTensor::Float(t) | BackendTensor::Int(t) | BackendTensor::Bool(t) => Ok(t.id()),
+            BackendTensor::Autodiff(t) => Ok(t.into_primitive().id()),
+            BackendTensor::Quantized(_) => Err(VmapError::UnsupportedOp {
+                op: format!("{transform}: a quantized tensor"),
+                why: "quantized tensors are not supported by burn-vmap; run the model in float",
+            }),
+        }
+    }
+    let foreign = |kind: &DispatchTensorKind| VmapError::ForeignTensor {
+        transform,
+        detail: format!(
+            "a tensor on {:?}",
+            burn_backend::TensorMetadata::device(kind)
+        ),
     };
-    match <DispatchTensor as DispatchKindConversion<Capture>>::try_into_backend(tensor) {
-        Ok(BackendTensor::Float(t) | BackendTensor::Int(t) | BackendTensor::Bool(t)) => Ok(t.id()),
-        Ok(BackendTensor::Autodiff(t)) => Ok(t.into_primitive().id()),
-        Ok(BackendTensor::Quantized(_)) => Err(VmapError::UnsupportedOp {
-            op: "a quantized tensor".into(),
-            why: "quantized tensors are not supported by burn-vmap; run the model in float",
-        }),
-        Err(detail) => Err(VmapError::ForeignTensor { transform, detail }),
+    match tensor.kind {
+        DispatchTensorKind::Capture(t) => of(transform, t),
+        DispatchTensorKind::Autodiff(inner) => match *inner {
+            DispatchTensorKind::Capture(t) => of(transform, t),
+            other => Err(foreign(&other)),
+        },
+        #[allow(unreachable_patterns)]
+        other => Err(foreign(&other)),
     }
 }
 

@@ -43,6 +43,7 @@ fn params(model: &Mlp) -> Vec<DispatchTensor> {
     p.0
 }
 
+#[allow(deprecated)]
 fn close(a: &TensorData, b: &TensorData) {
     let (a, b) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
     assert_eq!(a.len(), b.len());
@@ -139,5 +140,103 @@ fn should_replay_a_model_and_its_gradients_as_burn_computes_them() {
             _ => burn_grads.get::<1>(id).unwrap().unsqueeze(),
         };
         close(&ours.into_data(), &theirs.into_data());
+    }
+}
+
+/// The first gate of the port: per-example gradients of an unmodified Burn 0.22 MLP, recorded
+/// once and replayed batched on `Autodiff<Vmap<Flex>>`, equal the loop of Burn's own backward.
+#[test]
+fn should_give_per_example_gradients_equal_to_the_loop_of_burns_backward() {
+    use crate::level::{Level, Randomness, VmapScope};
+    use crate::{BatchOps, Vmap};
+    type V = Vmap<Flex>;
+    type AD = Autodiff<V>;
+
+    let device = Device::flex();
+    let model = Mlp {
+        l1: LinearConfig::new(4, 3).init(&device),
+        l2: LinearConfig::new(3, 2).init(&device),
+    };
+    let batch = 5;
+    let xs = Tensor::<2>::random([batch, 4], burn::tensor::Distribution::Default, &device);
+    let ys = Tensor::<2>::random([batch, 2], burn::tensor::Distribution::Default, &device);
+    let sigs = [
+        TensorSig {
+            shape: [4].into(),
+            dtype: xs.dtype(),
+        },
+        TensorSig {
+            shape: [2].into(),
+            dtype: ys.dtype(),
+        },
+    ];
+    let (program, ()) = capture("test", true, |cap| {
+        let m = model.clone().to_device(cap);
+        let args: Vec<DispatchTensor> = sigs.iter().map(|s| placeholder(s, cap)).collect();
+        let loss = m.loss(
+            Tensor::from_dispatch(args[0].clone()),
+            Tensor::from_dispatch(args[1].clone()),
+        );
+        let mut inputs = params(&m);
+        inputs.extend(args);
+        Ok(Recording {
+            inputs,
+            outputs: vec![loss.into_dispatch()],
+            extra: (),
+        })
+    })
+    .unwrap();
+
+    let level = Level::fresh();
+    let lift =
+        |t: DispatchTensor| crate::tensor::VmapTensor::unbatched(Flex::value(t).unwrap().float());
+    let tracked: Vec<_> = params(&model)
+        .into_iter()
+        .map(|p| AD::float_set_require_grad(AD::from_inner(lift(p)), true))
+        .collect();
+    let mut inputs: Vec<Value<AD>> = tracked.iter().cloned().map(Value::Float).collect();
+    for t in [&xs, &ys] {
+        let batched = V::float_batch(lift(t.clone().into_dispatch()), 0, level);
+        inputs.push(Value::Float(AD::from_inner(batched)));
+    }
+    let scope = VmapScope::enter(level, batch, Randomness::Error);
+    let loss = program.run::<AD>(inputs, &Default::default()).unwrap();
+    let grads = AD::backward(loss.into_iter().next().unwrap().float());
+    let per_example: Vec<Tensor<3>> = tracked
+        .iter()
+        .map(|t| {
+            let g = V::float_unbatch(AD::grad(t, &grads).unwrap(), level, batch, 0);
+            let g = crate::ops::into_unbatched::<Flex, _>(g, Flex::float_reshape);
+            let g = Tensor::<3>::from_dispatch(Flex::tensor(Value::Float(
+                match g.shape().num_dims() {
+                    2 => Flex::float_reshape(g.clone(), [g.shape()[0], 1, g.shape()[1]].into()),
+                    _ => g,
+                },
+            )));
+            g
+        })
+        .collect();
+    drop(scope);
+
+    for i in 0..batch {
+        let trained = model.clone().train();
+        let x = xs.clone().slice([i..i + 1, 0..4]).reshape([4]);
+        let y = ys.clone().slice([i..i + 1, 0..2]).reshape([2]);
+        let burn_grads = GradientsParams::from_grads(trained.loss(x, y).backward(), &trained);
+        let ids = [
+            (trained.l1.weight.id, 2),
+            (trained.l1.bias.as_ref().unwrap().id, 1),
+            (trained.l2.weight.id, 2),
+            (trained.l2.bias.as_ref().unwrap().id, 1),
+        ];
+        for ((id, rank), ours) in ids.into_iter().zip(&per_example) {
+            let theirs: Tensor<2> = match rank {
+                2 => burn_grads.get::<2>(id).unwrap(),
+                _ => burn_grads.get::<1>(id).unwrap().unsqueeze(),
+            };
+            let [_, r, c] = ours.dims();
+            let ours_i = ours.clone().slice([i..i + 1, 0..r, 0..c]).reshape([r, c]);
+            close(&ours_i.into_data(), &theirs.into_data());
+        }
     }
 }

@@ -86,3 +86,24 @@ pub(crate) fn assert_unbatched<P>(t: &VmapTensor<P>, op: &str) {
         t.batch_dims().len()
     );
 }
+
+/// An unbatched tensor of `Vmap<B>` as the inner backend's primitive: a lazy form computed, a
+/// logical rank-0 tensor (held as `[1]`) reshaped to rank 0 with `reshape`.
+///
+/// # Panics
+/// If the tensor is batched (see [`assert_unbatched`]).
+#[track_caller]
+pub(crate) fn into_unbatched<B, P>(t: VmapTensor<P>, reshape: fn(P, burn_backend::Shape) -> P) -> P
+where
+    B: burn_backend::backend::Backend,
+    P: burn_backend::TensorMetadata + Clone,
+{
+    assert_unbatched(&t, "leaving vmap");
+    let scalar = t.is_scalar();
+    let (inner, _) = t.into_parts();
+    if scalar {
+        reshape(inner, burn_backend::Shape::from(Vec::<usize>::new()))
+    } else {
+        inner
+    }
+}
