@@ -16,4 +16,7 @@ mod guard;
 mod runtime;
 mod value;
 
+pub mod tree;
+
 pub use error::VmapError;
+pub use tree::{Static, Tree};
