@@ -270,8 +270,8 @@ fn should_lift_generic_structs_and_containers() {
         lifted::<(Tensor<0>, Tensor<1, Int>, Tensor<7, Bool>)>();
     let _: PhantomData<Stats<Tensor<3>, Vec<Option<Tensor<1, Int>>>>> =
         lifted::<Stats<Tensor<2>, Vec<Option<Tensor<0, Int>>>>>();
-    let _: PhantomData<Tuple2<[Tensor<2>; 2], BTreeMap<String, Box<Tensor<1>>>>> =
-        lifted::<Tuple2<[Tensor<1>; 2], BTreeMap<String, Box<Tensor<0>>>>>();
+    type Map<const D: usize> = BTreeMap<String, Box<Tensor<D>>>;
+    let _: PhantomData<Tuple2<[Tensor<2>; 2], Map<1>>> = lifted::<Tuple2<[Tensor<1>; 2], Map<0>>>();
     let _: PhantomData<Stats<Static<u8>, (DynTree, ())>> =
         lifted::<Stats<Static<u8>, (DynTree, ())>>();
 

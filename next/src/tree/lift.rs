@@ -42,7 +42,7 @@ use super::{DynTree, Static, Tree};
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` has no rank-lifted type, so the transform's result type cannot be inferred",
-    note = "name the result type at the call",
+    note = "name the result type at the transform's call instead of inferring it",
     note = "or make the struct generic in its tensor types and `#[derive(Tree)]` it"
 )]
 pub trait Lift {

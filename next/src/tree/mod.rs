@@ -134,8 +134,8 @@ pub use burn_vmap_derive::Tree;
 /// };
 /// assert_eq!(g.leaf_paths("grads"), ["grads.weight", "grads.bias"]);
 /// let clipped = clip(g); // a global norm of 5: scaled by 1/5
-/// let w = clipped.weight.into_data().to_vec::<f32>().unwrap();
-/// let b = clipped.bias.into_data().to_vec::<f32>().unwrap();
+/// let w = clipped.weight.into_data().try_to_vec::<f32>().unwrap();
+/// let b = clipped.bias.into_data().try_to_vec::<f32>().unwrap();
 /// let close = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(x, y)| (x - y).abs() < 1e-5);
 /// assert!(close(&w, &[0.6, 0.0]) && close(&b, &[0.8]), "{w:?} {b:?}");
 /// assert_eq!((clipped.name.as_str(), clipped.cache), ("layer1", None));
@@ -265,7 +265,7 @@ pub trait Tree: Sized {
     /// }
     /// let t = Tensor::<1>::from_floats([1.0, 2.0], &Device::default());
     /// let [_, b] = [t.clone(), t].map_tensors(&mut Double).unwrap();
-    /// assert_eq!(b.into_data().to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
+    /// assert_eq!(b.into_data().try_to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
     /// ```
     ///
     /// # Errors
@@ -339,7 +339,7 @@ pub trait Tree: Sized {
     /// let (neg,) = (t,)
     ///     .map_leaves(|_, leaf| Leaf::new(leaf.into_tensor::<1, Float>().unwrap().neg()))
     ///     .unwrap();
-    /// assert_eq!(neg.into_data().to_vec::<f32>().unwrap(), vec![-1.0, 2.0]);
+    /// assert_eq!(neg.into_data().try_to_vec::<f32>().unwrap(), vec![-1.0, 2.0]);
     /// ```
     ///
     /// # Errors
@@ -376,7 +376,7 @@ pub trait Tree: Sized {
     /// let params = vec![Tensor::<1>::from_floats([1.0, 1.0], &device)];
     /// let grads = vec![Tensor::<1>::from_floats([2.0, 4.0], &device)];
     /// let stepped = params.clone().zip_map(grads, &mut Axpy(-0.5)).unwrap();
-    /// assert_eq!(stepped[0].clone().into_data().to_vec::<f32>().unwrap(), vec![0.0, -1.0]);
+    /// assert_eq!(stepped[0].clone().into_data().try_to_vec::<f32>().unwrap(), vec![0.0, -1.0]);
     ///
     /// // Different structures are an error naming where they differ.
     /// let err = params.zip_map(Vec::<Tensor<1>>::new(), &mut Axpy(1.0)).unwrap_err();

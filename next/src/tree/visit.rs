@@ -41,8 +41,8 @@ pub const MAX_RANK: usize = 8;
 ///     Tensor::<2, Int>::from_ints([[1, 2]], &device),
 /// );
 /// let (x, i) = tree.map_tensors(&mut Scale(10.0)).unwrap();
-/// assert_eq!(x.into_data().to_vec::<f32>().unwrap(), vec![10.0, 20.0]);
-/// assert_eq!(i.into_data().convert::<i64>().to_vec::<i64>().unwrap(), vec![1, 2]);
+/// assert_eq!(x.into_data().try_to_vec::<f32>().unwrap(), vec![10.0, 20.0]);
+/// assert_eq!(i.into_data().try_into_vec_as::<i64>().unwrap(), vec![1, 2]);
 /// ```
 pub trait TensorMapper {
     /// Maps a float tensor.
@@ -131,7 +131,7 @@ pub trait TensorVisitor {
 /// let a = (Tensor::<1>::from_floats([1.0, 2.0], &device),);
 /// let b = (Tensor::<1>::from_floats([10.0, 20.0], &device),);
 /// let (sum,) = a.zip_map(b, &mut Add).unwrap();
-/// assert_eq!(sum.into_data().to_vec::<f32>().unwrap(), vec![11.0, 22.0]);
+/// assert_eq!(sum.into_data().try_to_vec::<f32>().unwrap(), vec![11.0, 22.0]);
 /// ```
 pub trait TensorZipper {
     /// Combines two float tensors of the same rank.
