@@ -29,7 +29,13 @@ mod guard;
 mod runtime;
 mod value;
 
+pub mod transform;
+pub mod tree;
+
 pub use backend::Vmap;
 pub use batching::BatchOps;
 pub use error::VmapError;
 pub use level::Randomness;
+pub use transform::grad::{ParamGrads, per_example_grads};
+pub use transform::vmap::vmap;
+pub use tree::{Static, Tree};

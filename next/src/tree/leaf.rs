@@ -18,7 +18,7 @@ use crate::VmapError;
 /// use burn_vmap::tree::Leaf;
 /// let t = Tensor::<2>::zeros([2, 3], &Device::default());
 /// let leaf = Leaf::new(t);
-/// assert_eq!((leaf.kind_name(), leaf.shape().dims), ("float", vec![2, 3]));
+/// assert_eq!((leaf.kind_name(), leaf.shape().to_vec()), ("float", vec![2, 3]));
 /// let back: Tensor<2> = leaf.into_tensor().unwrap();
 /// assert_eq!(back.dims(), [2, 3]);
 /// ```
@@ -88,7 +88,7 @@ impl Leaf {
                 expected_rank: D,
                 got: self.kind_name(),
                 got_rank: shape.num_dims(),
-                shape: shape.dims.clone(),
+                shape: shape.to_vec(),
             });
         }
         Ok(Tensor::from_dispatch(self.0))
@@ -128,11 +128,11 @@ impl Leaf {
     pub fn to_data(&self) -> TensorData {
         let t = self.0.clone();
         let read = match self.kind() {
-            Kind::Float => Dispatch::float_into_data(t),
-            Kind::Int => Dispatch::int_into_data(t),
-            Kind::Bool => Dispatch::bool_into_data(t),
+            Kind::Float => burn_backend::read_sync(Dispatch::float_into_data(t)),
+            Kind::Int => burn_backend::read_sync(Dispatch::int_into_data(t)),
+            Kind::Bool => burn_backend::read_sync(Dispatch::bool_into_data(t)),
         };
-        burn_backend::read_sync(read).expect("vmap: reading a leaf's values")
+        read.expect("vmap: reading a leaf's values")
     }
 
     // ---------------------------------------------------------------------------------------------
@@ -168,11 +168,9 @@ impl Leaf {
 
     /// Row `t` of `axis`, without that axis (rank one less).
     pub(crate) fn index(&self, axis: usize, t: usize) -> Self {
-        let mut shape = self.shape().dims;
+        let mut shape = self.shape();
         shape.remove(axis);
-        self.clone()
-            .slice_axis(axis, rows(t..t + 1))
-            .reshape(Shape::from(shape))
+        self.clone().slice_axis(axis, rows(t..t + 1)).reshape(shape)
     }
 
     /// Moves `axis` to position `to`, shifting the axes in between.
@@ -188,11 +186,11 @@ impl Leaf {
 
     /// Inserts an axis of size `size` at `axis`, broadcasting the leaf along it.
     pub(crate) fn broadcast_axis(self, axis: usize, size: usize) -> Self {
-        let mut unit = self.shape().dims;
+        let mut unit = self.shape();
         unit.insert(axis, 1);
         let mut full = unit.clone();
         full[axis] = size;
-        self.reshape(Shape::from(unit)).expand(Shape::from(full))
+        self.reshape(unit).expand(full)
     }
 
     /// Concatenates leaves of one kind along `axis`.
@@ -200,7 +198,10 @@ impl Leaf {
     /// # Panics
     /// If `leaves` is empty.
     pub(crate) fn cat(leaves: Vec<Self>, axis: usize) -> Self {
-        let kind = leaves.first().expect("vmap: internal: cat of no leaves").kind();
+        let kind = leaves
+            .first()
+            .expect("vmap: internal: cat of no leaves")
+            .kind();
         let ts: Vec<DispatchTensor> = leaves.into_iter().map(|l| l.0).collect();
         Leaf(match kind {
             Kind::Float => Dispatch::float_cat(ts, axis),
@@ -214,9 +215,9 @@ impl Leaf {
         let leaves = leaves
             .into_iter()
             .map(|l| {
-                let mut shape = l.shape().dims;
+                let mut shape = l.shape();
                 shape.insert(axis, 1);
-                l.reshape(Shape::from(shape))
+                l.reshape(shape)
             })
             .collect();
         Self::cat(leaves, axis)

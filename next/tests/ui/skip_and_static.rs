@@ -1,0 +1,11 @@
+use burn::tensor::Tensor;
+use burn_vmap::Tree;
+
+#[derive(Tree)]
+struct Model {
+    weight: Tensor<2>,
+    #[tree(skip, static)]
+    name: String,
+}
+
+fn main() {}
