@@ -10,10 +10,11 @@ use burn::module::{Module, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 use burn_autodiff::Autodiff;
-use burn_backend::backend::AutodiffBackend;
 use burn_backend::TensorMetadata;
+use burn_backend::backend::AutodiffBackend;
 use burn_backend::ops::FloatTensorOps;
 
+use crate::Vmap;
 use crate::VmapError;
 use crate::graph::Program;
 use crate::guard;
@@ -24,7 +25,6 @@ use crate::transform::module::{ModuleParams, record_module_fn};
 use crate::transform::run::{batch, common_device, example_sigs, lift, lower, unbatch};
 use crate::tree::{Key, Leaf, Leaves, NodeKind, Tree, TreeDef};
 use crate::value::Value;
-use crate::Vmap;
 
 /// Gradients of a module's float parameters, keyed by parameter path (`"fc1.weight"`) and
 /// [`ParamId`], in the module's visiting order. Per-example gradients carry the batch as their
@@ -118,7 +118,7 @@ impl ParamGrads {
                 } else {
                     burn_dispatch::Dispatch::float_sum_dim(t, 0)
                 };
-                let g = Leaf(t).reshape(shape.dims[1..].to_vec().into());
+                let g = Leaf(t).reshape(shape.as_slice()[1..].to_vec().into());
                 (p, i, g)
             })
             .collect();
@@ -156,8 +156,11 @@ impl Tree for ParamGrads {
     fn flatten_into(self, leaves: &mut Vec<Leaf>) -> TreeDef {
         let mut keys = Vec::with_capacity(self.entries.len() + 1);
         let mut children = Vec::with_capacity(self.entries.len() + 1);
-        let ids: Vec<(String, ParamId)> =
-            self.entries.iter().map(|(p, i, _)| (p.clone(), *i)).collect();
+        let ids: Vec<(String, ParamId)> = self
+            .entries
+            .iter()
+            .map(|(p, i, _)| (p.clone(), *i))
+            .collect();
         keys.push(Key::Field("#ids".into()));
         children.push(TreeDef::Static(std::sync::Arc::new(ids)));
         for (p, _, g) in self.entries {
@@ -326,7 +329,7 @@ impl Job for ExampleGrads<'_> {
             let numel = loss.shape().num_elements();
             if numel != 1 {
                 return Err(VmapError::LossNotScalar {
-                    shape: loss.shape().dims,
+                    shape: loss.shape().to_vec(),
                 });
             }
             Ok(AD::<B>::backward(loss))

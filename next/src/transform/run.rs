@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use burn::tensor::Device;
 use burn_backend::Shape;
 
+use crate::Vmap;
 use crate::VmapError;
 use crate::batching::BatchOps;
 use crate::graph::{Program, Recording, TensorSig, capture, placeholder};
@@ -27,7 +28,6 @@ use crate::runtime::{Job, UserBackend, on_backend};
 use crate::tensor::VmapTensor;
 use crate::tree::{Leaf, Tree, TreeDef};
 use crate::value::Value;
-use crate::Vmap;
 
 /// A function recorded for one signature: the program and the structure of its output.
 #[derive(Debug)]
@@ -43,7 +43,7 @@ pub(crate) fn example_sigs(leaves: &[Leaf], axes: &[Option<usize>]) -> Vec<Tenso
         .iter()
         .zip(axes)
         .map(|(leaf, axis)| {
-            let mut dims = leaf.shape().dims;
+            let mut dims = leaf.shape().to_vec();
             if let Some(a) = axis {
                 dims.remove(*a);
             }

@@ -185,11 +185,21 @@ pub(crate) fn run_vmap<A: Tree, R: Tree>(
     let given = out_axes.broadcast_to(&out_def, "out_axes", "out")?;
     let out_paths = out_def.leaf_paths("out");
     let mut resolved = Vec::with_capacity(given.len());
-    for ((axis, sig), path) in given.iter().zip(recorded.program.output_sigs()).zip(&out_paths) {
+    for ((axis, sig), path) in given
+        .iter()
+        .zip(recorded.program.output_sigs())
+        .zip(&out_paths)
+    {
         resolved.push(match axis {
             Some(a) => {
                 let rank = sig.shape.num_dims() + 1;
-                Some(normalize_axis("out_axes", *a, rank, path, &sig.shape.dims)?)
+                Some(normalize_axis(
+                    "out_axes",
+                    *a,
+                    rank,
+                    path,
+                    sig.shape.as_slice(),
+                )?)
             }
             None => None,
         });
