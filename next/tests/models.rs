@@ -5,7 +5,9 @@
 use burn::module::{Module, ParamId};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
-use burn::nn::transformer::{TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput};
+use burn::nn::transformer::{
+    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
+};
 use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfig,
 };
@@ -190,7 +192,8 @@ fn should_give_a_transformers_per_example_gradients_as_the_loop() {
             .init(&device),
         head: LinearConfig::new(d, 3).init(&device),
     };
-    let tokens = Tensor::<2, Int>::random([4, t], Distribution::Uniform(0.0, vocab as f64), &device);
+    let tokens =
+        Tensor::<2, Int>::random([4, t], Distribution::Uniform(0.0, vocab as f64), &device);
     let ys = Tensor::<2, Int>::from_ints([[0], [2], [1], [2]], &device);
     check_against_loop(
         &model,
@@ -226,7 +229,8 @@ fn should_give_an_lstms_per_example_gradients_as_the_loop() {
         lstm: LstmConfig::new(d, hidden, true).init(&device),
         head: LinearConfig::new(hidden, 3).init(&device),
     };
-    let tokens = Tensor::<2, Int>::random([4, t], Distribution::Uniform(0.0, vocab as f64), &device);
+    let tokens =
+        Tensor::<2, Int>::random([4, t], Distribution::Uniform(0.0, vocab as f64), &device);
     let ys = Tensor::<2, Int>::from_ints([[2], [0], [1], [1]], &device);
     check_against_loop(
         &model,
@@ -266,12 +270,20 @@ fn should_draw_dropout_per_example_and_match_the_loop_under_the_same_masks() {
     let grads = per_example_grads(&model, xs.clone(), loss).unwrap();
     let w2 = values(grads.get::<3>("l2.weight").unwrap().into_data()); // [n, d_h, 1]
     let masks: Vec<Vec<bool>> = (0..n)
-        .map(|i| w2[i * d_h..(i + 1) * d_h].iter().map(|v| *v != 0.0).collect())
+        .map(|i| {
+            w2[i * d_h..(i + 1) * d_h]
+                .iter()
+                .map(|v| *v != 0.0)
+                .collect()
+        })
         .collect();
     // Independent masks: every example keeps about half of the units, and no two masks agree.
     for (i, m) in masks.iter().enumerate() {
         let kept = m.iter().filter(|k| **k).count();
-        assert!((10..=54).contains(&kept), "example {i} kept {kept} of {d_h}");
+        assert!(
+            (10..=54).contains(&kept),
+            "example {i} kept {kept} of {d_h}"
+        );
         for other in &masks[..i] {
             assert_ne!(m, other, "two examples drew the same mask");
         }
@@ -281,7 +293,10 @@ fn should_draw_dropout_per_example_and_match_the_loop_under_the_same_masks() {
     for (i, mask) in masks.iter().enumerate() {
         let trained = model.clone().train();
         let mask = Tensor::<1>::from_floats(
-            mask.iter().map(|k| if *k { 2.0 } else { 0.0 }).collect::<Vec<f32>>().as_slice(),
+            mask.iter()
+                .map(|k| if *k { 2.0 } else { 0.0 })
+                .collect::<Vec<f32>>()
+                .as_slice(),
             &device,
         );
         let x = row::<2, 1>(&xs, i);
@@ -291,7 +306,41 @@ fn should_draw_dropout_per_example_and_match_the_loop_under_the_same_masks() {
         let expected = burn_grad(&theirs, trained.l1.weight.id, 2);
         let per = d_in * d_h;
         for (a, b) in l1_w[i * per..(i + 1) * per].iter().zip(&expected) {
-            assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "example {i}: {a} vs {b}");
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                "example {i}: {a} vs {b}"
+            );
         }
     }
+}
+
+#[derive(Module, Debug)]
+struct Normalized {
+    l1: Linear,
+    norm: burn::nn::BatchNorm,
+}
+
+/// BatchNorm in training mode mixes the examples of a batch and writes its running statistics:
+/// refused with its path before anything runs; in eval mode (running statistics) it is
+/// per-example and allowed.
+#[test]
+fn should_refuse_batch_norm_in_training_mode_and_allow_it_in_eval_mode() {
+    let device = Device::default();
+    let model = Normalized {
+        l1: LinearConfig::new(3, 4).init(&device),
+        norm: burn::nn::BatchNormConfig::new(4).init(&device),
+    };
+    let xs = Tensor::<2>::random([5, 3], Distribution::Default, &device);
+    let loss = |m: &Normalized, x: Tensor<1>| {
+        let h = m.l1.forward(x).unsqueeze::<2>(); // [1, 4]
+        m.norm.forward(h).sum()
+    };
+    let err = per_example_grads(&model, xs.clone(), loss).unwrap_err();
+    assert!(
+        matches!(&err, burn_vmap::VmapError::MixesExamples { path, layer: "BatchNorm", .. } if path == "norm"),
+        "{err}"
+    );
+    let eval = model.valid();
+    let grads = per_example_grads(&eval, xs, loss).unwrap();
+    assert_eq!(grads.get::<3>("l1.weight").unwrap().dims(), [5, 3, 4]);
 }

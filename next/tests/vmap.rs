@@ -32,7 +32,13 @@ fn should_equal_the_loop_for_a_softmax_attention_row() {
         .call((qs.clone(), k.clone(), v.clone()))
         .unwrap();
     let looped: Vec<Tensor<1>> = (0..7)
-        .map(|i| f((qs.clone().narrow(0, i, 1).reshape([4]), k.clone(), v.clone())))
+        .map(|i| {
+            f((
+                qs.clone().narrow(0, i, 1).reshape([4]),
+                k.clone(),
+                v.clone(),
+            ))
+        })
         .collect();
     assert_close(&values(batched), &values(Tensor::stack::<2>(looped, 0)));
 }
@@ -96,7 +102,11 @@ fn should_refuse_a_tensor_the_function_closes_over() {
     let xs = Tensor::<2>::ones([3, 2], &device);
     let err = vmap(|x: Tensor<1>| x * w.clone()).call(xs).unwrap_err();
     assert!(matches!(err, VmapError::ForeignTensor { .. }), "{err}");
-    assert!(err.to_string().contains("pass every tensor it reads as an argument"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("pass every tensor it reads as an argument"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -120,7 +130,10 @@ fn should_report_inconsistent_batch_sizes_and_unmapped_outputs() {
     let err = vmap(|(x, y): (Tensor<1>, Tensor<1>)| x + y)
         .call((a.clone(), b))
         .unwrap_err();
-    assert!(matches!(err, VmapError::InconsistentBatchSizes { .. }), "{err}");
+    assert!(
+        matches!(err, VmapError::InconsistentBatchSizes { .. }),
+        "{err}"
+    );
 
     let err = vmap(|x: Tensor<1>| x * 2.0)
         .out_axes(Option::<isize>::None)
@@ -141,7 +154,12 @@ fn should_draw_per_example_or_shared_randomness_or_refuse() {
     assert!(matches!(err, VmapError::Randomness { .. }), "{err}");
 
     let rows = |t: Tensor<2>| values(t);
-    let different = rows(vmap(noisy).randomness(Randomness::Different).call(xs.clone()).unwrap());
+    let different = rows(
+        vmap(noisy)
+            .randomness(Randomness::Different)
+            .call(xs.clone())
+            .unwrap(),
+    );
     assert_ne!(different[0..50], different[50..100]);
     let same = rows(vmap(noisy).randomness(Randomness::Same).call(xs).unwrap());
     assert_eq!(same[0..50], same[50..100]);

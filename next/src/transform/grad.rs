@@ -252,7 +252,7 @@ where
     const T: &str = "per_example_grads";
     let (leaves, def) = inputs.flatten();
     let mapped = map_inputs(leaves, def, &Axes::from(0))?;
-    let (params, _) = ModuleParams::of(module);
+    let (params, _) = ModuleParams::of(T, module)?;
     let sigs = example_sigs(&mapped.leaves, &mapped.axes);
     let recorded = record_module_fn(T, module, &loss_fn, &mapped.def, &sigs)?;
     let device = common_device(T, &mapped.leaves)?;
