@@ -70,11 +70,10 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use crate::physical::Int as IntKind;
 use burn_backend::backend::{Backend, BackendTypes};
 use burn_backend::{Shape, TensorMetadata};
 
-use crate::physical::{Kind, with_batch_sizes};
+use crate::physical::{Int as IntKind, Kind, with_batch_sizes};
 use crate::tensor::BatchDims;
 
 // =================================================================================================
