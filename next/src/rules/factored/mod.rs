@@ -45,7 +45,7 @@ use burn_backend::tensor::IndexingUpdateOp;
 use burn_backend::{FloatDType, Scalar, Shape, TensorMetadata, get_or_init_device_settings};
 
 use super::helpers::align;
-use crate::compat::{self, kernel_layout};
+use crate::compat::kernel_layout;
 use crate::physical::{Float, Kind};
 use crate::tensor::{BatchDims, Factors, Left, Part, VmapTensor};
 
@@ -85,10 +85,11 @@ fn multiply<B: Backend>(f: F<B>) -> FP<B> {
     }
     let product = match part.left {
         Left::Dense(left) if k == 1 => {
-            // `[.., m, 1] ⊗ [.., 1, n]`: outer products (see `compat::outer_product`).
+            // `[.., m, 1] ⊗ [.., 1, n]`: outer products, a broadcast multiply (on Flex 0.21 a
+            // matmul was faster; no longer on 0.22.1: see `crate::compat`).
             let mut dims = left.shape().to_vec();
             dims.swap(lead, lead + 1);
-            compat::outer_product::<B>(reshape::<B>(left, dims), part.right)
+            B::float_mul(reshape::<B>(left, dims), part.right)
         }
         Left::Dense(left) => matmul::<B>(B::float_swap_dims(left, lead, lead + 1), part.right),
         Left::OneHot(index) => {
