@@ -6,6 +6,10 @@
 //!
 //! The capture device is chosen per nesting depth from a per-thread pool, so a transform used
 //! inside a function being recorded (a `vmap` inside a `vmap`) records on a device of its own.
+//! Its default dtypes are the user's device's (`DeviceSettings`): a tensor the function creates
+//! (`arange`, `zeros`, a comparison's mask, an `argmax`) gets the dtype it gets on the user's
+//! device, so it combines with the function's arguments as in the loop (Flex's `I32` and
+//! native bools against the capture backend's own `I64` and `U8` defaults otherwise).
 //! A recording made for gradients runs on the capture device with autodiff turned on, the way a
 //! user's own training step runs on an autodiff device: `Dropout` in training mode then records
 //! its random mask (the transform draws it per example) instead of being skipped.
@@ -18,9 +22,9 @@
 
 use std::cell::{Cell, RefCell};
 
-use burn::tensor::Device;
-use burn_backend::TensorData;
+use burn::tensor::{Device, DeviceConfig};
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
+use burn_backend::{DeviceSettings, TensorData};
 use burn_dispatch::backends::Capture;
 use burn_dispatch::{BackendTensor, Dispatch, DispatchTensor, DispatchTensorKind};
 use burn_ir::TensorId;
@@ -30,8 +34,9 @@ use crate::VmapError;
 use crate::guard;
 
 thread_local! {
-    /// Capture devices by nesting depth (Burn allows one open scope per device).
-    static POOL: RefCell<Vec<Device>> = const { RefCell::new(Vec::new()) };
+    /// Capture devices by nesting depth (Burn allows one open scope per device), one per
+    /// default-dtype settings (a device's settings are set once).
+    static POOL: RefCell<Vec<Vec<(DeviceSettings, Device)>>> = const { RefCell::new(Vec::new()) };
     /// How many captures are open on this thread.
     static DEPTH: Cell<usize> = const { Cell::new(0) };
 }
@@ -58,8 +63,9 @@ pub(crate) fn placeholder(sig: &TensorSig, device: &Device) -> DispatchTensor {
     }
 }
 
-/// Records `record` on a capture device (with autodiff on when `autodiff`) and returns the
-/// program with the closure's extra result. `transform` names the caller in errors.
+/// Records `record` on a capture device (with autodiff on when `autodiff`, with the default
+/// dtypes of `settings`: the user's device's) and returns the program with the closure's extra
+/// result. `transform` names the caller in errors.
 ///
 /// # Errors
 /// - [`VmapError::ForeignTensor`]: the function used a tensor from another device;
@@ -69,15 +75,20 @@ pub(crate) fn placeholder(sig: &TensorSig, device: &Device) -> DispatchTensor {
 pub(crate) fn capture<R>(
     transform: &'static str,
     autodiff: bool,
+    settings: DeviceSettings,
     record: impl FnOnce(&Device) -> Result<Recording<R>, VmapError>,
 ) -> Result<(Program, R), VmapError> {
     let depth = DEPTH.get();
-    let device = POOL.with(|pool| {
+    let (device, fresh) = POOL.with(|pool| {
         let mut pool = pool.borrow_mut();
         while pool.len() <= depth {
-            pool.push(Device::capture());
+            pool.push(Vec::new());
         }
-        pool[depth].clone()
+        let devices = &mut pool[depth];
+        match devices.iter().find(|(s, _)| *s == settings) {
+            Some((_, d)) => (d.clone(), false),
+            None => (Device::capture(), true),
+        }
     });
     let _depth = DepthGuard::enter(depth);
     let user_device = if autodiff {
@@ -88,8 +99,31 @@ pub(crate) fn capture<R>(
 
     let mut outcome: Option<Result<(Vec<TensorId>, Vec<TensorId>, R), VmapError>> = None;
     let captured = device.capture_scope(|scope| {
-        let result = guard::catch(|| record(&user_device))
-            .map_err(|message| classify(transform, message))
+        // A new device takes the user's default dtypes in its first scope (Burn checks them
+        // against the capture client, which exists only inside a scope).
+        let configured = if fresh {
+            let config = DeviceConfig::new(
+                Some(settings.float_dtype),
+                Some(settings.int_dtype),
+                Some(settings.bool_dtype),
+            );
+            device
+                .clone()
+                .configure(config)
+                .map_err(|e| VmapError::Device {
+                    transform,
+                    why: format!("the capture device refused the arguments' default dtypes: {e:?}"),
+                })
+        } else {
+            Ok(())
+        };
+        if fresh && configured.is_ok() {
+            POOL.with(|pool| pool.borrow_mut()[depth].push((settings, device.clone())));
+        }
+        let result = configured
+            .and_then(|()| {
+                guard::catch(|| record(&user_device)).map_err(|m| classify(transform, m))
+            })
             .and_then(|r| r)
             .and_then(|recording| {
                 let inputs = ids(transform, recording.inputs)?;

@@ -66,7 +66,7 @@ fn should_replay_a_model_and_its_gradients_as_burn_computes_them() {
         dtype: t.dtype(),
     });
 
-    let (program, ()) = capture("test", false, |cap| {
+    let (program, ()) = capture("test", false, Device::default().settings(), |cap| {
         let m = model.clone().to_device(cap);
         let xs: Vec<DispatchTensor> = sigs.iter().map(|s| placeholder(s, cap)).collect();
         let loss = m.loss(
@@ -170,7 +170,7 @@ fn should_give_per_example_gradients_equal_to_the_loop_of_burns_backward() {
             dtype: ys.dtype(),
         },
     ];
-    let (program, ()) = capture("test", true, |cap| {
+    let (program, ()) = capture("test", true, Device::default().settings(), |cap| {
         let m = model.clone().to_device(cap);
         let args: Vec<DispatchTensor> = sigs.iter().map(|s| placeholder(s, cap)).collect();
         let loss = m.loss(

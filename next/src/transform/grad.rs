@@ -254,8 +254,8 @@ where
     let mapped = map_inputs(leaves, def, &Axes::from(0))?;
     let (params, _) = ModuleParams::of(T, module)?;
     let sigs = example_sigs(&mapped.leaves, &mapped.axes);
-    let recorded = record_module_fn(T, module, &loss_fn, &mapped.def, &sigs)?;
     let device = common_device(T, &mapped.leaves)?;
+    let recorded = record_module_fn(T, module, &loss_fn, &mapped.def, &sigs, device.settings())?;
     let grads = ExampleGrads {
         transform: T,
         program: &recorded.program,

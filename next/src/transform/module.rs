@@ -148,16 +148,17 @@ impl ModuleParams {
 
 /// Records `loss(module, args)` for one example: the module on the capture device (with
 /// autodiff on, as a training step runs), its float parameters as the first inputs, then the
-/// arguments of structure `def` and signature `sigs`. The program's outputs are the flattened
-/// result of `loss`.
+/// arguments of structure `def` and signature `sigs`, with the default dtypes of `settings` (the
+/// arguments' device's). The program's outputs are the flattened result of `loss`.
 pub(crate) fn record_module_fn<M: Module, A: Tree, R: Tree>(
     transform: &'static str,
     module: &M,
     loss: &impl Fn(&M, A) -> R,
     def: &TreeDef,
     sigs: &[TensorSig],
+    settings: burn_backend::DeviceSettings,
 ) -> Result<Recorded, VmapError> {
-    let (program, out_def) = capture(transform, true, |device| {
+    let (program, out_def) = capture(transform, true, settings, |device| {
         let recorded_module = module.clone().to_device(device);
         let params = param_tensors(&recorded_module);
         let args: Vec<_> = sigs.iter().map(|s| placeholder(s, device)).collect();

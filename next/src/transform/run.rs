@@ -85,15 +85,17 @@ pub(crate) fn any_autodiff(leaves: &[Leaf]) -> bool {
     leaves.iter().any(|l| l.device().is_autodiff())
 }
 
-/// Records `f` for arguments of structure `def` and signature `sigs`.
+/// Records `f` for arguments of structure `def` and signature `sigs`, with the default dtypes of
+/// the arguments' `device`.
 pub(crate) fn record<A: Tree, R: Tree>(
     transform: &'static str,
     f: &impl Fn(A) -> R,
     def: &TreeDef,
     sigs: &[TensorSig],
     autodiff: bool,
+    device: &Device,
 ) -> Result<Recorded, VmapError> {
-    let (program, out_def) = capture(transform, autodiff, |device| {
+    let (program, out_def) = capture(transform, autodiff, device.settings(), |device| {
         let inputs: Vec<_> = sigs.iter().map(|s| placeholder(s, device)).collect();
         let leaves = inputs.iter().cloned().map(Leaf).collect();
         let args = A::unflatten_named(def, leaves, "args")?;

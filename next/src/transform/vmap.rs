@@ -179,7 +179,7 @@ pub(crate) fn run_vmap<A: Tree, R: Tree>(
     let sigs = example_sigs(&leaves, &axes);
     let autodiff = any_autodiff(&leaves);
     let recorded = cache.get_or_record(&def, &sigs, autodiff, || {
-        record::<A, R>(transform, f, &def, &sigs, autodiff)
+        record::<A, R>(transform, f, &def, &sigs, autodiff, &device)
     })?;
     let out_def = recorded.out_def.clone();
     let given = out_axes.broadcast_to(&out_def, "out_axes", "out")?;
