@@ -16,7 +16,7 @@
 use std::sync::{Arc, Mutex};
 
 use burn::tensor::Device;
-use burn_backend::Shape;
+use burn_backend::{Shape, TensorMetadata};
 
 use crate::Vmap;
 use crate::VmapError;
@@ -25,7 +25,7 @@ use crate::graph::{Program, Recording, TensorSig, capture, placeholder};
 use crate::guard;
 use crate::level::{Level, Randomness, VmapScope};
 use crate::runtime::{Job, UserBackend, on_backend};
-use crate::tensor::VmapTensor;
+use crate::tensor::{BatchDims, VmapTensor};
 use crate::tree::{Leaf, Tree, TreeDef};
 use crate::value::Value;
 
@@ -234,10 +234,21 @@ pub(crate) fn lift<B: UserBackend>(
         why: format!("an argument is not on the backend of the others: {why}"),
     })?;
     Ok(match value {
-        Value::Float(t) => Value::Float(VmapTensor::unbatched(t)),
-        Value::Int(t) => Value::Int(VmapTensor::unbatched(t)),
-        Value::Bool(t) => Value::Bool(VmapTensor::unbatched(t)),
+        Value::Float(t) => Value::Float(unbatched(t, B::float_reshape)),
+        Value::Int(t) => Value::Int(unbatched(t, B::int_reshape)),
+        Value::Bool(t) => Value::Bool(unbatched(t, B::bool_reshape)),
     })
+}
+
+/// An inner primitive as an unbatched tensor of `Vmap<B>`; a rank-0 one is held as `[1]`, the
+/// engine's layout of logical rank 0 (a binary op of a physical rank-0 operand and a batched
+/// rank-0 one otherwise came out of rank 1).
+fn unbatched<P: TensorMetadata>(t: P, reshape: fn(P, Shape) -> P) -> VmapTensor<P> {
+    if t.shape().num_dims() == 0 {
+        VmapTensor::from_physical_scalar(reshape(t, Shape::from(vec![1])), BatchDims::none())
+    } else {
+        VmapTensor::unbatched(t)
+    }
 }
 
 /// An unbatched tensor of `Vmap<B>` as a tensor of `B` (a lazy form computed).
