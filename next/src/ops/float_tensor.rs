@@ -8,7 +8,7 @@ use burn_backend::{FloatDType, IntDType, Scalar, Shape, Slice, TensorData};
 use super::macros::*;
 use crate::Vmap;
 use crate::physical::Float;
-use crate::rules::{create, elementwise, factored, indexing, linalg, reduce, view};
+use crate::rules::{create, elementwise, factored, indexing, linalg, module, reduce, view};
 
 impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
     shared_ops!(float);
@@ -93,6 +93,18 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
     fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         unbatched!(lhs, rhs => B::float_matmul(lhs, rhs));
         linalg::matmul::<B, Float>(lhs, rhs, B::float_matmul, B::float_mul)
+    }
+
+    // A rule of its own: the default composes other ops and samples bilinearly only (nearest
+    // was `unimplemented!` under vmap while the inner backend has it). The batch dims of the
+    // input and of the grid fold into their shared `N`.
+    fn float_grid_sample_2d(
+        tensor: FloatTensor<Self>,
+        grid: FloatTensor<Self>,
+        options: burn_backend::ops::GridSampleOptions,
+    ) -> FloatTensor<Self> {
+        let (bdims, [x, g]) = module::fold_all::<B, Float, 2>([tensor, grid]);
+        module::unfold_out::<B, Float>(B::float_grid_sample_2d(x, g, options), &bdims)
     }
 
     fn float_cross(

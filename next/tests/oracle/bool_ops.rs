@@ -9,7 +9,7 @@ use crate::run::{OpCase, case};
 pub fn cases() -> Vec<OpCase> {
     let mut v = kind_cases!("bool", b, Bool, Gen::B, true);
     // Flex 0.22.1's `bool_gather` and `bool_select` return a bool primitive whose dtype says
-    // `U8`: the loop itself cannot read them back as bools (`known_gap_flex_bool_gather_dtype`).
+    // `U8`: the loop itself cannot read them back as bools (`gaps::known_gap_flex_bool_gather_dtype`).
     v.retain(|c| !FLEX_BOOL_DTYPE_GAP.contains(&c.name));
     v.extend(vec![
         case("bool_zeros_ones",
@@ -47,20 +47,5 @@ pub fn cases() -> Vec<OpCase> {
     v
 }
 
-/// Cases the Flex backend cannot run unbatched (see [`known_gap_flex_bool_gather_dtype`]).
+/// Cases the Flex backend cannot run unbatched (see `gaps::known_gap_flex_bool_gather_dtype`).
 const FLEX_BOOL_DTYPE_GAP: &[&str] = &["bool_gather", "bool_select"];
-
-/// Known gap, in Burn 0.22.1's Flex backend (not in vmap): a bool `gather` or `select` returns
-/// a tensor whose dtype reads `U8` instead of `Bool`, so anything that dispatches on the dtype
-/// (a `Leaf`, `Tensor::from_dispatch`, vmap's outputs) takes it for an int tensor. If this
-/// starts failing, Flex is fixed: drop `FLEX_BOOL_DTYPE_GAP`.
-#[test]
-fn known_gap_flex_bool_gather_dtype() {
-    use burn::tensor::{DType, Device, Int, TensorData};
-    let device = Device::default();
-    let m = Tensor::<1, Bool>::from_data(TensorData::from([true, false]), &device);
-    let i = Tensor::<1, Int>::from_ints([1, 0, 1], &device);
-    assert!(m.clone().dtype().is_bool());
-    assert_eq!(m.clone().gather(0, i.clone()).dtype(), DType::U8);
-    assert_eq!(m.select(0, i).dtype(), DType::U8);
-}

@@ -3,8 +3,7 @@
 
 #![allow(dead_code)]
 
-use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
-use burn_backend::Shape;
+use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorData};
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn_dispatch::Dispatch;
 
@@ -174,27 +173,28 @@ impl Host {
         self.to_t_on(&Device::default())
     }
 
-    /// A tensor of these values on `device`, with the device's default dtype of its kind.
-    /// Burn 0.22's `Tensor::from_data` refuses rank 0 (examples of a rank-1 batch): every
-    /// tensor is made flat and reshaped at primitive level.
+    /// A tensor of these values on `device`, with the device's default dtype of its kind,
+    /// made at primitive level: Burn 0.22's `Tensor::from_data` refuses rank 0 (the examples
+    /// of a rank-1 batch), and nothing but the data is recorded on a capture device.
     pub fn to_t_on(&self, device: &Device) -> T {
-        let n = self.numel();
-        let shape = Shape::from(self.shape.clone());
+        let shape = self.shape.clone();
+        let settings = device.settings();
+        let d = device.as_dispatch();
         let t = match &self.data {
             Data::F(v) => {
-                let data = TensorData::new(v.iter().map(|&x| x as f32).collect::<Vec<_>>(), [n]);
-                let flat = Tensor::<1>::from_data(data, device).into_dispatch();
-                Dispatch::float_reshape(flat, shape)
+                let data = TensorData::new(v.iter().map(|&x| x as f32).collect::<Vec<_>>(), shape)
+                    .convert_dtype(DType::from(settings.float_dtype));
+                Dispatch::float_from_data(data, d)
             }
             Data::I(v) => {
-                let data = TensorData::new(v.clone(), [n]);
-                let flat = Tensor::<1, Int>::from_data(data, device).into_dispatch();
-                Dispatch::int_reshape(flat, shape)
+                let data = TensorData::new(v.clone(), shape)
+                    .convert_dtype(DType::from(settings.int_dtype));
+                Dispatch::int_from_data(data, d)
             }
             Data::B(v) => {
-                let data = TensorData::new(v.clone(), [n]);
-                let flat = Tensor::<1, Bool>::from_data(data, device).into_dispatch();
-                Dispatch::bool_reshape(flat, shape)
+                let data = TensorData::new(v.clone(), shape)
+                    .convert_dtype(DType::from(settings.bool_dtype));
+                Dispatch::bool_from_data(data, d)
             }
         };
         macro_rules! wrap {

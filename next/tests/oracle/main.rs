@@ -76,10 +76,28 @@ pub fn bpair(p: &harness::P) -> (Vec<usize>, Vec<usize>) {
     }
 }
 
+mod backend_ops;
 mod bool_ops;
+mod coverage;
+mod derived;
 mod float_ops;
+mod gaps;
 mod int_ops;
 mod kinds;
+mod module_ops;
+mod numeric;
+
+/// Every registered op case.
+pub fn all_cases() -> Vec<run::OpCase> {
+    let mut v = float_ops::cases();
+    v.extend(int_ops::cases());
+    v.extend(bool_ops::cases());
+    v.extend(derived::cases());
+    v.extend(module_ops::cases());
+    v.extend(backend_ops::cases());
+    v.extend(numeric::cases());
+    v
+}
 
 #[test]
 fn oracle_float_ops() {
@@ -94,4 +112,24 @@ fn oracle_int_ops() {
 #[test]
 fn oracle_bool_ops() {
     run::run_cases(bool_ops::cases());
+}
+
+#[test]
+fn oracle_derived_ops() {
+    run::run_cases(derived::cases());
+}
+
+#[test]
+fn oracle_module_ops() {
+    run::run_cases(module_ops::cases());
+}
+
+#[test]
+fn oracle_backend_ops() {
+    run::run_cases(backend_ops::cases());
+}
+
+#[test]
+fn oracle_numeric_ops() {
+    run::run_cases(numeric::cases());
 }

@@ -1,0 +1,73 @@
+//! Known gaps of Burn 0.22.1's Flex backend (not of burn-vmap) that the oracle steps around:
+//! each test asserts the gap, so it fails the day Flex is fixed and the workaround can go.
+
+use burn::tensor::module::conv1d;
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorData};
+use burn_backend::ops::ModuleOps;
+use burn_dispatch::Dispatch;
+
+/// A bool `gather` or `select` returns a tensor whose dtype reads `U8` instead of `Bool`, so
+/// anything that dispatches on the dtype (a `Leaf`, `Tensor::from_dispatch`, a transform's
+/// outputs) takes it for an int tensor. The oracle reads them as ints
+/// (`numeric::bool_gather_as_int`) and skips `bool_ops`' own gather and select cases.
+#[test]
+fn known_gap_flex_bool_gather_dtype() {
+    let device = Device::default();
+    let m = Tensor::<1, Bool>::from_data(TensorData::from([true, false]), &device);
+    let i = Tensor::<1, Int>::from_ints([1, 0, 1], &device);
+    assert!(m.clone().dtype().is_bool());
+    assert_eq!(m.clone().gather(0, i.clone()).dtype(), DType::U8);
+    assert_eq!(m.select(0, i).dtype(), DType::U8);
+}
+
+/// A grouped, strided `conv1d_weight_backward` whose windows leave input positions unread is
+/// wrong (it differs from the same gradient computed one group at a time; conv2d's is right).
+/// Burn's autodiff calls it for every grouped strided `Conv1d`. The oracle's conv1d backward
+/// case uses stride 1 when grouped (`backend_ops::flex_safe`).
+#[test]
+fn known_gap_flex_grouped_strided_conv1d_weight_backward() {
+    let device = Device::default();
+    let (groups, ci, co, k, len, stride) = (2, 2, 1, 2, 5, 2);
+    let values = |n: usize, seed: f32| -> Vec<f32> {
+        (0..n).map(|i| (i as f32 * 0.7 + seed).sin()).collect()
+    };
+    let x = Tensor::<3>::from_data(
+        TensorData::new(values(ci * groups * len, 0.3), [1, ci * groups, len]),
+        &device,
+    );
+    let w = Tensor::<3>::from_data(
+        TensorData::new(values(co * groups * ci * k, 1.1), [co * groups, ci, k]),
+        &device,
+    );
+    let grouped = ConvOptions::new([stride], [0], [1], groups);
+    let g = conv1d(x.clone(), w.clone(), None, grouped.clone()).sin();
+    let backward = |x: Tensor<3>, w: Tensor<3>, g: Tensor<3>, o: ConvOptions<1>| {
+        Tensor::<3>::from_dispatch(Dispatch::conv1d_weight_backward(
+            x.into_dispatch(),
+            w.into_dispatch(),
+            g.into_dispatch(),
+            o,
+        ))
+    };
+    let whole = backward(x.clone(), w.clone(), g.clone(), grouped);
+    let single = ConvOptions::new([stride], [0], [1], 1);
+    let per_group: Vec<Tensor<3>> = (0..groups)
+        .map(|i| {
+            backward(
+                x.clone().narrow(1, i * ci, ci),
+                w.clone().narrow(0, i * co, co),
+                g.clone().narrow(1, i * co, co),
+                single.clone(),
+            )
+        })
+        .collect();
+    let diff: f32 = (whole - Tensor::cat(per_group, 0))
+        .abs()
+        .max()
+        .into_scalar();
+    assert!(
+        diff > 1e-3,
+        "Flex's grouped strided conv1d_weight_backward is right now: drop backend_ops::flex_safe"
+    );
+}
