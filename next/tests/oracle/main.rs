@@ -84,8 +84,10 @@ mod float_ops;
 mod gaps;
 mod int_ops;
 mod kinds;
+mod misc;
 mod module_ops;
 mod numeric;
+mod random;
 
 /// Every registered op case.
 pub fn all_cases() -> Vec<run::OpCase> {
