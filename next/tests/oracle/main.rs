@@ -82,6 +82,7 @@ mod coverage;
 mod derived;
 mod float_ops;
 mod gaps;
+mod grads;
 mod int_ops;
 mod kinds;
 mod misc;
