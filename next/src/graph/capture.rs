@@ -231,7 +231,8 @@ fn classify(transform: &'static str, message: String) -> VmapError {
             transform,
             detail: first_line(&message),
         }
-    } else if lower.contains("device") {
+    } else if lower.contains("device") || lower.contains("wrong backend") {
+        // Burn names a module's parameter on another device "on the wrong backend".
         VmapError::ForeignTensor {
             transform,
             detail: first_line(&message),

@@ -7,8 +7,8 @@
 //! new recording. A parameter is differentiated when it is trainable (`Module::freeze` and
 //! `set_require_grad(false)` exclude it, as Burn's own `backward` would).
 
-use burn::module::{Module, ModuleVisitor, Param, ParamId};
-use burn::tensor::Tensor;
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::tensor::{Float, Tensor};
 
 use crate::VmapError;
 use crate::graph::{Recording, TensorSig, capture, placeholder};
@@ -158,7 +158,12 @@ pub(crate) fn record_module_fn<M: Module, A: Tree, R: Tree>(
     sigs: &[TensorSig],
     settings: burn_backend::DeviceSettings,
 ) -> Result<Recorded, VmapError> {
-    let (program, out_def) = capture(transform, true, settings, |device| {
+    // Burn's `RunningState` (BatchNorm's running statistics) is shared between a module and its
+    // clones: moving the recorded clone to the capture device moves the user's statistics too
+    // (and the user's model then panics: "Cannot move a tensor from a capture device"). Their
+    // values are put back once the recording is made.
+    let saved = Saved::of(module);
+    let recorded = capture(transform, true, settings, |device| {
         let recorded_module = module.clone().to_device(device);
         let params = param_tensors(&recorded_module);
         let args: Vec<_> = sigs.iter().map(|s| placeholder(s, device)).collect();
@@ -171,6 +176,39 @@ pub(crate) fn record_module_fn<M: Module, A: Tree, R: Tree>(
             outputs: outputs.into_iter().map(Leaf::into_dispatch).collect(),
             extra: out_def,
         })
-    })?;
+    });
+    saved.restore(module);
+    let (program, out_def) = recorded?;
     Ok(Recorded { program, out_def })
+}
+
+/// A module's float tensors by id (its parameters and running states), before recording.
+struct Saved(Vec<(ParamId, Leaf)>);
+
+impl Saved {
+    fn of<M: Module>(module: &M) -> Self {
+        let mut collect = Collect::default();
+        module.visit(&mut collect);
+        Self(collect.ids.into_iter().zip(collect.tensors).collect())
+    }
+
+    /// Writes the saved values back through a clone of `module`: a parameter of the clone is
+    /// its own (the clone is dropped), a running state is the user's.
+    fn restore<M: Module>(self, module: &M) {
+        let _ = module.clone().map(&mut Restore(self.0));
+    }
+}
+
+/// Replaces each float tensor of a module with its saved value (by id).
+struct Restore(Vec<(ParamId, Leaf)>);
+
+impl ModuleMapper for Restore {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let saved = self.0.iter().find(|(id, _)| *id == param.id);
+        let Some(value) = saved.and_then(|(_, t)| t.clone().into_tensor::<D, Float>().ok()) else {
+            return param;
+        };
+        let (id, _, mapper) = param.consume();
+        Param::from_mapped_value(id, value, mapper)
+    }
 }

@@ -1,0 +1,299 @@
+//! Unmodified burn-nn 0.22 layers against the loop: forward values (`vmap` of the layer's
+//! `forward`, the layer moved into the recording, equals stacking `forward(x_i)`) and
+//! per-example gradients (`per_example_grads` equals Burn's own backward of each example
+//! alone), for every parameter. Strict mode is on: an op that fell back to a per-example loop
+//! would panic.
+
+use burn::module::{Module, ParamId};
+use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
+use burn::nn::conv::{Conv1d, Conv1dConfig, Conv2d, Conv2dConfig, ConvTranspose2d, ConvTranspose2dConfig};
+use burn::nn::pool::{
+    AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, AvgPool2d, AvgPool2dConfig, MaxPool2d,
+    MaxPool2dConfig,
+};
+use burn::nn::{
+    BatchNormConfig, Embedding, EmbeddingConfig, Gelu, GroupNorm, GroupNormConfig, InstanceNorm,
+    InstanceNormConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig, Lstm, LstmConfig,
+    PaddingConfig2d, Relu, Sigmoid, Tanh,
+};
+use burn::optim::GradientsParams;
+use burn::tensor::activation::{log_softmax, softmax};
+use burn::tensor::{Bool, Device, Distribution, Int, Tensor, TensorData};
+use burn_vmap::{Tree, per_example_grads, vmap};
+
+const E: usize = 3;
+
+fn dev() -> Device {
+    burn_vmap::strict::set_strict(true);
+    Device::default()
+}
+
+fn normal<const D: usize>(shape: [usize; D]) -> Tensor<D> {
+    Tensor::random(shape, Distribution::Normal(0.0, 1.0), &dev())
+}
+
+fn values<const D: usize, K: burn::tensor::kind::Basic + burn::tensor::kind::TensorKind>(
+    t: Tensor<D, K>,
+) -> Vec<f32> {
+    t.into_data().convert::<f32>().to_vec::<f32>().unwrap()
+}
+
+/// Example `i` of a batch (axis 0 removed).
+fn example<const DB: usize, const D: usize, K>(xs: &Tensor<DB, K>, i: usize) -> Tensor<D, K>
+where
+    K: burn::tensor::kind::Basic + burn::tensor::kind::TensorKind,
+{
+    let shape: [usize; D] = xs.dims()[1..].try_into().unwrap();
+    xs.clone().narrow(0, i, 1).reshape(shape)
+}
+
+fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: sizes");
+    let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+    for (k, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!((a - b).abs() <= 1e-4 * scale, "{what}: at {k}: {a} vs {b}");
+    }
+}
+
+/// Forward oracle: `vmap(f)(xs) == stack_i f(xs[i])`, the layer moved into the recording (a
+/// `valid()` copy: a clone shares BatchNorm's running statistics, which `to_device` would move
+/// off the user's device).
+fn forward_oracle<M: Module, const D: usize, const DB: usize, const O: usize, const OB: usize>(
+    m: &M,
+    xs: Tensor<DB>,
+    f: impl Fn(&M, Tensor<D>) -> Tensor<O>,
+    what: &str,
+) {
+    let got: Tensor<OB> = vmap(|x: Tensor<D>| f(&m.valid().to_device(&x.device()), x))
+        .call_as(xs.clone())
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let want: Vec<Tensor<O>> = (0..xs.dims()[0]).map(|i| f(m, example(&xs, i))).collect();
+    assert_close(&values(got), &values(Tensor::stack::<OB>(want, 0)), what);
+}
+
+/// A parameter's gradient in Burn's own `GradientsParams`, as flat values.
+fn burn_grad(grads: &GradientsParams, id: ParamId, rank: usize) -> Vec<f32> {
+    let data = match rank {
+        1 => grads.get::<1>(id).map(values),
+        2 => grads.get::<2>(id).map(values),
+        3 => grads.get::<3>(id).map(values),
+        4 => grads.get::<4>(id).map(values),
+        r => panic!("rank {r}"),
+    };
+    data.expect("Burn gives the parameter a gradient")
+}
+
+/// Gradient oracle: per-example gradients of every parameter equal the loop of Burn's own
+/// backward passes, one example at a time, on the model in training mode.
+fn grads_oracle<M: Module, I: Tree, A: Tree>(
+    model: &M,
+    inputs: I,
+    example: impl Fn(usize) -> A,
+    loss: impl Fn(&M, A) -> Tensor<1> + Copy,
+    what: &str,
+) {
+    let grads = per_example_grads(model, inputs, loss).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(!grads.is_empty(), "{what}: no parameter gradient");
+    let batch = grads.iter().next().unwrap().2.shape()[0];
+    for i in 0..batch {
+        let trained = model.clone().train();
+        let theirs = GradientsParams::from_grads(loss(&trained, example(i)).backward(), &trained);
+        for (path, id, g) in grads.iter() {
+            let all: Vec<f32> = g.to_data().convert::<f32>().to_vec().unwrap();
+            let per = all.len() / batch;
+            let want = burn_grad(&theirs, id, g.shape().num_dims() - 1);
+            assert_close(&all[i * per..(i + 1) * per], &want, &format!("{what}: {path}, example {i}"));
+        }
+    }
+}
+
+/// A smooth scalar loss of any output.
+fn smooth<const D: usize>(y: Tensor<D>) -> Tensor<1> {
+    (y.clone() * y.sin()).sum()
+}
+
+/// Both oracles for a layer of one float input.
+fn both<M: Module, const D: usize, const DB: usize, const O: usize, const OB: usize>(
+    m: &M,
+    xs: Tensor<DB>,
+    f: fn(&M, Tensor<D>) -> Tensor<O>,
+    what: &str,
+) {
+    forward_oracle::<M, D, DB, O, OB>(m, xs.clone(), f, what);
+    let ex = xs.clone();
+    grads_oracle(m, xs, move |i| example::<DB, D, _>(&ex, i), move |m: &M, x| smooth(f(m, x)), what);
+}
+
+#[test]
+fn should_batch_linear() {
+    let m: Linear = LinearConfig::new(5, 4).init(&dev());
+    both::<_, 2, 3, 2, 3>(&m, normal([E, 2, 5]), |m, x| m.forward(x), "linear");
+}
+
+#[test]
+fn should_batch_conv1d_conv2d_and_conv_transpose2d() {
+    let c1: Conv1d = Conv1dConfig::new(2, 4, 3).with_stride(2).init(&dev());
+    both::<_, 3, 4, 3, 4>(&c1, normal([E, 2, 2, 9]), |m, x| m.forward(x), "conv1d");
+    let c2: Conv2d = Conv2dConfig::new([4, 6], [3, 2])
+        .with_groups(2)
+        .with_padding(PaddingConfig2d::Explicit(1, 0, 1, 0))
+        .init(&dev());
+    both::<_, 4, 5, 4, 5>(&c2, normal([E, 2, 4, 6, 5]), |m, x| m.forward(x), "conv2d");
+    let ct: ConvTranspose2d = ConvTranspose2dConfig::new([3, 4], [3, 2])
+        .with_stride([2, 1])
+        .init(&dev());
+    both::<_, 4, 5, 4, 5>(&ct, normal([E, 2, 3, 4, 5]), |m, x| m.forward(x), "conv_transpose2d");
+}
+
+/// A convolution followed by a parameter-free layer, so that the layer's backward op is on the
+/// path of a parameter's gradient.
+#[derive(Module, Debug)]
+struct ConvThen<L> {
+    conv: Conv2d,
+    layer: L,
+}
+
+#[test]
+fn should_batch_pools_after_a_convolution() {
+    let conv = || Conv2dConfig::new([2, 3], [3, 3]).init(&dev());
+    let xs = normal([E, 2, 2, 9, 8]);
+    let max = ConvThen::<MaxPool2d> {
+        conv: conv(),
+        layer: MaxPool2dConfig::new([2, 3]).with_strides([2, 2]).init(),
+    };
+    both::<_, 4, 5, 4, 5>(&max, xs.clone(), |m, x| m.layer.forward(m.conv.forward(x)), "max_pool2d");
+    let avg = ConvThen::<AvgPool2d> {
+        conv: conv(),
+        layer: AvgPool2dConfig::new([3, 2])
+            .with_strides([2, 1])
+            .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+            .init(),
+    };
+    both::<_, 4, 5, 4, 5>(&avg, xs.clone(), |m, x| m.layer.forward(m.conv.forward(x)), "avg_pool2d");
+    let ada = ConvThen::<AdaptiveAvgPool2d> {
+        conv: conv(),
+        layer: AdaptiveAvgPool2dConfig::new([3, 2]).init(),
+    };
+    both::<_, 4, 5, 4, 5>(&ada, xs, |m, x| m.layer.forward(m.conv.forward(x)), "adaptive_avg_pool2d");
+}
+
+#[test]
+fn should_batch_embedding() {
+    let m: Embedding = EmbeddingConfig::new(7, 4).init(&dev());
+    let idx = Tensor::<3, Int>::from_ints(
+        [[[0, 3, 3], [6, 1, 0]], [[2, 2, 2], [5, 4, 3]], [[6, 6, 0], [1, 1, 1]]],
+        &dev(),
+    );
+    let got: Tensor<4> = vmap(|i: Tensor<2, Int>| m.clone().to_device(&i.device()).forward(i))
+        .call(idx.clone())
+        .unwrap();
+    let want: Vec<Tensor<3>> = (0..E).map(|i| m.forward(example(&idx, i))).collect();
+    assert_close(&values(got), &values(Tensor::stack::<4>(want, 0)), "embedding");
+    // Per-example gradients of the table (embedding's backward), with a weight per position
+    // created inside the loss.
+    let loss = |m: &Embedding, i: Tensor<2, Int>| {
+        let y = m.forward(i);
+        let c = Tensor::<3>::from_data(
+            TensorData::new((0..24).map(|v| (v as f32 * 0.3).sin()).collect::<Vec<_>>(), [2, 3, 4]),
+            &y.device(),
+        );
+        (y * c).sum()
+    };
+    grads_oracle(&m, idx.clone(), |i| example::<3, 2, Int>(&idx, i), loss, "embedding");
+}
+
+#[test]
+fn should_batch_layer_group_and_instance_norm() {
+    let ln: LayerNorm = LayerNormConfig::new(5).init(&dev());
+    let gn: GroupNorm = GroupNormConfig::new(2, 4).init(&dev());
+    let inn: InstanceNorm = InstanceNormConfig::new(4).with_affine(true).init(&dev());
+    let xs = normal([E, 2, 4, 5]);
+    // The input is scaled per element first so the affine parameters get nontrivial gradients.
+    both::<_, 3, 4, 3, 4>(&ln, xs.clone(), |m, x| m.forward(x.clone() * x.tanh()), "layer_norm");
+    both::<_, 3, 4, 3, 4>(&gn, xs.clone(), |m, x| m.forward(x.clone() * x.tanh()), "group_norm");
+    both::<_, 3, 4, 3, 4>(&inn, xs, |m, x| m.forward(x.clone() * x.tanh()), "instance_norm");
+}
+
+#[derive(Module, Debug)]
+struct Act {
+    fc: Linear,
+    relu: Relu,
+    gelu: Gelu,
+    sigmoid: Sigmoid,
+    tanh: Tanh,
+}
+
+#[test]
+fn should_batch_activations() {
+    let m = Act {
+        fc: LinearConfig::new(4, 6).init(&dev()),
+        relu: Relu::new(),
+        gelu: Gelu::new(),
+        sigmoid: Sigmoid::new(),
+        tanh: Tanh::new(),
+    };
+    let xs = normal([E, 2, 4]);
+    type F = fn(&Act, Tensor<2>) -> Tensor<2>;
+    let cases: [(&str, F); 6] = [
+        ("relu", |m, x| m.relu.forward(m.fc.forward(x))),
+        ("gelu", |m, x| m.gelu.forward(m.fc.forward(x))),
+        ("sigmoid", |m, x| m.sigmoid.forward(m.fc.forward(x))),
+        ("tanh", |m, x| m.tanh.forward(m.fc.forward(x))),
+        ("softmax", |m, x| softmax(m.fc.forward(x), 1)),
+        ("log_softmax", |m, x| log_softmax(m.fc.forward(x), 1)),
+    ];
+    for (name, f) in cases {
+        both::<_, 2, 3, 2, 3>(&m, xs.clone(), f, name);
+    }
+}
+
+#[test]
+fn should_batch_lstm() {
+    let m: Lstm = LstmConfig::new(3, 4, true).init(&dev());
+    let xs = normal([E, 2, 5, 3]);
+    forward_oracle::<_, 3, 4, 3, 4>(&m, xs.clone(), |m, x| m.forward(x, None).0, "lstm");
+    let ex = xs.clone();
+    grads_oracle(
+        &m,
+        xs,
+        |i| example::<4, 3, _>(&ex, i),
+        |m: &Lstm, x: Tensor<3>| {
+            let (out, state) = m.forward(x, None);
+            smooth(out) + state.cell.sum()
+        },
+        "lstm",
+    );
+}
+
+#[test]
+fn should_batch_multi_head_attention_with_a_mask_per_example() {
+    let m: MultiHeadAttention = MultiHeadAttentionConfig::new(8, 2).with_dropout(0.0).init(&dev());
+    let xs = normal([E, 2, 4, 8]);
+    let mask = Tensor::<3, Bool>::from_bool(
+        TensorData::new(
+            (0..E * 2 * 4).map(|k| (k % 4) >= 4 - (k / 4) % 3).collect::<Vec<bool>>(),
+            [E, 2, 4],
+        ),
+        &dev(),
+    );
+    let f = |m: &MultiHeadAttention, (x, k): (Tensor<3>, Tensor<2, Bool>)| {
+        m.forward(MhaInput::self_attn(x).mask_pad(k)).context
+    };
+    let got: Tensor<4> = vmap(|(x, k): (Tensor<3>, Tensor<2, Bool>)| {
+        f(&m.clone().to_device(&x.device()), (x, k))
+    })
+    .call((xs.clone(), mask.clone()))
+    .unwrap();
+    let example_i = |i| (example::<4, 3, _>(&xs, i), example::<3, 2, Bool>(&mask, i));
+    let want: Vec<Tensor<3>> = (0..E).map(|i| f(&m, example_i(i))).collect();
+    assert_close(&values(got), &values(Tensor::stack::<4>(want, 0)), "mha");
+    grads_oracle(&m, (xs.clone(), mask.clone()), example_i, |m, ex| smooth(f(m, ex)), "mha");
+}
+
+/// BatchNorm off an autodiff device (its running statistics) is per-example: the loop's values.
+/// (In training mode it mixes the examples: `models.rs` has `per_example_grads` refuse it.)
+#[test]
+fn should_batch_batch_norm_in_eval_mode() {
+    let bn = BatchNormConfig::new(3).init(&dev());
+    forward_oracle::<_, 3, 4, 3, 4>(&bn, normal([E, 4, 3, 5]), |m, x| m.forward(x), "batch_norm");
+}
