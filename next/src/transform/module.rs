@@ -164,7 +164,9 @@ pub(crate) fn record_module_fn<M: Module, A: Tree, R: Tree>(
     // values are put back once the recording is made.
     let saved = Saved::of(module);
     let recorded = capture(transform, true, settings, |device| {
-        let recorded_module = module.clone().to_device(device);
+        // Burn refuses to move an autodiff tensor to a capture device: a module in training
+        // mode (on an autodiff device, as an optimizer holds it) is recorded from its values.
+        let recorded_module = module.clone().map(&mut WithoutAutodiff).to_device(device);
         let params = param_tensors(&recorded_module);
         let args: Vec<_> = sigs.iter().map(|s| placeholder(s, device)).collect();
         let tree = A::unflatten_named(def, args.iter().cloned().map(Leaf).collect(), "args")?;
@@ -196,6 +198,15 @@ impl Saved {
     /// its own (the clone is dropped), a running state is the user's.
     fn restore<M: Module>(self, module: &M) {
         let _ = module.clone().map(&mut Restore(self.0));
+    }
+}
+
+/// Takes every float tensor of a module off its autodiff graph.
+struct WithoutAutodiff;
+
+impl ModuleMapper for WithoutAutodiff {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        param.map(Tensor::without_autodiff)
     }
 }
 
