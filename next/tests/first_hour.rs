@@ -86,7 +86,13 @@ fn should_keep_a_non_finite_example_in_its_own_gradients() {
     x[9] = f32::INFINITY; // example 3
     let xs = Tensor::<2>::from_data(TensorData::new(x, [4, 3]), &dev());
     let loss = |m: &Linear, x: Tensor<1>| m.forward(x).powi_scalar(2).sum();
-    let grads = check_grads(&model, xs.clone(), |i| example::<2, 1, _>(&xs, i), loss, "non-finite");
+    let grads = check_grads(
+        &model,
+        xs.clone(),
+        |i| example::<2, 1, _>(&xs, i),
+        loss,
+        "non-finite",
+    );
     let norms = values(grads.per_example_norms());
     assert!(norms[0].is_finite() && norms[2].is_finite(), "{norms:?}");
     assert!(!norms[1].is_finite() && !norms[3].is_finite(), "{norms:?}");
@@ -108,16 +114,21 @@ fn should_name_the_transform_and_the_mistake() {
     let model: Linear = LinearConfig::new(3, 2).init(&dev());
     let xs = Tensor::<2>::ones([4, 3], &dev());
     // A loss of two elements per example.
-    let err = per_example_grads(&model, xs.clone(), |m: &Linear, x: Tensor<1>| m.forward(x))
-        .unwrap_err();
+    let err =
+        per_example_grads(&model, xs.clone(), |m: &Linear, x: Tensor<1>| m.forward(x)).unwrap_err();
     assert!(matches!(err, VmapError::LossNotScalar { .. }), "{err}");
     // Arguments of different batch sizes.
     let ys = Tensor::<2>::ones([5, 2], &dev());
-    let err = per_example_grads(&model, (xs.clone(), ys), |m: &Linear, (x, y): (Tensor<1>, Tensor<1>)| {
-        (m.forward(x) - y).powi_scalar(2).sum()
-    })
+    let err = per_example_grads(
+        &model,
+        (xs.clone(), ys),
+        |m: &Linear, (x, y): (Tensor<1>, Tensor<1>)| (m.forward(x) - y).powi_scalar(2).sum(),
+    )
     .unwrap_err();
-    assert!(matches!(err, VmapError::InconsistentBatchSizes { .. }), "{err}");
+    assert!(
+        matches!(err, VmapError::InconsistentBatchSizes { .. }),
+        "{err}"
+    );
     // A tensor the loss closes over instead of taking it as an argument.
     let target = Tensor::<1>::ones([2], &dev());
     let err = per_example_grads(&model, xs, |m: &Linear, x: Tensor<1>| {
@@ -125,7 +136,13 @@ fn should_name_the_transform_and_the_mistake() {
     })
     .unwrap_err();
     assert!(
-        matches!(err, VmapError::ForeignTensor { transform: "per_example_grads", .. }),
+        matches!(
+            err,
+            VmapError::ForeignTensor {
+                transform: "per_example_grads",
+                ..
+            }
+        ),
         "{err}"
     );
 }

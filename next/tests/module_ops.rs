@@ -33,18 +33,36 @@ fn should_give_per_example_gradients_of_grouped_and_transposed_convolutions() {
         .with_padding(PaddingConfig2d::Explicit(1, 0, 1, 0))
         .init(&dev());
     let xs = normal([E, 2, 4, 7, 5]);
-    check_grads(&c2, xs.clone(), |i| example::<5, 4, _>(&xs, i), |m: &Conv2d, x| smooth(m.forward(x)), "conv2d");
+    check_grads(
+        &c2,
+        xs.clone(),
+        |i| example::<5, 4, _>(&xs, i),
+        |m: &Conv2d, x| smooth(m.forward(x)),
+        "conv2d",
+    );
 
     let ct: ConvTranspose1d = ConvTranspose1dConfig::new([4, 6], 3)
         .with_groups(2)
         .with_stride(2)
         .init(&dev());
     let xs = normal([E, 2, 4, 5]);
-    check_grads(&ct, xs.clone(), |i| example::<4, 3, _>(&xs, i), |m: &ConvTranspose1d, x| smooth(m.forward(x)), "conv_transpose1d");
+    check_grads(
+        &ct,
+        xs.clone(),
+        |i| example::<4, 3, _>(&xs, i),
+        |m: &ConvTranspose1d, x| smooth(m.forward(x)),
+        "conv_transpose1d",
+    );
 
     let c3: Conv3d = Conv3dConfig::new([2, 3], [2, 2, 2]).init(&dev());
     let xs = normal([E, 1, 2, 3, 3, 3]);
-    check_grads(&c3, xs.clone(), |i| example::<6, 5, _>(&xs, i), |m: &Conv3d, x| smooth(m.forward(x)), "conv3d");
+    check_grads(
+        &c3,
+        xs.clone(),
+        |i| example::<6, 5, _>(&xs, i),
+        |m: &Conv3d, x| smooth(m.forward(x)),
+        "conv3d",
+    );
 }
 
 #[derive(Module, Debug)]
@@ -71,8 +89,16 @@ fn should_give_per_example_gradients_of_a_deformable_convolution() {
             example::<5, 4, _>(&masks, i),
         )
     };
-    let loss = |m: &Deform, (x, o, k): (Tensor<4>, Tensor<4>, Tensor<4>)| smooth(m.conv.forward(x, o, Some(k)));
-    check_grads(&m, (xs.clone(), offsets.clone(), masks.clone()), example_i, loss, "deform_conv2d");
+    let loss = |m: &Deform, (x, o, k): (Tensor<4>, Tensor<4>, Tensor<4>)| {
+        smooth(m.conv.forward(x, o, Some(k)))
+    };
+    check_grads(
+        &m,
+        (xs.clone(), offsets.clone(), masks.clone()),
+        example_i,
+        loss,
+        "deform_conv2d",
+    );
     // Forward through vmap, the layer moved into the recording.
     let got: Tensor<5> = vmap(|(x, o, k): (Tensor<4>, Tensor<4>, Tensor<4>)| {
         m.valid().to_device(&x.device()).conv.forward(x, o, Some(k))
@@ -85,7 +111,11 @@ fn should_give_per_example_gradients_of_a_deformable_convolution() {
             m.conv.forward(x, o, Some(k))
         })
         .collect();
-    assert_close(&values(got), &values(Tensor::stack::<5>(want, 0)), "deform_conv2d forward");
+    assert_close(
+        &values(got),
+        &values(Tensor::stack::<5>(want, 0)),
+        "deform_conv2d forward",
+    );
 }
 
 /// `gather_nd` / `scatter_nd` with a `[2, 2, K]` grid of index tuples (several dims of tuples),
@@ -104,8 +134,14 @@ fn should_batch_gather_nd_and_scatter_nd_over_a_grid_of_tuples() {
     );
     let g = |(d, i): (Tensor<3>, Tensor<3, Int>)| -> Tensor<3> { d.gather_nd(i) };
     let got: Tensor<4> = vmap(g).call((data.clone(), grids.clone())).unwrap();
-    let want: Vec<Tensor<3>> = (0..E).map(|i| g((example(&data, i), example(&grids, i)))).collect();
-    assert_close(&values(got), &values(Tensor::stack::<4>(want, 0)), "gather_nd");
+    let want: Vec<Tensor<3>> = (0..E)
+        .map(|i| g((example(&data, i), example(&grids, i))))
+        .collect();
+    assert_close(
+        &values(got),
+        &values(Tensor::stack::<4>(want, 0)),
+        "gather_nd",
+    );
 
     let s = |(d, i, v): (Tensor<3>, Tensor<3, Int>, Tensor<3>)| -> Tensor<3> {
         d.scatter_nd(i, v, IndexingUpdateOp::Add)
@@ -119,12 +155,20 @@ fn should_batch_gather_nd_and_scatter_nd_over_a_grid_of_tuples() {
     let want: Vec<Tensor<3>> = (0..E)
         .map(|i| s((shared.clone(), example(&grids, i), example(&values_, i))))
         .collect();
-    assert_close(&values(got), &values(Tensor::stack::<4>(want, 0)), "scatter_nd, shared data");
+    assert_close(
+        &values(got),
+        &values(Tensor::stack::<4>(want, 0)),
+        "scatter_nd, shared data",
+    );
     let got: Tensor<4> = vmap(s)
         .call((data.clone(), grids.clone(), values_.clone()))
         .unwrap();
     let want: Vec<Tensor<3>> = (0..E)
         .map(|i| s((example(&data, i), example(&grids, i), example(&values_, i))))
         .collect();
-    assert_close(&values(got), &values(Tensor::stack::<4>(want, 0)), "scatter_nd");
+    assert_close(
+        &values(got),
+        &values(Tensor::stack::<4>(want, 0)),
+        "scatter_nd",
+    );
 }

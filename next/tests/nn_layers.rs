@@ -6,7 +6,9 @@
 
 use burn::module::{Module, ParamId};
 use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
-use burn::nn::conv::{Conv1d, Conv1dConfig, Conv2d, Conv2dConfig, ConvTranspose2d, ConvTranspose2dConfig};
+use burn::nn::conv::{
+    Conv1d, Conv1dConfig, Conv2d, Conv2dConfig, ConvTranspose2d, ConvTranspose2dConfig,
+};
 use burn::nn::pool::{
     AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, AvgPool2d, AvgPool2dConfig, MaxPool2d,
     MaxPool2dConfig,
@@ -35,7 +37,7 @@ fn normal<const D: usize>(shape: [usize; D]) -> Tensor<D> {
 fn values<const D: usize, K: burn::tensor::kind::Basic + burn::tensor::kind::TensorKind>(
     t: Tensor<D, K>,
 ) -> Vec<f32> {
-    t.into_data().convert::<f32>().to_vec::<f32>().unwrap()
+    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
 }
 
 /// Example `i` of a batch (axis 0 removed).
@@ -99,10 +101,14 @@ fn grads_oracle<M: Module, I: Tree, A: Tree>(
         let trained = model.clone().train();
         let theirs = GradientsParams::from_grads(loss(&trained, example(i)).backward(), &trained);
         for (path, id, g) in grads.iter() {
-            let all: Vec<f32> = g.to_data().convert::<f32>().to_vec().unwrap();
+            let all: Vec<f32> = g.to_data().convert::<f32>().try_to_vec().unwrap();
             let per = all.len() / batch;
             let want = burn_grad(&theirs, id, g.shape().num_dims() - 1);
-            assert_close(&all[i * per..(i + 1) * per], &want, &format!("{what}: {path}, example {i}"));
+            assert_close(
+                &all[i * per..(i + 1) * per],
+                &want,
+                &format!("{what}: {path}, example {i}"),
+            );
         }
     }
 }
@@ -121,7 +127,13 @@ fn both<M: Module, const D: usize, const DB: usize, const O: usize, const OB: us
 ) {
     forward_oracle::<M, D, DB, O, OB>(m, xs.clone(), f, what);
     let ex = xs.clone();
-    grads_oracle(m, xs, move |i| example::<DB, D, _>(&ex, i), move |m: &M, x| smooth(f(m, x)), what);
+    grads_oracle(
+        m,
+        xs,
+        move |i| example::<DB, D, _>(&ex, i),
+        move |m: &M, x| smooth(f(m, x)),
+        what,
+    );
 }
 
 #[test]
@@ -142,7 +154,12 @@ fn should_batch_conv1d_conv2d_and_conv_transpose2d() {
     let ct: ConvTranspose2d = ConvTranspose2dConfig::new([3, 4], [3, 2])
         .with_stride([2, 1])
         .init(&dev());
-    both::<_, 4, 5, 4, 5>(&ct, normal([E, 2, 3, 4, 5]), |m, x| m.forward(x), "conv_transpose2d");
+    both::<_, 4, 5, 4, 5>(
+        &ct,
+        normal([E, 2, 3, 4, 5]),
+        |m, x| m.forward(x),
+        "conv_transpose2d",
+    );
 }
 
 /// A convolution followed by a parameter-free layer, so that the layer's backward op is on the
@@ -161,7 +178,12 @@ fn should_batch_pools_after_a_convolution() {
         conv: conv(),
         layer: MaxPool2dConfig::new([2, 3]).with_strides([2, 2]).init(),
     };
-    both::<_, 4, 5, 4, 5>(&max, xs.clone(), |m, x| m.layer.forward(m.conv.forward(x)), "max_pool2d");
+    both::<_, 4, 5, 4, 5>(
+        &max,
+        xs.clone(),
+        |m, x| m.layer.forward(m.conv.forward(x)),
+        "max_pool2d",
+    );
     let avg = ConvThen::<AvgPool2d> {
         conv: conv(),
         layer: AvgPool2dConfig::new([3, 2])
@@ -169,37 +191,64 @@ fn should_batch_pools_after_a_convolution() {
             .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
             .init(),
     };
-    both::<_, 4, 5, 4, 5>(&avg, xs.clone(), |m, x| m.layer.forward(m.conv.forward(x)), "avg_pool2d");
+    both::<_, 4, 5, 4, 5>(
+        &avg,
+        xs.clone(),
+        |m, x| m.layer.forward(m.conv.forward(x)),
+        "avg_pool2d",
+    );
     let ada = ConvThen::<AdaptiveAvgPool2d> {
         conv: conv(),
         layer: AdaptiveAvgPool2dConfig::new([3, 2]).init(),
     };
-    both::<_, 4, 5, 4, 5>(&ada, xs, |m, x| m.layer.forward(m.conv.forward(x)), "adaptive_avg_pool2d");
+    both::<_, 4, 5, 4, 5>(
+        &ada,
+        xs,
+        |m, x| m.layer.forward(m.conv.forward(x)),
+        "adaptive_avg_pool2d",
+    );
 }
 
 #[test]
 fn should_batch_embedding() {
     let m: Embedding = EmbeddingConfig::new(7, 4).init(&dev());
     let idx = Tensor::<3, Int>::from_ints(
-        [[[0, 3, 3], [6, 1, 0]], [[2, 2, 2], [5, 4, 3]], [[6, 6, 0], [1, 1, 1]]],
+        [
+            [[0, 3, 3], [6, 1, 0]],
+            [[2, 2, 2], [5, 4, 3]],
+            [[6, 6, 0], [1, 1, 1]],
+        ],
         &dev(),
     );
     let got: Tensor<4> = vmap(|i: Tensor<2, Int>| m.clone().to_device(&i.device()).forward(i))
         .call(idx.clone())
         .unwrap();
     let want: Vec<Tensor<3>> = (0..E).map(|i| m.forward(example(&idx, i))).collect();
-    assert_close(&values(got), &values(Tensor::stack::<4>(want, 0)), "embedding");
+    assert_close(
+        &values(got),
+        &values(Tensor::stack::<4>(want, 0)),
+        "embedding",
+    );
     // Per-example gradients of the table (embedding's backward), with a weight per position
     // created inside the loss.
     let loss = |m: &Embedding, i: Tensor<2, Int>| {
         let y = m.forward(i);
         let c = Tensor::<3>::from_data(
-            TensorData::new((0..24).map(|v| (v as f32 * 0.3).sin()).collect::<Vec<_>>(), [2, 3, 4]),
+            TensorData::new(
+                (0..24).map(|v| (v as f32 * 0.3).sin()).collect::<Vec<_>>(),
+                [2, 3, 4],
+            ),
             &y.device(),
         );
         (y * c).sum()
     };
-    grads_oracle(&m, idx.clone(), |i| example::<3, 2, Int>(&idx, i), loss, "embedding");
+    grads_oracle(
+        &m,
+        idx.clone(),
+        |i| example::<3, 2, Int>(&idx, i),
+        loss,
+        "embedding",
+    );
 }
 
 #[test]
@@ -209,9 +258,24 @@ fn should_batch_layer_group_and_instance_norm() {
     let inn: InstanceNorm = InstanceNormConfig::new(4).with_affine(true).init(&dev());
     let xs = normal([E, 2, 4, 5]);
     // The input is scaled per element first so the affine parameters get nontrivial gradients.
-    both::<_, 3, 4, 3, 4>(&ln, xs.clone(), |m, x| m.forward(x.clone() * x.tanh()), "layer_norm");
-    both::<_, 3, 4, 3, 4>(&gn, xs.clone(), |m, x| m.forward(x.clone() * x.tanh()), "group_norm");
-    both::<_, 3, 4, 3, 4>(&inn, xs, |m, x| m.forward(x.clone() * x.tanh()), "instance_norm");
+    both::<_, 3, 4, 3, 4>(
+        &ln,
+        xs.clone(),
+        |m, x| m.forward(x.clone() * x.tanh()),
+        "layer_norm",
+    );
+    both::<_, 3, 4, 3, 4>(
+        &gn,
+        xs.clone(),
+        |m, x| m.forward(x.clone() * x.tanh()),
+        "group_norm",
+    );
+    both::<_, 3, 4, 3, 4>(
+        &inn,
+        xs,
+        |m, x| m.forward(x.clone() * x.tanh()),
+        "instance_norm",
+    );
 }
 
 #[derive(Module, Debug)]
@@ -267,11 +331,15 @@ fn should_batch_lstm() {
 
 #[test]
 fn should_batch_multi_head_attention_with_a_mask_per_example() {
-    let m: MultiHeadAttention = MultiHeadAttentionConfig::new(8, 2).with_dropout(0.0).init(&dev());
+    let m: MultiHeadAttention = MultiHeadAttentionConfig::new(8, 2)
+        .with_dropout(0.0)
+        .init(&dev());
     let xs = normal([E, 2, 4, 8]);
     let mask = Tensor::<3, Bool>::from_bool(
         TensorData::new(
-            (0..E * 2 * 4).map(|k| (k % 4) >= 4 - (k / 4) % 3).collect::<Vec<bool>>(),
+            (0..E * 2 * 4)
+                .map(|k| (k % 4) >= 4 - (k / 4) % 3)
+                .collect::<Vec<bool>>(),
             [E, 2, 4],
         ),
         &dev(),
@@ -279,15 +347,20 @@ fn should_batch_multi_head_attention_with_a_mask_per_example() {
     let f = |m: &MultiHeadAttention, (x, k): (Tensor<3>, Tensor<2, Bool>)| {
         m.forward(MhaInput::self_attn(x).mask_pad(k)).context
     };
-    let got: Tensor<4> = vmap(|(x, k): (Tensor<3>, Tensor<2, Bool>)| {
-        f(&m.clone().to_device(&x.device()), (x, k))
-    })
-    .call((xs.clone(), mask.clone()))
-    .unwrap();
+    let got: Tensor<4> =
+        vmap(|(x, k): (Tensor<3>, Tensor<2, Bool>)| f(&m.clone().to_device(&x.device()), (x, k)))
+            .call((xs.clone(), mask.clone()))
+            .unwrap();
     let example_i = |i| (example::<4, 3, _>(&xs, i), example::<3, 2, Bool>(&mask, i));
     let want: Vec<Tensor<3>> = (0..E).map(|i| f(&m, example_i(i))).collect();
     assert_close(&values(got), &values(Tensor::stack::<4>(want, 0)), "mha");
-    grads_oracle(&m, (xs.clone(), mask.clone()), example_i, |m, ex| smooth(f(m, ex)), "mha");
+    grads_oracle(
+        &m,
+        (xs.clone(), mask.clone()),
+        example_i,
+        |m, ex| smooth(f(m, ex)),
+        "mha",
+    );
 }
 
 /// BatchNorm off an autodiff device (its running statistics) is per-example: the loop's values.

@@ -17,7 +17,7 @@ fn layer(d_in: usize, d_out: usize) -> Linear {
 
 fn leaf_values(grads: &ParamGrads, path: &str) -> Vec<f32> {
     let (_, _, g) = grads.iter().find(|(p, _, _)| *p == path).expect(path);
-    g.to_data().convert::<f32>().to_vec().unwrap()
+    g.to_data().convert::<f32>().try_to_vec().unwrap()
 }
 
 /// `sum(sin(layer(x)))` of one example (a row, or a sequence of rows).
@@ -37,15 +37,24 @@ fn check_reductions(grads: &ParamGrads, per: &[(Vec<f32>, Vec<f32>)]) {
     for (k, path) in ["weight", "bias"].into_iter().enumerate() {
         let pick = |p: &(Vec<f32>, Vec<f32>)| if k == 0 { p.0.clone() } else { p.1.clone() };
         let n = per.first().map_or(0, |p| pick(p).len());
-        let sum: Vec<f32> = (0..n).map(|j| per.iter().map(|p| pick(p)[j]).sum()).collect();
+        let sum: Vec<f32> = (0..n)
+            .map(|j| per.iter().map(|p| pick(p)[j]).sum())
+            .collect();
         assert_close(&leaf_values(&grads.clone().sum_batch(), path), &sum, "sum");
         let mean: Vec<f32> = sum.iter().map(|s| s / b as f32).collect();
-        assert_close(&leaf_values(&grads.clone().mean_batch(), path), &mean, "mean");
+        assert_close(
+            &leaf_values(&grads.clone().mean_batch(), path),
+            &mean,
+            "mean",
+        );
     }
 }
 
 /// The loop's gradients of every example: `(weight, bias)` flattened.
-fn loop_grads<const DB: usize, const D: usize>(m: &Linear, xs: &Tensor<DB>) -> Vec<(Vec<f32>, Vec<f32>)> {
+fn loop_grads<const DB: usize, const D: usize>(
+    m: &Linear,
+    xs: &Tensor<DB>,
+) -> Vec<(Vec<f32>, Vec<f32>)> {
     (0..xs.dims()[0])
         .map(|i| {
             let g = support::loop_grads(m, example::<DB, D, _>(xs, i), loss::<D>);
@@ -61,7 +70,13 @@ fn loop_grads<const DB: usize, const D: usize>(m: &Linear, xs: &Tensor<DB>) -> V
 fn should_give_one_row_weight_gradients_as_the_loop() {
     let m = layer(4, 3);
     let xs = Tensor::<2>::random([5, 4], Distribution::Normal(0.0, 1.0), &dev());
-    let grads = check_grads(&m, xs.clone(), |i| example::<2, 1, _>(&xs, i), loss::<1>, "one row");
+    let grads = check_grads(
+        &m,
+        xs.clone(),
+        |i| example::<2, 1, _>(&xs, i),
+        loss::<1>,
+        "one row",
+    );
     assert_eq!(grads.get::<3>("weight").unwrap().dims(), [5, 4, 3]);
     check_reductions(&grads, &loop_grads::<2, 1>(&m, &xs));
 }
@@ -70,7 +85,13 @@ fn should_give_one_row_weight_gradients_as_the_loop() {
 fn should_give_sequence_weight_gradients_as_the_loop() {
     let m = layer(4, 3);
     let xs = Tensor::<3>::random([5, 2, 4], Distribution::Normal(0.0, 1.0), &dev());
-    let grads = check_grads(&m, xs.clone(), |i| example::<3, 2, _>(&xs, i), loss::<2>, "sequence");
+    let grads = check_grads(
+        &m,
+        xs.clone(),
+        |i| example::<3, 2, _>(&xs, i),
+        loss::<2>,
+        "sequence",
+    );
     check_reductions(&grads, &loop_grads::<3, 2>(&m, &xs));
 }
 
@@ -84,8 +105,16 @@ fn should_give_empty_gradients_for_an_empty_batch() {
     assert_eq!(grads.get::<3>("weight").unwrap().dims(), [0, 4, 3]);
     assert_eq!(grads.get::<2>("bias").unwrap().dims(), [0, 3]);
     assert_eq!(grads.per_example_norms().dims(), [0]);
-    assert!(leaf_values(&grads.clone().sum_batch(), "weight").iter().all(|v| *v == 0.0));
-    assert!(leaf_values(&grads.mean_batch(), "bias").iter().all(|v| v.is_nan()));
+    assert!(
+        leaf_values(&grads.clone().sum_batch(), "weight")
+            .iter()
+            .all(|v| *v == 0.0)
+    );
+    assert!(
+        leaf_values(&grads.mean_batch(), "bias")
+            .iter()
+            .all(|v| v.is_nan())
+    );
 }
 
 proptest! {

@@ -32,7 +32,10 @@ impl Mlp {
     /// Cross-entropy of a batch (rows of `x`) against integer labels, averaged.
     fn loss(&self, x: Tensor<2>, y: Tensor<1, Int>) -> Tensor<1> {
         let logits = self.fc2.forward(self.act.forward(self.fc1.forward(x)));
-        log_softmax(logits, 1).gather(1, y.unsqueeze_dim(1)).mean().neg()
+        log_softmax(logits, 1)
+            .gather(1, y.unsqueeze_dim(1))
+            .mean()
+            .neg()
     }
 }
 
@@ -62,8 +65,14 @@ fn should_reproduce_the_optax_docs_example() {
     let g: Tensor<2> = grads.get("p").unwrap();
     assert_eq!(values(g), vec![0.0, -2.0, -4.0, -6.0]);
     assert_eq!(values(grads.per_example_norms()), vec![0.0, 2.0, 4.0, 6.0]);
-    assert_eq!(values(grads.clone().mean_batch().get::<1>("p").unwrap()), vec![-3.0]);
-    assert_eq!(values(grads.sum_batch().get::<1>("p").unwrap()), vec![-12.0]);
+    assert_eq!(
+        values(grads.clone().mean_batch().get::<1>("p").unwrap()),
+        vec![-3.0]
+    );
+    assert_eq!(
+        values(grads.sum_batch().get::<1>("p").unwrap()),
+        vec![-12.0]
+    );
 }
 
 #[test]
@@ -85,10 +94,7 @@ fn should_match_the_loop_for_a_burn_nn_mlp_and_average_to_the_batch_gradient() {
     // The mean of the per-example gradients is the gradient of the batch's mean loss.
     let mean = grads.clone().mean_batch();
     let trained = model.clone().train();
-    let batch = GradientsParams::from_grads(
-        trained.loss(x, y.reshape([5])).backward(),
-        &trained,
-    );
+    let batch = GradientsParams::from_grads(trained.loss(x, y.reshape([5])).backward(), &trained);
     for (path, id, g) in mean.iter() {
         let want = support::burn_grad(&batch, id, g.shape().num_dims()).unwrap();
         assert_close(&leaf_values(g), &want, path);
@@ -112,7 +118,13 @@ fn should_handle_a_parameter_used_batched_and_unbatched() {
         let c = Tensor::<1>::from_data(TensorData::from([0.5f32, -1.0, 2.0]), &x.device());
         ((x * w.clone()).tanh().sum() + (w.clone() * c).exp().sum()) * (w.clone() * w).sum()
     };
-    check_grads(&model, xs.clone(), |i| example::<2, 1, _>(&xs, i), loss, "shared");
+    check_grads(
+        &model,
+        xs.clone(),
+        |i| example::<2, 1, _>(&xs, i),
+        loss,
+        "shared",
+    );
 }
 
 /// A frozen parameter gets no gradient (as Burn's own backward); the others are the loop's.
@@ -129,7 +141,10 @@ fn should_leave_frozen_parameters_out() {
         mlp_loss,
         "frozen",
     );
-    assert_eq!(grads.paths().collect::<Vec<_>>(), ["fc2.weight", "fc2.bias"]);
+    assert_eq!(
+        grads.paths().collect::<Vec<_>>(),
+        ["fc2.weight", "fc2.bias"]
+    );
     assert!(grads.get::<3>("fc1.weight").is_none());
 }
 
@@ -166,7 +181,7 @@ fn should_train_with_an_optimizer_step_on_summed_gradients() {
 }
 
 fn leaf_values(l: &burn_vmap::tree::Leaf) -> Vec<f32> {
-    l.to_data().convert::<f32>().to_vec().unwrap()
+    l.to_data().convert::<f32>().try_to_vec().unwrap()
 }
 
 /// Multiplies every float leaf by a one-element tensor.
@@ -201,7 +216,8 @@ fn should_clip_per_example_gradients_under_vmap() {
         let mut squares = SumSquares(Vec::new());
         g.visit_tensors(&mut squares).unwrap();
         let norm = Tensor::cat(squares.0, 0).sum().sqrt();
-        g.map_tensors(&mut Scale(norm.clamp_min(c).recip() * c)).unwrap()
+        g.map_tensors(&mut Scale(norm.clamp_min(c).recip() * c))
+            .unwrap()
     };
     let clipped: ParamGrads = vmap(clip).call_as(grads.clone()).unwrap();
     for ((path, _, g), (_, _, orig)) in clipped.iter().zip(grads.iter()) {

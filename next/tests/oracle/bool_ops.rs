@@ -12,7 +12,8 @@ pub fn cases() -> Vec<OpCase> {
     // `U8`: the loop itself cannot read them back as bools (`gaps::known_gap_flex_bool_gather_dtype`).
     v.retain(|c| !FLEX_BOOL_DTYPE_GAP.contains(&c.name));
     v.extend(vec![
-        case("bool_zeros_ones",
+        case(
+            "bool_zeros_ones",
             1..=3,
             |p| vec![bo(&p.shape())],
             |_p, a| {
@@ -23,26 +24,18 @@ pub fn cases() -> Vec<OpCase> {
                     ranked!(a[0], b, |m| m
                         .clone()
                         .bool_or(Tensor::<_, Bool>::zeros(m.dims(), &m.device()))),
-                    ranked!(a[0], b, |m| Tensor::<_, Bool>::zeros(
-                        m.dims(),
-                        &m.device()
-                    )
-                    .bool_or(m)),
+                    ranked!(a[0], b, |m| Tensor::<_, Bool>::zeros(m.dims(), &m.device())
+                        .bool_or(m)),
                 ]
             },
         ),
         unary!("bool_into_int", Gen::B, b, |m| m.int()),
-        unary!("bool_into_float", Gen::B, b, |m| m
-            .float()),
+        unary!("bool_into_float", Gen::B, b, |m| m.float()),
         unary!("bool_not", Gen::B, b, |m| m.bool_not()),
-        unary!("bool_equal_elem", Gen::B, b, |m| m
-            .equal_elem(true)),
-        binary!("bool_and", Gen::B, Gen::B, b, |x, y| x
-            .bool_and(y)),
-        binary!("bool_or", Gen::B, Gen::B, b, |x, y| x
-            .bool_or(y)),
-        binary!("bool_equal", Gen::B, Gen::B, b, |x, y| x
-            .equal(y)),
+        unary!("bool_equal_elem", Gen::B, b, |m| m.equal_elem(true)),
+        binary!("bool_and", Gen::B, Gen::B, b, |x, y| x.bool_and(y)),
+        binary!("bool_or", Gen::B, Gen::B, b, |x, y| x.bool_or(y)),
+        binary!("bool_equal", Gen::B, Gen::B, b, |x, y| x.equal(y)),
     ]);
     v
 }

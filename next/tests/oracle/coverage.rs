@@ -38,49 +38,263 @@ macro_rules! variants {
     };
 }
 
-variants!(base, BASE, BaseOperationIr {
-    Reshape, SwapDims, Permute, Flip, Expand, Unfold, Slice, SliceAssign, Select, SelectAssign,
-    MaskWhere, MaskFill, Gather, Scatter, ScatterNd, GatherNd, Equal, EqualElem, RepeatDim, Cat,
-    Cast, Empty, Ones, Zeros, NotEqual, NotEqualElem, All, Any, AllDim, AnyDim,
-});
-variants!(numeric, NUMERIC, NumericOperationIr {
-    Add, AddScalar, Sub, SubScalar, Div, DivScalar, Rem, RemScalar, Mul, MulScalar, Abs, Full,
-    MeanDim, Mean, Sum, SumDim, SumDims, Prod, ProdDim, Greater, GreaterElem, GreaterEqual,
-    GreaterEqualElem, Lower, LowerElem, LowerEqual, LowerEqualElem, ArgMax, ArgTopK, TopK,
-    TopKWithIndices, ArgMin, Max, MaxDimWithIndices, MinDimWithIndices, Min, MaxDim, MinDim,
-    MaxAbs, MaxAbsDim, Clamp, IntRandom, Powi, PowiScalar, CumSum, CumProd, CumMin, CumMax, Neg,
-    Sign, ClampMin, ClampMax, Sort, SortWithIndices, ArgSort, Pad,
-});
-variants!(float, FLOAT, FloatOperationIr {
-    Exp, Log, Log1p, Erf, PowfScalar, Sqrt, Cos, Cosh, Sin, Sinh, Tan, Tanh, ArcCos, ArcCosh,
-    ArcSin, ArcSinh, ArcTan, ArcTanh, ArcTan2, Round, Floor, Ceil, Trunc, IntoInt, Matmul, Cross,
-    Random, Recip, IsNan, IsInf, Quantize, Dequantize, GridSample2d, Powf, Hypot,
-});
-variants!(int, INT, IntOperationIr {
-    IntoFloat, BitwiseAnd, BitwiseAndScalar, BitwiseOr, BitwiseOrScalar, BitwiseXor,
-    BitwiseXorScalar, BitwiseNot, BitwiseLeftShift, BitwiseLeftShiftScalar, BitwiseRightShift,
-    BitwiseRightShiftScalar, Matmul,
-});
-variants!(boolean, BOOL, BoolOperationIr { IntoFloat, IntoInt, Not, And, Or, Xor });
-variants!(module, MODULE, ModuleOperationIr {
-    BatchNorm, Embedding, EmbeddingBackward, Linear, LinearXBackward, LinearWeightBackward,
-    LinearBiasBackward, Conv1d, Conv1dXBackward, Conv1dWeightBackward, Conv1dBiasBackward,
-    Conv2d, Conv2dXBackward, Conv2dWeightBackward, Conv2dBiasBackward, Conv3d, Conv3dXBackward,
-    Conv3dWeightBackward, Conv3dBiasBackward, DeformableConv2d, DeformableConv2dBackward,
-    ConvTranspose1d, ConvTranspose2d, ConvTranspose3d, AvgPool1d, AvgPool2d, AvgPool1dBackward,
-    AvgPool2dBackward, AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool1dBackward,
-    AdaptiveAvgPool2dBackward, AdaptiveAvgPool3d, AdaptiveAvgPool3dBackward, MaxPool1d,
-    MaxPool1dWithIndices, MaxPool1dWithIndicesBackward, MaxPool2d, MaxPool2dWithIndices,
-    MaxPool2dWithIndicesBackward, Interpolate, InterpolateBackward, Attention, CtcLoss,
-    CtcLossBackward, LayerNorm, Unfold4d, ConvTranspose1dWeightBackward,
-    ConvTranspose1dBiasBackward, ConvTranspose2dWeightBackward, ConvTranspose2dBiasBackward,
-    ConvTranspose3dWeightBackward, ConvTranspose3dBiasBackward,
-});
-variants!(activation, ACTIVATION, ActivationOperationIr {
-    Relu, ReluBackward, LeakyRelu, PRelu, Gelu, GeluBackward, Sigmoid, SigmoidBackward,
-    HardSigmoid, LogSigmoid, LogSigmoidBackward, Softmax, LogSoftmax, Softmin,
-});
-variants!(distributed, DISTRIBUTED, DistributedOperationIr { AllReduce, SyncCollective });
+variants!(
+    base,
+    BASE,
+    BaseOperationIr {
+        Reshape,
+        SwapDims,
+        Permute,
+        Flip,
+        Expand,
+        Unfold,
+        Slice,
+        SliceAssign,
+        Select,
+        SelectAssign,
+        MaskWhere,
+        MaskFill,
+        Gather,
+        Scatter,
+        ScatterNd,
+        GatherNd,
+        Equal,
+        EqualElem,
+        RepeatDim,
+        Cat,
+        Cast,
+        Empty,
+        Ones,
+        Zeros,
+        NotEqual,
+        NotEqualElem,
+        All,
+        Any,
+        AllDim,
+        AnyDim,
+    }
+);
+variants!(
+    numeric,
+    NUMERIC,
+    NumericOperationIr {
+        Add,
+        AddScalar,
+        Sub,
+        SubScalar,
+        Div,
+        DivScalar,
+        Rem,
+        RemScalar,
+        Mul,
+        MulScalar,
+        Abs,
+        Full,
+        MeanDim,
+        Mean,
+        Sum,
+        SumDim,
+        SumDims,
+        Prod,
+        ProdDim,
+        Greater,
+        GreaterElem,
+        GreaterEqual,
+        GreaterEqualElem,
+        Lower,
+        LowerElem,
+        LowerEqual,
+        LowerEqualElem,
+        ArgMax,
+        ArgTopK,
+        TopK,
+        TopKWithIndices,
+        ArgMin,
+        Max,
+        MaxDimWithIndices,
+        MinDimWithIndices,
+        Min,
+        MaxDim,
+        MinDim,
+        MaxAbs,
+        MaxAbsDim,
+        Clamp,
+        IntRandom,
+        Powi,
+        PowiScalar,
+        CumSum,
+        CumProd,
+        CumMin,
+        CumMax,
+        Neg,
+        Sign,
+        ClampMin,
+        ClampMax,
+        Sort,
+        SortWithIndices,
+        ArgSort,
+        Pad,
+    }
+);
+variants!(
+    float,
+    FLOAT,
+    FloatOperationIr {
+        Exp,
+        Log,
+        Log1p,
+        Erf,
+        PowfScalar,
+        Sqrt,
+        Cos,
+        Cosh,
+        Sin,
+        Sinh,
+        Tan,
+        Tanh,
+        ArcCos,
+        ArcCosh,
+        ArcSin,
+        ArcSinh,
+        ArcTan,
+        ArcTanh,
+        ArcTan2,
+        Round,
+        Floor,
+        Ceil,
+        Trunc,
+        IntoInt,
+        Matmul,
+        Cross,
+        Random,
+        Recip,
+        IsNan,
+        IsInf,
+        Quantize,
+        Dequantize,
+        GridSample2d,
+        Powf,
+        Hypot,
+    }
+);
+variants!(
+    int,
+    INT,
+    IntOperationIr {
+        IntoFloat,
+        BitwiseAnd,
+        BitwiseAndScalar,
+        BitwiseOr,
+        BitwiseOrScalar,
+        BitwiseXor,
+        BitwiseXorScalar,
+        BitwiseNot,
+        BitwiseLeftShift,
+        BitwiseLeftShiftScalar,
+        BitwiseRightShift,
+        BitwiseRightShiftScalar,
+        Matmul,
+    }
+);
+variants!(
+    boolean,
+    BOOL,
+    BoolOperationIr {
+        IntoFloat,
+        IntoInt,
+        Not,
+        And,
+        Or,
+        Xor
+    }
+);
+variants!(
+    module,
+    MODULE,
+    ModuleOperationIr {
+        BatchNorm,
+        Embedding,
+        EmbeddingBackward,
+        Linear,
+        LinearXBackward,
+        LinearWeightBackward,
+        LinearBiasBackward,
+        Conv1d,
+        Conv1dXBackward,
+        Conv1dWeightBackward,
+        Conv1dBiasBackward,
+        Conv2d,
+        Conv2dXBackward,
+        Conv2dWeightBackward,
+        Conv2dBiasBackward,
+        Conv3d,
+        Conv3dXBackward,
+        Conv3dWeightBackward,
+        Conv3dBiasBackward,
+        DeformableConv2d,
+        DeformableConv2dBackward,
+        ConvTranspose1d,
+        ConvTranspose2d,
+        ConvTranspose3d,
+        AvgPool1d,
+        AvgPool2d,
+        AvgPool1dBackward,
+        AvgPool2dBackward,
+        AdaptiveAvgPool1d,
+        AdaptiveAvgPool2d,
+        AdaptiveAvgPool1dBackward,
+        AdaptiveAvgPool2dBackward,
+        AdaptiveAvgPool3d,
+        AdaptiveAvgPool3dBackward,
+        MaxPool1d,
+        MaxPool1dWithIndices,
+        MaxPool1dWithIndicesBackward,
+        MaxPool2d,
+        MaxPool2dWithIndices,
+        MaxPool2dWithIndicesBackward,
+        Interpolate,
+        InterpolateBackward,
+        Attention,
+        CtcLoss,
+        CtcLossBackward,
+        LayerNorm,
+        Unfold4d,
+        ConvTranspose1dWeightBackward,
+        ConvTranspose1dBiasBackward,
+        ConvTranspose2dWeightBackward,
+        ConvTranspose2dBiasBackward,
+        ConvTranspose3dWeightBackward,
+        ConvTranspose3dBiasBackward,
+    }
+);
+variants!(
+    activation,
+    ACTIVATION,
+    ActivationOperationIr {
+        Relu,
+        ReluBackward,
+        LeakyRelu,
+        PRelu,
+        Gelu,
+        GeluBackward,
+        Sigmoid,
+        SigmoidBackward,
+        HardSigmoid,
+        LogSigmoid,
+        LogSigmoidBackward,
+        Softmax,
+        LogSoftmax,
+        Softmin,
+    }
+);
+variants!(
+    distributed,
+    DISTRIBUTED,
+    DistributedOperationIr {
+        AllReduce,
+        SyncCollective
+    }
+);
 
 /// The name of a recorded operation: its `OperationIr` variant and, for the families, the
 /// inner variant (`NumericInt::ArgMax`).
@@ -282,12 +496,19 @@ fn every_operation_variant_has_an_oracle_case() {
     let cases = crate::all_cases();
     let mut names = BTreeSet::new();
     for c in &cases {
-        assert!(names.insert(c.name), "duplicate oracle case name {}", c.name);
+        assert!(
+            names.insert(c.name),
+            "duplicate oracle case name {}",
+            c.name
+        );
     }
     let seen = observe(&cases);
     let universe = universe();
     let unknown: Vec<&String> = seen.keys().filter(|k| !universe.contains(k)).collect();
-    assert!(unknown.is_empty(), "variants outside the universe: {unknown:?}");
+    assert!(
+        unknown.is_empty(),
+        "variants outside the universe: {unknown:?}"
+    );
     let bookkeeping = ["Init", "Drop"];
     let mut missing = Vec::new();
     let mut stale = Vec::new();
@@ -333,34 +554,84 @@ fn every_operation_variant_has_an_oracle_case() {
 /// capture device records other variants (or, for `float_powi`, fails).
 #[test]
 fn allow_listed_variants_are_not_recorded() {
+    use crate::harness::T;
     use burn::tensor::Tensor;
     use burn_backend::ops::{FloatTensorOps, ModuleOps};
     use burn_dispatch::Dispatch;
-    use crate::harness::T;
-    let host = |shape: &[usize]| Host::r#gen(shape, &crate::harness::Gen::F(0.5, 1.5), &mut Rng::new(3));
-    let ints = |shape: &[usize], hi: i64| Host::r#gen(shape, &crate::harness::Gen::I(1, hi), &mut Rng::new(4));
-    let tried: Vec<(&str, Box<dyn Fn(Vec<T>) -> Vec<T>>, Vec<Host>)> = vec![
-        ("Module::Linear", Box::new(|a: Vec<T>| {
-            let (x, w) = (a[0].f::<2>(), a[1].f::<2>());
-            vec![T::from(burn::tensor::module::linear(x.clone(), w.clone(), None)),
-                 T::from(Tensor::<2>::from_dispatch(Dispatch::linear_weight_backward(x.clone().into_dispatch(), x.into_dispatch())))]
-        }), vec![host(&[2, 3]), host(&[3, 2])]),
-        ("Module::CtcLoss", Box::new(|a: Vec<T>| {
-            let lp = burn::tensor::activation::log_softmax(a[0].f::<3>(), 2);
-            vec![T::from(burn::tensor::module::ctc_loss(lp, a[1].i::<2>(), a[2].i::<1>(), a[3].i::<1>(), 0))]
-        }), vec![host(&[5, 1, 3]), ints(&[1, 2], 2), ints(&[1], 5), ints(&[1], 2)]),
-        ("Float::IsNan", Box::new(|a: Vec<T>| {
-            let x = a[0].f::<1>().into_dispatch();
-            let dt = burn::tensor::Device::default().settings().bool_dtype;
-            vec![T::from(Tensor::<1, burn::tensor::Bool>::from_dispatch(Dispatch::float_is_nan(x.clone(), dt))),
-                 T::from(Tensor::<1, burn::tensor::Bool>::from_dispatch(Dispatch::float_is_inf(x, dt)))]
-        }), vec![host(&[3])]),
-        ("NumericInt::SumDims", Box::new(|a: Vec<T>| vec![T::from(a[0].i::<2>().sum_dims(&[0, 1]))]),
-            vec![ints(&[2, 2], 3)]),
-        ("NumericFloat::Powi", Box::new(|a: Vec<T>| {
-            let r = Dispatch::float_powi(a[0].f::<1>().into_dispatch(), a[1].i::<1>().into_dispatch());
-            vec![T::from(Tensor::<1>::from_dispatch(r))]
-        }), vec![host(&[3]), ints(&[3], 3)]),
+    let host =
+        |shape: &[usize]| Host::r#gen(shape, &crate::harness::Gen::F(0.5, 1.5), &mut Rng::new(3));
+    let ints = |shape: &[usize], hi: i64| {
+        Host::r#gen(shape, &crate::harness::Gen::I(1, hi), &mut Rng::new(4))
+    };
+    type Tried = (&'static str, Box<dyn Fn(Vec<T>) -> Vec<T>>, Vec<Host>);
+    let tried: Vec<Tried> = vec![
+        (
+            "Module::Linear",
+            Box::new(|a: Vec<T>| {
+                let (x, w) = (a[0].f::<2>(), a[1].f::<2>());
+                vec![
+                    T::from(burn::tensor::module::linear(x.clone(), w.clone(), None)),
+                    T::from(Tensor::<2>::from_dispatch(
+                        Dispatch::linear_weight_backward(
+                            x.clone().into_dispatch(),
+                            x.into_dispatch(),
+                        ),
+                    )),
+                ]
+            }),
+            vec![host(&[2, 3]), host(&[3, 2])],
+        ),
+        (
+            "Module::CtcLoss",
+            Box::new(|a: Vec<T>| {
+                let lp = burn::tensor::activation::log_softmax(a[0].f::<3>(), 2);
+                vec![T::from(burn::tensor::module::ctc_loss(
+                    lp,
+                    a[1].i::<2>(),
+                    a[2].i::<1>(),
+                    a[3].i::<1>(),
+                    0,
+                ))]
+            }),
+            vec![
+                host(&[5, 1, 3]),
+                ints(&[1, 2], 2),
+                ints(&[1], 5),
+                ints(&[1], 2),
+            ],
+        ),
+        (
+            "Float::IsNan",
+            Box::new(|a: Vec<T>| {
+                let x = a[0].f::<1>().into_dispatch();
+                let dt = burn::tensor::Device::default().settings().bool_dtype;
+                vec![
+                    T::from(Tensor::<1, burn::tensor::Bool>::from_dispatch(
+                        Dispatch::float_is_nan(x.clone(), dt),
+                    )),
+                    T::from(Tensor::<1, burn::tensor::Bool>::from_dispatch(
+                        Dispatch::float_is_inf(x, dt),
+                    )),
+                ]
+            }),
+            vec![host(&[3])],
+        ),
+        (
+            "NumericInt::SumDims",
+            Box::new(|a: Vec<T>| vec![T::from(a[0].i::<2>().sum_dims(&[0, 1]))]),
+            vec![ints(&[2, 2], 3)],
+        ),
+        (
+            "NumericFloat::Powi",
+            Box::new(|a: Vec<T>| {
+                let r = Dispatch::float_powi(
+                    a[0].f::<1>().into_dispatch(),
+                    a[1].i::<1>().into_dispatch(),
+                );
+                vec![T::from(Tensor::<1>::from_dispatch(r))]
+            }),
+            vec![host(&[3]), ints(&[3], 3)],
+        ),
     ];
     for (variant, f, args) in tried {
         // A refusal to record (float_powi) records nothing of the variant either.

@@ -71,7 +71,8 @@ pub fn cases() -> Vec<OpCase> {
         cat_case!("bool_cat", b, Gen::B),
         // `linear` (rules fold a batched input into rows) at input ranks 1-3, with and without
         // bias: Burn inserts and removes a leading size-1 dim around a rank-1 input.
-        case("linear",
+        case(
+            "linear",
             1..=3,
             |p| {
                 let k = 1 + p.pick(3, 4);
@@ -101,7 +102,8 @@ pub fn cases() -> Vec<OpCase> {
         ),
         // Pending reshapes of batched tensors read by several consumers: the matmul fold (reads
         // them in place), a reduction, an elementwise op, another reshape.
-        case("reshape_pending_consumers",
+        case(
+            "reshape_pending_consumers",
             3..=3,
             |p| {
                 let [m, k, n] = [p.d[0], p.d[1], p.d[2]];
@@ -125,12 +127,14 @@ pub fn cases() -> Vec<OpCase> {
         stack_case!("float_stack", f, Gen::F(-2.0, 2.0)),
         stack_case!("int_stack", i, Gen::I(-4, 4)),
         stack_case!("bool_stack", b, Gen::B),
-        case("float_repeat",
+        case(
+            "float_repeat",
             2..=2,
             |p| vec![fl(&p.shape())],
             |_p, a| vec![T::from(a[0].f::<2>().repeat(&[2, 3]))],
         ),
-        case("float_narrow_chunk",
+        case(
+            "float_narrow_chunk",
             1..=3,
             |p| vec![fl(&p.shape())],
             |p, a| {
@@ -150,7 +154,8 @@ pub fn cases() -> Vec<OpCase> {
                 out
             },
         ),
-        case("float_squeeze_unsqueeze_flatten",
+        case(
+            "float_squeeze_unsqueeze_flatten",
             2..=2,
             |p| vec![fl(&[p.d[0], 1, p.d[1]])],
             |_p, a| {
@@ -164,7 +169,8 @@ pub fn cases() -> Vec<OpCase> {
                 ]
             },
         ),
-        case("float_movedim_roll",
+        case(
+            "float_movedim_roll",
             3..=3,
             |p| vec![fl(&p.shape())],
             |p, a| {
@@ -175,7 +181,8 @@ pub fn cases() -> Vec<OpCase> {
                 ]
             },
         ),
-        case("float_tril_triu",
+        case(
+            "float_tril_triu",
             2..=3,
             |p| vec![fl(&p.shape())],
             |_p, a| {
@@ -185,19 +192,20 @@ pub fn cases() -> Vec<OpCase> {
                 ]
             },
         ),
-        case("float_expand_broadcast_binary",
+        case(
+            "float_expand_broadcast_binary",
             2..=2,
             |p| vec![fl(&[p.d[0], 1]), fl(&[1, p.d[1]])],
             |_p, a| vec![T::from(a[0].f::<2>() * a[1].f::<2>())],
         ),
         // --- elementwise defaults ------------------------------------------------------------
-        unary!("float_clamp", Gen::F(-2.0, 2.0), f, |x| x
-            .clamp(-0.5, 0.7)),
+        unary!("float_clamp", Gen::F(-2.0, 2.0), f, |x| x.clamp(-0.5, 0.7)),
         unary!("float_sign_square", Gen::FGrid, f, |x| x.clone().sign()
             + x.square()),
         unary!("float_powi_scalar", Gen::F(-2.0, 2.0), f, |x| x
             .powi_scalar(3)),
-        binary!("float_max_min_pair",
+        binary!(
+            "float_max_min_pair",
             Gen::F(-2.0, 2.0),
             Gen::F(-2.0, 2.0),
             f,
@@ -214,14 +222,14 @@ pub fn cases() -> Vec<OpCase> {
             .clone()
             .clamp(-2, 2)
             + x.sign()),
-        binary!("int_powi", Gen::I(-3, 3), Gen::I(0, 3), i, |x, y| x
-            .powi(y)),
+        binary!("int_powi", Gen::I(-3, 3), Gen::I(0, 3), i, |x, y| x.powi(y)),
         unary!("bool_xor_not_equal", Gen::B, b, |m| m
             .clone()
             .bool_xor(m.clone().bool_not())
             .bool_xor(m.not_equal_elem(true))),
         // --- activations (the inner backend's kernels, and Burn's defaults) -------------------
-        unary!("activation_relu_gelu_sigmoid",
+        unary!(
+            "activation_relu_gelu_sigmoid",
             Gen::F(-3.0, 3.0),
             f,
             |x| activation::relu(x.clone())
@@ -229,14 +237,16 @@ pub fn cases() -> Vec<OpCase> {
                 + activation::sigmoid(x.clone())
                 + activation::silu(x)
         ),
-        unary!("activation_log_sigmoid_leaky_hard",
+        unary!(
+            "activation_log_sigmoid_leaky_hard",
             Gen::F(-3.0, 3.0),
             f,
             |x| activation::log_sigmoid(x.clone())
                 + activation::leaky_relu(x.clone(), 0.2)
                 + activation::hard_sigmoid(x, 0.2, 0.5)
         ),
-        case("activation_softmax",
+        case(
+            "activation_softmax",
             1..=3,
             |p| vec![fl(&p.shape())],
             |p, a| {
@@ -246,11 +256,10 @@ pub fn cases() -> Vec<OpCase> {
             },
         ),
         // --- reductions ----------------------------------------------------------------------
-        unary!("float_mean_prod", Gen::F(0.5, 1.5), f, |x| x
-            .clone()
-            .mean()
+        unary!("float_mean_prod", Gen::F(0.5, 1.5), f, |x| x.clone().mean()
             + x.prod()),
-        case("float_max_min_dim",
+        case(
+            "float_max_min_dim",
             1..=3,
             |p| vec![op(&p.shape(), Gen::FDistinct)],
             |p, a| {
@@ -278,7 +287,8 @@ pub fn cases() -> Vec<OpCase> {
                 ]
             },
         ),
-        case("float_var_sum_dims",
+        case(
+            "float_var_sum_dims",
             2..=3,
             |p| vec![fl(&p.shape())],
             |p, a| {
@@ -288,7 +298,8 @@ pub fn cases() -> Vec<OpCase> {
                     + x.mean_dims(&[1]))]
             },
         ),
-        case("int_max_min_dim",
+        case(
+            "int_max_min_dim",
             1..=3,
             |p| vec![op(&p.shape(), Gen::IDistinct)],
             |p, a| {
@@ -300,7 +311,8 @@ pub fn cases() -> Vec<OpCase> {
             },
         ),
         // --- sorting (Burn's default reads the data back to the host) -----------------------
-        case("float_sort",
+        case(
+            "float_sort",
             1..=3,
             |p| vec![op(&p.shape(), Gen::FDistinct)],
             |p, a| {
@@ -308,7 +320,8 @@ pub fn cases() -> Vec<OpCase> {
                 vec![ranked!(a[0], f, |x| x.sort(d))]
             },
         ),
-        case("float_sort_with_indices",
+        case(
+            "float_sort_with_indices",
             1..=3,
             |p| vec![op(&p.shape(), Gen::FDistinct)],
             |p, a| {
@@ -329,7 +342,8 @@ pub fn cases() -> Vec<OpCase> {
                 }
             },
         ),
-        case("float_argsort",
+        case(
+            "float_argsort",
             1..=3,
             |p| vec![op(&p.shape(), Gen::FDistinct)],
             |p, a| {
@@ -337,7 +351,8 @@ pub fn cases() -> Vec<OpCase> {
                 vec![ranked!(a[0], f, |x| x.argsort(d))]
             },
         ),
-        case("float_topk",
+        case(
+            "float_topk",
             1..=3,
             |p| {
                 let d = p.dim(1);
@@ -349,7 +364,8 @@ pub fn cases() -> Vec<OpCase> {
                 vec![ranked!(a[0], f, |x| x.topk(k, d))]
             },
         ),
-        case("int_sort",
+        case(
+            "int_sort",
             1..=3,
             |p| vec![op(&p.shape(), Gen::IDistinct)],
             |p, a| {
@@ -375,7 +391,8 @@ pub fn cases() -> Vec<OpCase> {
                 out
             },
         ),
-        case("int_topk",
+        case(
+            "int_topk",
             1..=3,
             |p| {
                 let d = p.dim(1);
@@ -388,7 +405,8 @@ pub fn cases() -> Vec<OpCase> {
             },
         ),
         // --- indexing defaults ---------------------------------------------------------------
-        case("int_arange_inside",
+        case(
+            "int_arange_inside",
             1..=1,
             |p| vec![it(&p.shape())],
             |p, a| {
@@ -398,7 +416,8 @@ pub fn cases() -> Vec<OpCase> {
                 )]
             },
         ),
-        case("float_mask_where_broadcast_value",
+        case(
+            "float_mask_where_broadcast_value",
             2..=2,
             |p| vec![fl(&p.shape()), bo(&p.shape()), fl(&p.shape())],
             |p, a| {
@@ -408,7 +427,8 @@ pub fn cases() -> Vec<OpCase> {
                 ))]
             },
         ),
-        case("bool_mask_from_comparison",
+        case(
+            "bool_mask_from_comparison",
             1..=3,
             |p| vec![fl(&p.shape()), fl(&p.shape())],
             |_p, a| {
@@ -417,7 +437,8 @@ pub fn cases() -> Vec<OpCase> {
                     .mask_fill(x.greater(y), 0.0))]
             },
         ),
-        case("float_select_then_matmul",
+        case(
+            "float_select_then_matmul",
             2..=2,
             |p| {
                 vec![
@@ -432,14 +453,16 @@ pub fn cases() -> Vec<OpCase> {
                 )]
             },
         ),
-        case("bool_select_int_roundtrip",
+        case(
+            "bool_select_int_roundtrip",
             1..=2,
             |p| vec![bo(&p.shape())],
             |_p, a| vec![ranked!(a[0], b, |m| m.int().float().bool().int().bool())],
         ),
     ]
     .into_iter()
-    .chain(std::iter::once(case("float_empty_and_matmul_unbatched_rhs",
+    .chain(std::iter::once(case(
+        "float_empty_and_matmul_unbatched_rhs",
         2..=2,
         |p| vec![fl(&[p.d[0], p.d[1]])],
         |p, a| {
@@ -447,7 +470,8 @@ pub fn cases() -> Vec<OpCase> {
             vec![T::from(a[0].f::<2>().matmul(w))]
         },
     )))
-    .chain(std::iter::once(case("bool_mask_where_unbatched_mask",
+    .chain(std::iter::once(case(
+        "bool_mask_where_unbatched_mask",
         1..=2,
         |p| vec![fl(&p.shape())],
         |_p, a| {

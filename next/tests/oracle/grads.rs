@@ -193,7 +193,9 @@ fn per_example_grads_of_a_loss_with_a_vmap_inside() {
     check("grad_nested_vmap", loss_nested_vmap, [2, 3, 2], 7).unwrap();
     let xs = Tensor::<3>::ones([2, 3, 4], &burn::tensor::Device::default().autodiff());
     let out: Result<Tensor<3>, _> = vmap(|x: Tensor<2>| -> Tensor<2> {
-        vmap(|r: Tensor<1>| r.tanh()).call(x).unwrap_or_else(|e| panic!("{e}"))
+        vmap(|r: Tensor<1>| r.tanh())
+            .call(x)
+            .unwrap_or_else(|e| panic!("{e}"))
     })
     .call(xs);
     out.unwrap();

@@ -109,50 +109,80 @@ macro_rules! kind_cases {
         use crate::run::{OpCase, case};
         use burn::tensor::{Bool, IndexingUpdateOp, Tensor};
         let v: Vec<OpCase> = vec![
-            case(concat!($pfx, "_reshape"), 1..=3, |p| vec![op(&p.shape(), $gen)], |p, a| {
-                let n: usize = p.shape().iter().product();
-                let flat = ranked!(a[0], $acc, |x| x.reshape([n]));
-                let rev = match p.rank {
-                    1 => T::from(a[0].$acc::<1>().reshape([p.d[0]])),
-                    2 => T::from(a[0].$acc::<2>().reshape([p.d[1], p.d[0]])),
-                    _ => T::from(a[0].$acc::<3>().reshape([p.d[2] as i32, -1, p.d[0] as i32])),
-                };
-                vec![flat, rev]
-            }),
-            case(concat!($pfx, "_swap_dims"), 1..=4, |p| vec![op(&p.shape(), $gen)], |p, a| {
-                let (d1, d2) = (p.dim(1), p.dim(2));
-                vec![ranked!(a[0], $acc, |x| x.swap_dims(d1, d2))]
-            }),
-            case(concat!($pfx, "_permute"), 1..=4, |p| vec![op(&p.shape(), $gen)], |p, a| {
-                let perm = p.perm(3, p.rank);
-                vec![ranked!(a[0], $acc, |x| x
-                    .permute(core::array::from_fn(|i| perm[i] as isize)))]
-            }),
-            case(concat!($pfx, "_flip"), 1..=3, |p| vec![op(&p.shape(), $gen)], |p, a| {
-                let (d1, d2) = (p.dim(1) as isize, p.dim(2) as isize);
-                let one = ranked!(a[0], $acc, |x| x.flip([d1]));
-                let two = if d1 != d2 {
-                    ranked!(a[0], $acc, |x| x.flip([d1, d2]))
-                } else {
-                    one.clone()
-                };
-                vec![one, two]
-            }),
-            case(concat!($pfx, "_expand"), 2..=2, |p| expand_operand(p, $gen), |p, a| {
-                let x = a[0].$acc::<2>();
-                vec![
-                    T::from(x.clone().expand([p.d[0], p.d[1]])),
-                    T::from(x.expand([p.d[2], p.d[0], p.d[1]])),
-                ]
-            }),
-            case(concat!($pfx, "_slice"), 1..=3, |p| vec![op(&p.shape(), $gen)], |p, a| {
-                let (s1, _) = draw_slices(p, &p.shape(), &[1]);
-                let (s2, _) = draw_slices(p, &p.shape(), &[1, 2, -1]);
-                vec![
-                    ranked!(a[0], $acc, |x| x.slice(s1.as_slice())),
-                    ranked!(a[0], $acc, |x| x.slice(s2.as_slice())),
-                ]
-            }),
+            case(
+                concat!($pfx, "_reshape"),
+                1..=3,
+                |p| vec![op(&p.shape(), $gen)],
+                |p, a| {
+                    let n: usize = p.shape().iter().product();
+                    let flat = ranked!(a[0], $acc, |x| x.reshape([n]));
+                    let rev = match p.rank {
+                        1 => T::from(a[0].$acc::<1>().reshape([p.d[0]])),
+                        2 => T::from(a[0].$acc::<2>().reshape([p.d[1], p.d[0]])),
+                        _ => T::from(a[0].$acc::<3>().reshape([p.d[2] as i32, -1, p.d[0] as i32])),
+                    };
+                    vec![flat, rev]
+                },
+            ),
+            case(
+                concat!($pfx, "_swap_dims"),
+                1..=4,
+                |p| vec![op(&p.shape(), $gen)],
+                |p, a| {
+                    let (d1, d2) = (p.dim(1), p.dim(2));
+                    vec![ranked!(a[0], $acc, |x| x.swap_dims(d1, d2))]
+                },
+            ),
+            case(
+                concat!($pfx, "_permute"),
+                1..=4,
+                |p| vec![op(&p.shape(), $gen)],
+                |p, a| {
+                    let perm = p.perm(3, p.rank);
+                    vec![ranked!(a[0], $acc, |x| x
+                        .permute(core::array::from_fn(|i| perm[i] as isize)))]
+                },
+            ),
+            case(
+                concat!($pfx, "_flip"),
+                1..=3,
+                |p| vec![op(&p.shape(), $gen)],
+                |p, a| {
+                    let (d1, d2) = (p.dim(1) as isize, p.dim(2) as isize);
+                    let one = ranked!(a[0], $acc, |x| x.flip([d1]));
+                    let two = if d1 != d2 {
+                        ranked!(a[0], $acc, |x| x.flip([d1, d2]))
+                    } else {
+                        one.clone()
+                    };
+                    vec![one, two]
+                },
+            ),
+            case(
+                concat!($pfx, "_expand"),
+                2..=2,
+                |p| expand_operand(p, $gen),
+                |p, a| {
+                    let x = a[0].$acc::<2>();
+                    vec![
+                        T::from(x.clone().expand([p.d[0], p.d[1]])),
+                        T::from(x.expand([p.d[2], p.d[0], p.d[1]])),
+                    ]
+                },
+            ),
+            case(
+                concat!($pfx, "_slice"),
+                1..=3,
+                |p| vec![op(&p.shape(), $gen)],
+                |p, a| {
+                    let (s1, _) = draw_slices(p, &p.shape(), &[1]);
+                    let (s2, _) = draw_slices(p, &p.shape(), &[1, 2, -1]);
+                    vec![
+                        ranked!(a[0], $acc, |x| x.slice(s1.as_slice())),
+                        ranked!(a[0], $acc, |x| x.slice(s2.as_slice())),
+                    ]
+                },
+            ),
             case(
                 concat!($pfx, "_slice_assign"),
                 1..=3,
@@ -166,10 +196,15 @@ macro_rules! kind_cases {
                         .slice_assign(s.as_slice(), v))]
                 },
             ),
-            case(concat!($pfx, "_unfold"), 1..=3, |p| vec![op(&p.shape(), $gen)], |p, a| {
-                let (d, size, step) = unfold_params(p);
-                vec![crate::kinds::unfold_any!(a[0], $acc, d, size, step)]
-            }),
+            case(
+                concat!($pfx, "_unfold"),
+                1..=3,
+                |p| vec![op(&p.shape(), $gen)],
+                |p, a| {
+                    let (d, size, step) = unfold_params(p);
+                    vec![crate::kinds::unfold_any!(a[0], $acc, d, size, step)]
+                },
+            ),
             case(
                 concat!($pfx, "_gather"),
                 1..=3,
@@ -295,12 +330,17 @@ macro_rules! kind_cases {
                     })]
                 },
             ),
-            case(concat!($pfx, "_to_device"), 0..=3, |p| vec![op(&p.shape(), $gen)], |_p, a| {
-                vec![ranked!(a[0], $acc, |x| {
-                    let d = x.device();
-                    x.to_device(&d)
-                })]
-            }),
+            case(
+                concat!($pfx, "_to_device"),
+                0..=3,
+                |p| vec![op(&p.shape(), $gen)],
+                |_p, a| {
+                    vec![ranked!(a[0], $acc, |x| {
+                        let d = x.device();
+                        x.to_device(&d)
+                    })]
+                },
+            ),
             case(
                 concat!($pfx, "_equal_not_equal"),
                 0..=3,
@@ -314,19 +354,29 @@ macro_rules! kind_cases {
                     ]
                 },
             ),
-            case(concat!($pfx, "_repeat_dim"), 1..=3, |p| vec![op(&p.shape(), $gen)], |p, a| {
-                let d = p.dim(1);
-                vec![ranked!(a[0], $acc, |x| x.repeat_dim(d, 2))]
-            }),
-            case(concat!($pfx, "_any_all"), 1..=3, |p| vec![op(&p.shape(), $gen)], |p, a| {
-                let d = p.dim(1);
-                vec![
-                    ranked!(a[0], $acc, |x| x.clone().any()),
-                    ranked!(a[0], $acc, |x| x.clone().all()),
-                    ranked!(a[0], $acc, |x| x.clone().any_dim(d)),
-                    ranked!(a[0], $acc, |x| x.all_dim(d)),
-                ]
-            }),
+            case(
+                concat!($pfx, "_repeat_dim"),
+                1..=3,
+                |p| vec![op(&p.shape(), $gen)],
+                |p, a| {
+                    let d = p.dim(1);
+                    vec![ranked!(a[0], $acc, |x| x.repeat_dim(d, 2))]
+                },
+            ),
+            case(
+                concat!($pfx, "_any_all"),
+                1..=3,
+                |p| vec![op(&p.shape(), $gen)],
+                |p, a| {
+                    let d = p.dim(1);
+                    vec![
+                        ranked!(a[0], $acc, |x| x.clone().any()),
+                        ranked!(a[0], $acc, |x| x.clone().all()),
+                        ranked!(a[0], $acc, |x| x.clone().any_dim(d)),
+                        ranked!(a[0], $acc, |x| x.all_dim(d)),
+                    ]
+                },
+            ),
         ];
         v
     }};

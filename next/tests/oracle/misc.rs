@@ -14,7 +14,7 @@ fn dev() -> Device {
 }
 
 fn floats<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().convert::<f32>().to_vec::<f32>().unwrap()
+    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
 }
 
 /// Batch size 0: the output has a 0-sized batch axis and the per-example shape.
@@ -52,8 +52,18 @@ type ZeroCase = (
 #[test]
 fn batch_size_zero() {
     let cases: Vec<ZeroCase> = vec![
-        ("exp", vec![fl(&[3])], vec![Some(0)], Box::new(|a| vec![T::from(a[0].f::<1>().exp())])),
-        ("exp_axis1", vec![fl(&[2, 3])], vec![Some(1)], Box::new(|a| vec![T::from(a[0].f::<2>().exp())])),
+        (
+            "exp",
+            vec![fl(&[3])],
+            vec![Some(0)],
+            Box::new(|a| vec![T::from(a[0].f::<1>().exp())]),
+        ),
+        (
+            "exp_axis1",
+            vec![fl(&[2, 3])],
+            vec![Some(1)],
+            Box::new(|a| vec![T::from(a[0].f::<2>().exp())]),
+        ),
         (
             "add_batched_unbatched",
             vec![fl(&[3]), fl(&[3])],
@@ -72,8 +82,18 @@ fn batch_size_zero() {
             vec![Some(0), None],
             Box::new(|a| vec![T::from(a[0].i::<2>() * a[1].i::<2>())]),
         ),
-        ("sum_dim", vec![fl(&[2, 3])], vec![Some(0)], Box::new(|a| vec![T::from(a[0].f::<2>().sum_dim(1))])),
-        ("sum", vec![fl(&[2, 3])], vec![Some(0)], Box::new(|a| vec![T::from(a[0].f::<2>().sum())])),
+        (
+            "sum_dim",
+            vec![fl(&[2, 3])],
+            vec![Some(0)],
+            Box::new(|a| vec![T::from(a[0].f::<2>().sum_dim(1))]),
+        ),
+        (
+            "sum",
+            vec![fl(&[2, 3])],
+            vec![Some(0)],
+            Box::new(|a| vec![T::from(a[0].f::<2>().sum())]),
+        ),
         (
             "matmul_batched_lhs",
             vec![fl(&[2, 3]), fl(&[3, 4])],
@@ -101,7 +121,11 @@ fn batch_size_zero() {
             Err(msg) => failures.push(format!("{name}: panicked: {msg}")),
         }
     }
-    assert!(failures.is_empty(), "batch size 0 failures:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "batch size 0 failures:\n{}",
+        failures.join("\n")
+    );
 }
 
 /// Module ops fold the vmap batch into their `N` (`[b.., N, ..] -> [b*N, ..]`) and unfold it
@@ -112,7 +136,12 @@ fn batch_size_zero() {
 fn module_ops_at_batch_size_zero() {
     let f = |a: Vec<T>| {
         let o = burn::tensor::ops::ConvOptions::new([1, 1], [0, 0], [1, 1], 1);
-        vec![T::from(burn::tensor::module::conv2d(a[0].f::<4>(), a[1].f::<4>(), None, o))]
+        vec![T::from(burn::tensor::module::conv2d(
+            a[0].f::<4>(),
+            a[1].f::<4>(),
+            None,
+            o,
+        ))]
     };
     let operands = [fl(&[1, 2, 4, 4]), fl(&[3, 2, 2, 2])];
     check_empty_batch("conv2d", &operands, vec![Some(0), None], &f).unwrap();
@@ -173,7 +202,7 @@ fn reading_values_inside_the_recording_is_a_typed_error() {
 fn reading_an_argument_inside_the_recording_is_a_typed_error() {
     let xs = Tensor::<2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &dev());
     let err = vmap(|x: Tensor<1>| {
-        let seen: Vec<f32> = x.clone().into_data().to_vec().unwrap();
+        let seen: Vec<f32> = x.clone().into_data().try_to_vec().unwrap();
         x * seen[0]
     })
     .call(xs)
@@ -187,7 +216,12 @@ fn reading_an_argument_inside_the_recording_is_a_typed_error() {
 fn explicit_nested_levels() {
     let a = Tensor::<2>::from_floats([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], &dev());
     let b = Tensor::<2>::from_floats(
-        [[1.0, 0.0, -1.0], [0.5, 0.5, 0.5], [2.0, 2.0, 2.0], [0.0, 1.0, 0.0]],
+        [
+            [1.0, 0.0, -1.0],
+            [0.5, 0.5, 0.5],
+            [2.0, 2.0, 2.0],
+            [0.0, 1.0, 0.0],
+        ],
         &dev(),
     );
     let out: Tensor<3> = vmap(|(a, b): (Tensor<1>, Tensor<2>)| -> Tensor<2> {
@@ -204,7 +238,10 @@ fn explicit_nested_levels() {
     assert!(close(floats(out), floats(expected)));
 
     let out: Tensor<2> = vmap(|row: Tensor<1>| -> Tensor<1> {
-        vmap(|x: Tensor<0>| x.exp()).in_axes(-1isize).call(row).unwrap()
+        vmap(|x: Tensor<0>| x.exp())
+            .in_axes(-1isize)
+            .call(row)
+            .unwrap()
     })
     .out_axes(1isize)
     .call(a.clone())
@@ -220,10 +257,15 @@ fn errors_name_the_mistake() {
         .call_as::<_, _, _, Tensor<2>>(a.clone())
         .unwrap_err();
     assert!(matches!(err, VmapError::NothingMapped), "{err}");
-    let err = vmap(|a: Tensor<1>| a).out_axes(3).call(a.clone()).unwrap_err();
+    let err = vmap(|a: Tensor<1>| a)
+        .out_axes(3)
+        .call(a.clone())
+        .unwrap_err();
     assert!(matches!(err, VmapError::AxisOutOfRange { .. }), "{err}");
     // The function's argument type does not fit the mapped arguments.
-    let err = vmap(|a: Tensor<2>| a).call_as::<_, _, _, Tensor<3>>(a).unwrap_err();
+    let err = vmap(|a: Tensor<2>| a)
+        .call_as::<_, _, _, Tensor<3>>(a)
+        .unwrap_err();
     assert!(matches!(err, VmapError::LeafMismatch { .. }), "{err}");
 }
 
@@ -250,7 +292,7 @@ fn created_tensors_take_the_users_device_dtypes() {
     assert_eq!(a.dtype(), la.dtype());
     assert_eq!(r.dtype(), lr.dtype());
     assert_eq!(mask.dtype(), lm.dtype());
-    let ints = |t: Tensor<2, Int>| t.into_data().convert::<i64>().to_vec::<i64>().unwrap();
+    let ints = |t: Tensor<2, Int>| t.into_data().convert::<i64>().try_to_vec::<i64>().unwrap();
     assert_eq!(ints(a), vec![2, 6]);
     assert_eq!(ints(r), vec![1, 3, 5, 4, 6, 8]);
 }
@@ -275,8 +317,16 @@ fn reductions_of_batched_permuted_layouts_match_the_loop() {
                 ls.push(s);
                 lm.push(m);
             }
-            assert_eq!(floats(sums), floats(Tensor::stack::<4>(ls, 0)), "sum: axis {axis}, dim {dim}");
-            assert_eq!(floats(maxes), floats(Tensor::stack::<4>(lm, 0)), "max: axis {axis}, dim {dim}");
+            assert_eq!(
+                floats(sums),
+                floats(Tensor::stack::<4>(ls, 0)),
+                "sum: axis {axis}, dim {dim}"
+            );
+            assert_eq!(
+                floats(maxes),
+                floats(Tensor::stack::<4>(lm, 0)),
+                "max: axis {axis}, dim {dim}"
+            );
         }
     }
 }
@@ -295,7 +345,14 @@ fn reductions_over_empty_dims_have_their_identity() {
     assert!(floats(means).iter().all(|m| m.is_nan()));
     let ns = Tensor::<3, Int>::zeros([2, 3, 0], &dev());
     let prods: Tensor<3, Int> = vmap(|n: Tensor<2, Int>| n.prod_dim(1)).call(ns).unwrap();
-    assert_eq!(prods.into_data().convert::<i64>().to_vec::<i64>().unwrap(), vec![1; 6]);
+    assert_eq!(
+        prods
+            .into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .unwrap(),
+        vec![1; 6]
+    );
 }
 
 /// `unfold` to a single window shorter than its dim, of every kind, batched, against the
@@ -319,6 +376,10 @@ fn unfold_to_a_single_short_window() {
             .call(x.clone().bool())
             .unwrap();
         let nonzero: Vec<f32> = want.iter().map(|v| f32::from(*v != 0.0)).collect();
-        assert_eq!(read(bools.float()), nonzero, "bool, size {size}, step {step}");
+        assert_eq!(
+            read(bools.float()),
+            nonzero,
+            "bool, size {size}, step {step}"
+        );
     }
 }

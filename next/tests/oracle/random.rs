@@ -9,7 +9,7 @@ use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use burn_vmap::{Randomness, VmapError, vmap};
 
 fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().convert::<f32>().to_vec::<f32>().unwrap()
+    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
 }
 
 fn rows(v: &[f32], n: usize) -> Vec<&[f32]> {
@@ -20,7 +20,10 @@ fn rows(v: &[f32], n: usize) -> Vec<&[f32]> {
 fn moments(row: &[f32]) -> (f32, f32) {
     let n = row.len() as f32;
     let mean = row.iter().sum::<f32>() / n;
-    (mean, row.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / n)
+    (
+        mean,
+        row.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / n,
+    )
 }
 
 #[test]
@@ -32,9 +35,11 @@ fn should_refuse_every_kind_of_draw_in_error_mode() {
         vmap(|x: Tensor<1>| x.random_like(Distribution::Default))
             .call(xs.clone())
             .map(|_| ()),
-        vmap(|x: Tensor<1>| x.clone() + Tensor::<1>::random([4], Distribution::Default, &x.device()))
-            .call(xs.clone())
-            .map(|_| ()),
+        vmap(|x: Tensor<1>| {
+            x.clone() + Tensor::<1>::random([4], Distribution::Default, &x.device())
+        })
+        .call(xs.clone())
+        .map(|_| ()),
         vmap(|i: Tensor<1, Int>| {
             i.clone() + Tensor::<1, Int>::random([4], Distribution::Uniform(0.0, 5.0), &i.device())
         })
@@ -93,7 +98,7 @@ fn should_draw_independent_rows_with_the_distributions_moments_in_different_mode
     .randomness(Randomness::Different)
     .call(is)
     .unwrap();
-    let v: Vec<i64> = ints.into_data().convert::<i64>().to_vec().unwrap();
+    let v: Vec<i64> = ints.into_data().convert::<i64>().try_to_vec().unwrap();
     assert!(v.iter().all(|x| (0..5).contains(x)), "{v:?}");
     assert_ne!(v[..64], v[64..128]);
 }
@@ -105,7 +110,9 @@ fn should_share_one_draw_in_same_mode_as_the_loop_with_one_draw() {
     let device = Device::default();
     let xs = Tensor::<2>::from_data(
         TensorData::new(
-            (0..5 * 30).map(|v| (v % 8) as f32 * 0.125).collect::<Vec<_>>(),
+            (0..5 * 30)
+                .map(|v| (v % 8) as f32 * 0.125)
+                .collect::<Vec<_>>(),
             [5, 30],
         ),
         &device,
@@ -178,14 +185,22 @@ fn should_draw_dropout_masks_per_the_mode() {
     let err = vmap(f).call(xs.clone()).unwrap_err();
     assert!(matches!(err, VmapError::Randomness { .. }), "{err}");
 
-    let out = values(vmap(f).randomness(Randomness::Different).call(xs.clone()).unwrap());
+    let out = values(
+        vmap(f)
+            .randomness(Randomness::Different)
+            .call(xs.clone())
+            .unwrap(),
+    );
     assert!(out.iter().all(|v| *v == 0.0 || (v - 2.0).abs() < 1e-6));
     let kept = out.iter().filter(|v| **v != 0.0).count() as f32 / (n * d) as f32;
     assert!((kept - 0.5).abs() < 0.02, "keep rate {kept}");
     let r = rows(&out, n);
     for i in 1..n {
         let differ = r[0].iter().zip(r[i]).filter(|(a, b)| a != b).count() as f32 / d as f32;
-        assert!((differ - 0.5).abs() < 0.15, "rows 0 and {i} differ at {differ}");
+        assert!(
+            (differ - 0.5).abs() < 0.15,
+            "rows 0 and {i} differ at {differ}"
+        );
     }
 
     let out = values(vmap(f).randomness(Randomness::Same).call(xs).unwrap());
@@ -195,6 +210,8 @@ fn should_draw_dropout_masks_per_the_mode() {
     // In eval mode there is nothing to draw: no mode needed, the identity.
     let eval = m.valid();
     let ys = Tensor::<2>::ones([n, d], &Device::default());
-    let out = vmap(|x: Tensor<1>| eval.dropout.forward(x)).call(ys).unwrap();
+    let out = vmap(|x: Tensor<1>| eval.dropout.forward(x))
+        .call(ys)
+        .unwrap();
     assert!(values(out).iter().all(|v| *v == 1.0));
 }

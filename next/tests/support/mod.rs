@@ -14,7 +14,7 @@ pub fn dev() -> Device {
 
 /// A tensor's values as `f32`, whatever its kind.
 pub fn values<const D: usize, K: Basic + TensorKind>(t: Tensor<D, K>) -> Vec<f32> {
-    t.into_data().convert::<f32>().to_vec::<f32>().unwrap()
+    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
 }
 
 /// Example `i` of a batch (axis 0 removed).
@@ -53,7 +53,11 @@ pub fn burn_grad(grads: &GradientsParams, id: ParamId, rank: usize) -> Option<Ve
 
 /// The loop: Burn's backward of `loss(model, example)` on the model in training mode, as
 /// `GradientsParams`.
-pub fn loop_grads<M: Module, A>(model: &M, example: A, loss: impl Fn(&M, A) -> Tensor<1>) -> GradientsParams {
+pub fn loop_grads<M: Module, A>(
+    model: &M,
+    example: A,
+    loss: impl Fn(&M, A) -> Tensor<1>,
+) -> GradientsParams {
     let trained = model.clone().train();
     GradientsParams::from_grads(loss(&trained, example).backward(), &trained)
 }
@@ -73,11 +77,15 @@ pub fn check_grads<M: Module, I: Tree, A: Tree>(
     for i in 0..batch {
         let theirs = loop_grads(model, example(i), loss);
         for (path, id, g) in grads.iter() {
-            let all: Vec<f32> = g.to_data().convert::<f32>().to_vec().unwrap();
+            let all: Vec<f32> = g.to_data().convert::<f32>().try_to_vec().unwrap();
             let per = all.len() / batch;
-            let want = burn_grad(&theirs, id, g.shape().num_dims() - 1)
-                .unwrap_or_else(|| vec![0.0; per]);
-            assert_close(&all[i * per..(i + 1) * per], &want, &format!("{what}: {path}, example {i}"));
+            let want =
+                burn_grad(&theirs, id, g.shape().num_dims() - 1).unwrap_or_else(|| vec![0.0; per]);
+            assert_close(
+                &all[i * per..(i + 1) * per],
+                &want,
+                &format!("{what}: {path}, example {i}"),
+            );
         }
     }
     grads
