@@ -145,7 +145,7 @@ pub(crate) use apis::*;
 pub(crate) use case::*;
 pub(crate) use compare::*;
 pub(crate) use io::*;
-pub(crate) use programs::{Program, program};
+pub(crate) use programs::{GradProgram, Program, grad_program, program};
 pub(crate) use pytree::*;
 
 thread_local! {

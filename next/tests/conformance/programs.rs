@@ -2,8 +2,14 @@
 //! registry.
 //!
 //! Every program is recorded by the transforms (on Burn's capture device): it reads tensors only
-//! through its arguments, never reads values, and may take gradients (`grad_w_tanh_sq`) or call
-//! `vmap` itself. A value the 0.21 program closed over (`captured`) is an argument here.
+//! through its arguments, never reads values, and may call `vmap` itself. A value the 0.21
+//! program closed over (`captured`) is an argument here.
+//!
+//! A program that takes a gradient itself (`grad_w_tanh_sq`, a gradient inside `vmap`) cannot be
+//! recorded on Burn 0.22.1 (its capture backend has no autodiff: `backward` and
+//! `Tensor::autodiff` panic with "Capture tensors do not support autodiff"). It is registered
+//! as its loss and the argument differentiated ([`grad_program`]), and the apis run it through
+//! the library's per-example gradients (`apis/vmap_grad.rs`).
 
 use burn::tensor::activation;
 use burn::tensor::module::{conv2d, max_pool2d};
@@ -26,7 +32,6 @@ pub(crate) fn program(id: &str) -> Option<Program> {
         "dict_sum_scale" => dict_sum_scale,
         "dot" => dot,
         "dot_self_plus_one" => dot_self_plus_one,
-        "grad_w_tanh_sq" => grad_w_tanh_sq,
         "index" => index,
         "log_softmax_axis0" => log_softmax_axis0,
         "matmul" => matmul,
@@ -61,6 +66,23 @@ pub(crate) fn program(id: &str) -> Option<Program> {
         _ => return None,
     };
     Some(f)
+}
+
+/// A gradient program: `grad(loss, argnum)`, the gradient of a scalar `loss` with respect to
+/// its argument `argnum` (a tensor or a tree of float tensors).
+#[derive(Clone, Copy)]
+pub(crate) struct GradProgram {
+    pub(crate) loss: Program,
+    pub(crate) argnum: usize,
+}
+
+/// The gradient program registered for `id` (FORMAT section 4).
+pub(crate) fn grad_program(id: &str) -> Option<GradProgram> {
+    let (loss, argnum): (Program, usize) = match id {
+        "grad_w_tanh_sq" => (tanh_sq_dot, 0),
+        _ => return None,
+    };
+    Some(GradProgram { loss, argnum })
 }
 
 // ---- helpers ----------------------------------------------------------------------------
@@ -244,17 +266,11 @@ pub fn dot_self_plus_one(args: Vec<Pt>) -> Pt {
     ))
 }
 
-/// `d/dw tanh(x·w)^2`: a gradient taken inside the program (recorded with the program: the
-/// backward pass's operations are part of the recording, and run batched).
-pub fn grad_w_tanh_sq(args: Vec<Pt>) -> Pt {
+/// `tanh(x·w)^2`: the loss of `grad_w_tanh_sq = d/dw tanh(x·w)^2` ([`grad_program`]).
+pub fn tanh_sq_dot(args: Vec<Pt>) -> Pt {
     let [w, x] = take(args);
-    with_rank!(w.rank(), D => {
-        let w = w.f::<D>().autodiff().require_grad();
-        let t = (x.f::<D>().autodiff() * w.clone()).sum().tanh();
-        let loss = t.clone() * t;
-        let grads = loss.backward();
-        pt(w.grad(&grads).expect("w is used"))
-    })
+    let t = sum1(binop!(x, w, |a, b| a * b)).tanh();
+    pt(scalar(t.clone() * t))
 }
 
 /// `t[i]` along axis 0, `i` an int scalar.

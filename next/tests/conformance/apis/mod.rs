@@ -1,6 +1,7 @@
 //! Apis: one function per transform named by a case's `api`, registered in [`run_api`].
 //!
 //! - `mod.rs`: `vmap` and `value_and_grad`;
+//! - `vmap_grad.rs`: `vmap` of a gradient program, through `per_example_grads`;
 //! - `micro.rs`: optax.microbatching (`micro_vmap`, `micro_grad`), waiting for `micro_vmap` /
 //!   `micro_grad` in the 0.22 crate;
 //! - `auto.rs`: jax_autovmap's `auto_vmap`, waiting for `auto_vmap`;
@@ -9,7 +10,11 @@
 //! The three files are ported as far as the 0.21 transforms show but not declared as modules
 //! yet: declare them here and route their apis in [`run_api`] when their transforms land.
 
+mod vmap_grad;
+
 use std::sync::{Arc, Mutex};
+
+pub(crate) use vmap_grad::*;
 
 use crate::*;
 
@@ -81,9 +86,12 @@ pub(crate) fn api_vmap(case: &Case) -> Result<Run, String> {
         )),
         None => None,
     };
+    let args = Pt::Tuple(build_args(case)?);
+    if let Some(g) = grad_program(&case.program) {
+        return Ok(out_run(vmap_grad_run(g, args, in_axes, out_axes, inner)?));
+    }
     let f = program(&case.program)
         .ok_or_else(|| format!("runner: unknown program {:?}", case.program))?;
-    let args = Pt::Tuple(build_args(case)?);
     Ok(out_run(vmap_run(f, args, in_axes, out_axes, inner)))
 }
 
