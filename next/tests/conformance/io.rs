@@ -1,9 +1,9 @@
 //! Building a case's inputs and reading a run's outputs.
 
+use burn::tensor::kind::Kind;
 use burn_backend::Shape;
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn_dispatch::Dispatch;
-use burn::tensor::kind::Kind;
 
 use crate::*;
 

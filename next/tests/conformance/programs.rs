@@ -225,12 +225,8 @@ pub fn conv2d_same(args: Vec<Pt>) -> Pt {
         [(kh - 1) / 2, (kw - 1) / 2],
         [kh - 1 - (kh - 1) / 2, kw - 1 - (kw - 1) / 2],
     );
-    let options = ConvOptions::new_with_padding(
-        [1, 1],
-        [(lo[0], hi[0]), (lo[1], hi[1])],
-        [1, 1],
-        1,
-    );
+    let options =
+        ConvOptions::new_with_padding([1, 1], [(lo[0], hi[0]), (lo[1], hi[1])], [1, 1], 1);
     match x.rank() {
         3 => pt(conv2d(x.f::<3>().unsqueeze::<4>(), k, None, options).squeeze_dim::<3>(0)),
         4 => pt(conv2d(x.f::<4>(), k, None, options)),
@@ -376,12 +372,14 @@ pub fn tanh_matmul_and_sqnorm(args: Vec<Pt>) -> Pt {
 }
 
 /// Scan body: `c' = c + x`, `y = c'`.
+#[allow(dead_code)] // used by apis/powerpax.rs, not built yet
 pub fn cumsum_carry(c: Pt, x: Pt) -> (Pt, Pt) {
     let c2 = with_rank!(c.rank(), D => pt(c.f::<D>() + x.f::<D>()));
     (c2.clone(), c2)
 }
 
 /// Scan body: `c' = sin(c) cos(x) + 0.5 c x`, `y = sum(c'^2)` (Burn's scalar, `[1]`).
+#[allow(dead_code)] // used by apis/powerpax.rs, not built yet
 pub fn sincos_carry(c: Pt, x: Pt) -> (Pt, Pt) {
     with_rank!(c.rank(), D => {
         let (c, x) = (c.f::<D>(), x.f::<D>());

@@ -118,22 +118,17 @@ pub(crate) fn vmap_run(
             let slot = inner_error.clone();
             let inner_vmap = vmap(prog).in_axes(inner_in).out_axes(inner_out);
             let outer = move |a: Pt| -> Pt {
-                inner_vmap
-                    .call_as::<Pt, Pt, Pt, Pt>(a)
-                    .unwrap_or_else(|e| {
-                        let msg = e.to_string();
-                        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                        panic!("runner: the inner vmap failed: {msg}")
-                    })
+                inner_vmap.call_as::<Pt, Pt, Pt, Pt>(a).unwrap_or_else(|e| {
+                    let msg = e.to_string();
+                    *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    panic!("runner: the inner vmap failed: {msg}")
+                })
             };
             let result = vmap(outer)
                 .in_axes(in_axes)
                 .out_axes(out_axes)
                 .call_as::<Pt, Pt, Pt, Pt>(args);
-            let inner_error = inner_error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
+            let inner_error = inner_error.lock().unwrap_or_else(|p| p.into_inner()).take();
             match (result, inner_error) {
                 (Err(_), Some(e)) => Err(e),
                 (result, _) => result,
