@@ -223,18 +223,33 @@ impl Job for Batched<'_> {
 }
 
 /// A user's tensor as an (unbatched) tensor of `Vmap<B>`.
+///
+/// A rank-0 tensor is held as `[1]` marked rank 0, the engine's layout of every logical rank-0
+/// tensor (`[batch sizes.., 1]`, see [`VmapTensor::from_physical_scalar`]): held as `[]`, an
+/// unmapped rank-0 argument would meet a batched rank-0 tensor with one physical dim too few
+/// (the binary rules align it to `[1]` against `[batch, 1]`, giving a rank-1 result, or a rank
+/// mismatch on backends that do not broadcast across ranks, such as capture).
 pub(crate) fn lift<B: UserBackend>(
     transform: &'static str,
     leaf: Leaf,
 ) -> Result<Value<Vmap<B>>, VmapError> {
+    use burn_backend::TensorMetadata;
+    use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
+    fn held<P: TensorMetadata>(t: P, reshape: fn(P, Shape) -> P) -> VmapTensor<P> {
+        if t.shape().num_dims() == 0 {
+            let one = reshape(t, Shape::from(vec![1]));
+            return VmapTensor::from_physical_scalar(one, crate::tensor::BatchDims::none());
+        }
+        VmapTensor::unbatched(t)
+    }
     let value = B::value(leaf.into_dispatch()).map_err(|why| VmapError::Device {
         transform,
         why: format!("an argument is not on the backend of the others: {why}"),
     })?;
     Ok(match value {
-        Value::Float(t) => Value::Float(VmapTensor::unbatched(t)),
-        Value::Int(t) => Value::Int(VmapTensor::unbatched(t)),
-        Value::Bool(t) => Value::Bool(VmapTensor::unbatched(t)),
+        Value::Float(t) => Value::Float(held(t, B::float_reshape)),
+        Value::Int(t) => Value::Int(held(t, B::int_reshape)),
+        Value::Bool(t) => Value::Bool(held(t, B::bool_reshape)),
     })
 }
 
