@@ -25,7 +25,6 @@ use crate::graph::{Program, Recording, TensorSig, capture, placeholder};
 use crate::guard;
 use crate::level::{Level, Randomness, VmapScope};
 use crate::runtime::{Job, UserBackend, on_backend};
-use crate::tensor::VmapTensor;
 use crate::tree::{Leaf, Tree, TreeDef};
 use crate::value::Value;
 
@@ -233,23 +232,14 @@ pub(crate) fn lift<B: UserBackend>(
     transform: &'static str,
     leaf: Leaf,
 ) -> Result<Value<Vmap<B>>, VmapError> {
-    use burn_backend::TensorMetadata;
-    use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
-    fn held<P: TensorMetadata>(t: P, reshape: fn(P, Shape) -> P) -> VmapTensor<P> {
-        if t.shape().num_dims() == 0 {
-            let one = reshape(t, Shape::from(vec![1]));
-            return VmapTensor::from_physical_scalar(one, crate::tensor::BatchDims::none());
-        }
-        VmapTensor::unbatched(t)
-    }
     let value = B::value(leaf.into_dispatch()).map_err(|why| VmapError::Device {
         transform,
         why: format!("an argument is not on the backend of the others: {why}"),
     })?;
     Ok(match value {
-        Value::Float(t) => Value::Float(held(t, B::float_reshape)),
-        Value::Int(t) => Value::Int(held(t, B::int_reshape)),
-        Value::Bool(t) => Value::Bool(held(t, B::bool_reshape)),
+        Value::Float(t) => Value::Float(crate::ops::from_inner(t, B::float_reshape)),
+        Value::Int(t) => Value::Int(crate::ops::from_inner(t, B::int_reshape)),
+        Value::Bool(t) => Value::Bool(crate::ops::from_inner(t, B::bool_reshape)),
     })
 }
 
@@ -259,9 +249,9 @@ pub(crate) fn lift<B: UserBackend>(
 /// If the tensor is still batched (an internal error: outputs are unbatched first).
 pub(crate) fn lower<B: UserBackend>(value: Value<Vmap<B>>) -> Value<B> {
     match value {
-        Value::Float(t) => Value::Float(crate::ops::into_unbatched::<B, _>(t, B::float_reshape)),
-        Value::Int(t) => Value::Int(crate::ops::into_unbatched::<B, _>(t, B::int_reshape)),
-        Value::Bool(t) => Value::Bool(crate::ops::into_unbatched::<B, _>(t, B::bool_reshape)),
+        Value::Float(t) => Value::Float(crate::ops::into_unbatched(t, B::float_reshape)),
+        Value::Int(t) => Value::Int(crate::ops::into_unbatched(t, B::int_reshape)),
+        Value::Bool(t) => Value::Bool(crate::ops::into_unbatched(t, B::bool_reshape)),
     }
 }
 
