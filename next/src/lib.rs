@@ -29,6 +29,7 @@ mod guard;
 mod runtime;
 mod value;
 
+pub mod privacy;
 pub mod transform;
 pub mod tree;
 

@@ -72,6 +72,19 @@ impl ParamGrads {
         self.entries.iter().map(|(p, i, g)| (p.as_str(), *i, g))
     }
 
+    /// Applies `f(path, gradient)` to every gradient.
+    pub fn map(self, mut f: impl FnMut(&str, Leaf) -> Leaf) -> Self {
+        let entries = self
+            .entries
+            .into_iter()
+            .map(|(p, i, g)| {
+                let g = f(&p, g);
+                (p, i, g)
+            })
+            .collect();
+        Self { entries }
+    }
+
     /// Each example's global L2 norm over every parameter: per-example gradients in, `[batch]`
     /// out.
     ///
