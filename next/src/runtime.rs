@@ -13,7 +13,7 @@ use burn_backend::TensorMetadata;
 use burn_backend::backend::{AutodiffBackend, Backend};
 use burn_dispatch::{
     BackendTensor, Dispatch, DispatchAutodiffContext, DispatchDevice, DispatchKindConversion,
-    DispatchTensor,
+    DispatchTensor, DispatchTensorKind,
 };
 
 use crate::VmapError;
@@ -63,6 +63,25 @@ where
 pub(crate) fn detach(tensor: DispatchTensor) -> DispatchTensor {
     if tensor.autodiff == DispatchAutodiffContext::Disabled {
         tensor
+    } else if let DispatchTensorKind::Autodiff(inner) = &tensor.kind
+        && matches!(**inner, DispatchTensorKind::Capture(_))
+    {
+        // A float tensor recorded for gradients (`Autodiff<Capture>`): Burn's `inner` refuses
+        // capture tensors, so it is unwrapped here.
+        let DispatchTensorKind::Autodiff(inner) = tensor.kind else {
+            unreachable!()
+        };
+        let DispatchTensorKind::Capture(t) = *inner else {
+            unreachable!()
+        };
+        let t = match t {
+            BackendTensor::Autodiff(t) => BackendTensor::Float(t.into_primitive()),
+            other => other,
+        };
+        DispatchTensor {
+            kind: DispatchTensorKind::Capture(t),
+            autodiff: DispatchAutodiffContext::Disabled,
+        }
     } else if tensor.dtype().is_float() {
         Dispatch::inner(tensor)
     } else if tensor.dtype().is_bool() {
@@ -113,6 +132,15 @@ fn on_dispatch<J: Job>(
             ),
         }),
     }
+}
+
+/// Whether `device` is a capture device: a function given tensors on it is being recorded by a
+/// transform (the autodiff capture device of a recording made for gradients included).
+pub(crate) fn is_capture(device: &Device) -> bool {
+    matches!(
+        device.clone().without_autodiff().as_dispatch(),
+        DispatchDevice::Capture(_)
+    )
 }
 
 /// The user's device for a backend device.
