@@ -30,7 +30,8 @@ use std::sync::Arc;
 
 use burn::tensor::Device;
 use burn_autodiff::Autodiff;
-use burn_backend::backend::{AutodiffBackend, Backend};
+use burn_backend::backend::{AutodiffBackend, Backend, BackendTypes};
+use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn_dispatch::backends::Capture;
 use burn_dispatch::{DispatchDevice, DispatchTensor};
 use burn_ir::{CustomOpIr, OperationIr, TensorIr};
@@ -43,7 +44,7 @@ use crate::VmapError;
 use crate::batching::BatchOps;
 use crate::level::Level;
 use crate::runtime::{UserBackend, detach};
-use crate::tensor::BatchDims;
+use crate::tensor::{BatchDims, VmapTensor};
 use crate::value::Value;
 
 /// The handlers of a program's custom operations, by operation id.
@@ -184,7 +185,7 @@ pub(crate) fn execute<B: Backend>(env: &mut Env<B>, op: &CustomOpIr) -> Result<(
         });
     };
     let inputs: Vec<Value<B>> = op.inputs.iter().map(|t| env.read(t.id)).collect();
-    let outputs = run::<B>(&*handler, op, inputs, &env.device)?;
+    let outputs = run::<B>(&handler, op, inputs, &env.device)?;
     for (t, value) in op.outputs.iter().zip(outputs) {
         env.bind(t.id, value);
     }
@@ -199,21 +200,36 @@ fn cast<T: 'static, U: 'static>(value: T) -> U {
 }
 
 /// Runs the custom operation on `B`: batched when `B` is a batching backend, the function's own
-/// program otherwise.
+/// program otherwise. On the capture backend (a batched function recorded into an enclosing
+/// one) a call with no batched input is recorded again as a custom operation, so that the
+/// enclosing transform batches it with its rule too.
 fn run<B: Backend>(
-    handler: &dyn CustomHandler,
+    handler: &Arc<dyn CustomHandler>,
     op: &CustomOpIr,
     inputs: Vec<Value<B>>,
     device: &B::Device,
 ) -> Result<Vec<Value<B>>, VmapError> {
-    /// `run_batched` on `$x` (flag: autodiff) when `B` is `$x`.
+    /// `run_batched` on `$x` (autodiff: `$ad`) when `B` is `$x`; with no batched input, the
+    /// function's program runs (`program`) or the call is recorded again (`rerecord`).
     macro_rules! batching_backend {
-        ($x:ty, $autodiff:expr) => {
+        ($x:ty, $ad:expr, program) => {
+            batching_backend!($x, $ad, |inputs, device: &<$x as BackendTypes>::Device| {
+                handler.program().run::<$x>(inputs, device)
+            })
+        };
+        ($x:ty, $ad:expr, rerecord) => {
+            batching_backend!($x, $ad, |inputs: Vec<Value<$x>>, _: &<$x as BackendTypes>::Device| {
+                let inputs = inputs.into_iter().map(lower_unbatched).collect();
+                let outputs = rerecord(handler, inputs)?;
+                Ok(outputs.into_iter().map(lift_unbatched).collect())
+            })
+        };
+        ($x:ty, $ad:expr, $unbatched:expr) => {
             if TypeId::of::<B>() == TypeId::of::<$x>() {
                 let device = (device as &dyn Any)
-                    .downcast_ref::<<$x as burn_backend::backend::BackendTypes>::Device>()
+                    .downcast_ref::<<$x as BackendTypes>::Device>()
                     .expect("vmap: internal: the device of the same backend");
-                let out = run_batched::<$x>(handler, op, cast(inputs), device, $autodiff)?;
+                let out = run_batched::<$x>(handler, op, cast(inputs), device, $ad, $unbatched)?;
                 return Ok(cast(out));
             }
         };
@@ -221,18 +237,57 @@ fn run<B: Backend>(
     #[cfg(feature = "flex")]
     {
         use burn_dispatch::backends::Flex;
-        batching_backend!(Vmap<Flex>, false);
-        batching_backend!(Autodiff<Vmap<Flex>>, true);
+        batching_backend!(Vmap<Flex>, false, program);
+        batching_backend!(Autodiff<Vmap<Flex>>, true, program);
     }
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
         use burn_dispatch::backends::Cube;
-        batching_backend!(Vmap<Cube>, false);
-        batching_backend!(Autodiff<Vmap<Cube>>, true);
+        batching_backend!(Vmap<Cube>, false, program);
+        batching_backend!(Autodiff<Vmap<Cube>>, true, program);
     }
-    batching_backend!(Vmap<Capture>, false);
-    batching_backend!(Autodiff<Vmap<Capture>>, true);
+    batching_backend!(Vmap<Capture>, false, rerecord);
+    // Differentiated: the function's program, so that its gradient is recorded too.
+    batching_backend!(Autodiff<Vmap<Capture>>, true, program);
+    if TypeId::of::<B>() == TypeId::of::<Capture>() {
+        return Ok(cast(rerecord(handler, cast(inputs))?));
+    }
     handler.program().run::<B>(inputs, device)
+}
+
+/// Records the call again on the capture device of `inputs`.
+fn rerecord(
+    handler: &Arc<dyn CustomHandler>,
+    inputs: Vec<Value<Capture>>,
+) -> Result<Vec<Value<Capture>>, VmapError> {
+    let inputs = inputs.into_iter().map(<Capture as UserBackend>::tensor).collect();
+    let outputs = record_call(handler.transform(), inputs, handler.clone())?;
+    outputs
+        .into_iter()
+        .map(|t| {
+            <Capture as UserBackend>::value(t).map_err(|why| VmapError::Device {
+                transform: handler.transform(),
+                why,
+            })
+        })
+        .collect()
+}
+
+fn lower_unbatched(value: Value<Vmap<Capture>>) -> Value<Capture> {
+    use crate::ops::into_unbatched;
+    match value {
+        Value::Float(t) => Value::Float(into_unbatched::<Capture, _>(t, Capture::float_reshape)),
+        Value::Int(t) => Value::Int(into_unbatched::<Capture, _>(t, Capture::int_reshape)),
+        Value::Bool(t) => Value::Bool(into_unbatched::<Capture, _>(t, Capture::bool_reshape)),
+    }
+}
+
+fn lift_unbatched(value: Value<Capture>) -> Value<Vmap<Capture>> {
+    match value {
+        Value::Float(t) => Value::Float(VmapTensor::unbatched(t)),
+        Value::Int(t) => Value::Int(VmapTensor::unbatched(t)),
+        Value::Bool(t) => Value::Bool(VmapTensor::unbatched(t)),
+    }
 }
 
 fn batch_dims<X: BatchOps>(value: &Value<X>) -> BatchDims {
@@ -259,13 +314,15 @@ fn batch<X: BatchOps>(value: Value<X>, level: Level) -> Value<X> {
     }
 }
 
-/// Runs the custom operation on a batching backend `X` (an autodiff one when `autodiff`).
+/// Runs the custom operation on a batching backend `X` (an autodiff one when `autodiff`);
+/// `unbatched` runs it when no input is batched.
 fn run_batched<X: BatchOps>(
-    handler: &dyn CustomHandler,
+    handler: &Arc<dyn CustomHandler>,
     op: &CustomOpIr,
     inputs: Vec<Value<X>>,
     device: &X::Device,
     autodiff: bool,
+    unbatched: impl FnOnce(Vec<Value<X>>, &X::Device) -> Result<Vec<Value<X>>, VmapError>,
 ) -> Result<Vec<Value<X>>, VmapError> {
     let dims: Vec<BatchDims> = inputs.iter().map(batch_dims::<X>).collect();
     let innermost = dims
@@ -273,7 +330,7 @@ fn run_batched<X: BatchOps>(
         .flat_map(|d| d.as_slice().iter().copied())
         .max_by_key(|d| d.level);
     let Some(innermost) = innermost else {
-        return handler.program().run::<X>(inputs, device);
+        return unbatched(inputs, device);
     };
     let (level, size) = (innermost.level, innermost.size);
     // On an autodiff backend every float input goes to the rule batched (an unbatched one
