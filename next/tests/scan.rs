@@ -518,6 +518,94 @@ fn should_checkpoint_with_constants_statics_and_rank0_carries() {
     }
 }
 
+#[test]
+fn should_recompute_each_chunk_in_the_backward_pass() {
+    // The body runs once per step forward and once more per step backward (the recomputation),
+    // where a plain scan runs it once.
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let step = |c: Tensor<1>, x: Tensor<1>| {
+        CALLS.fetch_add(1, Ordering::SeqCst);
+        sincos(c, x)
+    };
+    let device = dev().autodiff();
+    let init = tensor_on::<1>(14, [3], &device).require_grad();
+    let xs = tensor_on::<2>(15, [6, 3], &device);
+    let (c, _) = checkpoint_chunked_scan(step, init.clone(), xs.clone())
+        .chunk_size(Some(2))
+        .call()
+        .unwrap();
+    assert_eq!(CALLS.load(Ordering::SeqCst), 6);
+    let g = init.grad(&c.sum().backward()).unwrap();
+    assert_eq!(CALLS.load(Ordering::SeqCst), 12);
+    let (c, _) = scan(sincos, init.clone(), xs).call().unwrap();
+    let want = init.grad(&c.sum().backward()).unwrap();
+    assert_close(&vec1(g), &vec1(want), "d init");
+}
+
+#[test]
+fn should_checkpoint_on_a_device_with_burns_gradient_checkpointing() {
+    // Burn's own (balanced) gradient checkpointing on the device: the chunks' nodes follow it.
+    let device = dev().autodiff().gradient_checkpointing();
+    let init = tensor_on::<1>(16, [3], &device).require_grad();
+    let xs = tensor_on::<2>(17, [5, 3], &device).require_grad();
+    let run = |checkpointed: bool| {
+        let (c, ys) = if checkpointed {
+            checkpoint_chunked_scan(sincos, init.clone(), xs.clone())
+                .chunk_size(Some(2))
+                .call()
+                .unwrap()
+        } else {
+            scan(sincos, init.clone(), xs.clone()).call().unwrap()
+        };
+        let g = (c.sum() + ys.sum()).backward();
+        (vec1(init.grad(&g).unwrap()), vec1(xs.grad(&g).unwrap()))
+    };
+    let (want_init, want_xs) = run(false);
+    let (got_init, got_xs) = run(true);
+    assert_close(&got_init, &want_init, "d init");
+    assert_close(&got_xs, &want_xs, "d xs");
+}
+
+#[test]
+fn should_refuse_a_captured_tracked_parameter_and_differentiate_a_carried_one() {
+    let device = dev().autodiff();
+    let n = 6;
+    let w = tensor_on::<1>(21, [3], &device).require_grad();
+    let xs = tensor_on::<2>(22, [n, 3], &device);
+    let init = tensor_on::<1>(23, [3], &device);
+
+    // Captured: refused (its gradient could not be recomputed per chunk).
+    let wc = w.clone();
+    let captured = move |c: Tensor<1>, x: Tensor<1>| sincos(c * wc.clone(), x);
+    let err = checkpoint_chunked_scan(captured.clone(), init.clone(), xs.clone())
+        .chunk_size(Some(2))
+        .call()
+        .unwrap_err();
+    assert!(
+        matches!(err, VmapError::CapturedTrackedTensor { .. }),
+        "{err:?}"
+    );
+
+    // Oracle: a plain scan with the captured parameter.
+    let (c, ys) = scan(captured, init.clone(), xs.clone()).call().unwrap();
+    let want = w.grad(&(c.sum() + ys.sum()).backward()).unwrap();
+
+    // The parameter carried through the loop, returned unchanged.
+    let carried = |(w, c): (Tensor<1>, Tensor<1>), x: Tensor<1>| {
+        let (c, y) = sincos(c * w.clone(), x);
+        ((w, c), y)
+    };
+    for chunk in [Some(1), Some(4), None] {
+        let ((_, c), ys) = checkpoint_chunked_scan(carried, (w.clone(), init.clone()), xs.clone())
+            .chunk_size(chunk)
+            .call()
+            .unwrap();
+        let got = w.grad(&(c.sum() + ys.sum()).backward()).unwrap();
+        assert_close(&vec1(got), &vec1(want.clone()), &format!("chunk {chunk:?}"));
+    }
+}
+
 /// A per-example scale of the initial carry: the parameter per-example gradients are taken of.
 #[derive(Module, Debug)]
 struct Scale {
