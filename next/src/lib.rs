@@ -29,6 +29,7 @@ mod guard;
 mod runtime;
 mod value;
 
+pub mod prelude;
 pub mod transform;
 pub mod tree;
 
