@@ -217,7 +217,8 @@ fn should_apply_the_rule_to_the_innermost_batched_level() {
 #[test]
 fn should_keep_outputs_declared_unbatched_unbatched() {
     // f(x, w) = (x * w, 2 w): the second output does not depend on the batch.
-    let seen: Arc<Mutex<Option<(usize, Vec<bool>)>>> = Arc::default();
+    type Seen = Option<(usize, Vec<bool>)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
     let seen_by_rule = seen.clone();
     let g = custom_vmap(|(x, w): (Tensor<1>, Tensor<1>)| (x * w.clone(), w.mul_scalar(2.0)))
         .def_vmap(move |size: usize, in_batched: &[bool], args: DynTree| {

@@ -40,9 +40,11 @@ thread_local! {
     static DEPTH: Cell<usize> = const { Cell::new(0) };
     /// The custom operations recorded so far by each open capture (by depth), with their
     /// handlers (`custom.rs`).
-    static CUSTOMS: RefCell<Vec<Vec<(String, Arc<dyn CustomHandler>)>>> =
-        const { RefCell::new(Vec::new()) };
+    static CUSTOMS: RefCell<Vec<Vec<Pending>>> = const { RefCell::new(Vec::new()) };
 }
+
+/// A custom operation recorded by an open capture: its id and handler.
+type Pending = (String, Arc<dyn CustomHandler>);
 
 /// Ids of custom operations, unique in the process.
 static CUSTOM_IDS: AtomicU64 = AtomicU64::new(0);

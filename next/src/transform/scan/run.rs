@@ -83,12 +83,15 @@ pub(super) struct Looped<C> {
     pub(super) y: Option<(TreeDef, Vec<Leaf>)>,
 }
 
+/// The signature of a scan's step function.
+pub(super) type StepFn<C, X, Y> = fn(C, X) -> (C, Y);
+
 /// A scan's step function `f: Fn(C, X) -> (C, Y)`, called on the user's tensors: the loop and
 /// its variants are its methods.
 pub(super) struct Body<'a, F, C, X, Y> {
     transform: &'static str,
     f: &'a F,
-    types: PhantomData<fn(C, X) -> (C, Y)>,
+    types: PhantomData<StepFn<C, X, Y>>,
 }
 
 impl<'a, F, C, X, Y> Body<'a, F, C, X, Y>

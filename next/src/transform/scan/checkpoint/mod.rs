@@ -18,7 +18,7 @@ use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_dispatch::{DispatchKindConversion, DispatchTensor};
 
 use self::chunk::{ChunkBody, Input, TrackedChunk, ad_of};
-use super::run::{Body, Xs, order, stack_ys};
+use super::run::{Body, StepFn, Xs, order, stack_ys};
 use super::{Checkpointed, Scan};
 use crate::VmapError;
 use crate::runtime::{AutodiffJob, UserBackend, detach, is_capture, on_autodiff_backend};
@@ -212,7 +212,7 @@ struct Checkpoint<F, C, X, Y> {
     /// Step indices in execution order.
     steps: Vec<usize>,
     chunk: usize,
-    types: PhantomData<fn(C, X) -> (C, Y)>,
+    types: PhantomData<StepFn<C, X, Y>>,
 }
 
 /// The final carry's leaves, the stacked outputs' leaves and their structure.
