@@ -21,7 +21,6 @@ use burn_dispatch::{
     DispatchTensor, DispatchTensorKind,
 };
 
-
 use crate::VmapError;
 use crate::value::Value;
 
@@ -164,7 +163,9 @@ pub(crate) fn on_autodiff_backend<J: AutodiffJob>(
 ) -> Result<J::Output, VmapError> {
     let unsupported = |what: String| VmapError::Device {
         transform,
-        why: format!("burn-vmap differentiates on Flex, wgpu and CUDA autodiff devices, not on {what}"),
+        why: format!(
+            "burn-vmap differentiates on Flex, wgpu and CUDA autodiff devices, not on {what}"
+        ),
     };
     let DispatchDevice::Autodiff(device) = device.as_dispatch().clone() else {
         return Err(unsupported(format!("{device:?}")));

@@ -201,7 +201,8 @@ fn should_record_f_for_one_example_without_the_broadcast_dims() {
     // copied), and f is recorded once for one example.
     let seen = RefCell::new(Vec::new());
     let f = |(s, v, m): (Tensor<0>, Tensor<1>, Tensor<2>)| {
-        seen.borrow_mut().push((v.dims().to_vec(), m.dims().to_vec()));
+        seen.borrow_mut()
+            .push((v.dims().to_vec(), m.dims().to_vec()));
         foo((s, v, m))
     };
     let d = Device::default();
@@ -460,7 +461,10 @@ fn check_foo_grads(s_batch: &[usize], v_batch: &[usize]) {
         values(9, 6),
     );
     let model = Matrix {
-        m: Param::from_tensor(Tensor::from_data(TensorData::new(md, [3, 3]), &Device::default())),
+        m: Param::from_tensor(Tensor::from_data(
+            TensorData::new(md, [3, 3]),
+            &Device::default(),
+        )),
     };
     let (s, v) = (dyn_tensor(&s_shape, &sd), dyn_tensor(&v_shape, &vd));
     let loss = |m: &Matrix, (s, v): (DynTree, DynTree)| -> Tensor<1> {

@@ -231,13 +231,12 @@ fn should_keep_outputs_declared_unbatched_unbatched() {
     let w = tensor([2], 15);
     let (xd, wd) = (data(xs.clone()), data(w.clone()));
     // The unbatched output really is unbatched: out_axes None accepts it.
-    let (a, b): (Tensor<2>, Tensor<1>) = vmap(|(x, w)| -> (Tensor<1>, Tensor<1>) {
-        g.call((x, w)).unwrap()
-    })
-    .in_axes([Some(0), None])
-    .out_axes(Spec::Seq(vec![Spec::Leaf(Some(0)), Spec::Leaf(None)]))
-    .call_as((xs, w))
-    .unwrap();
+    let (a, b): (Tensor<2>, Tensor<1>) =
+        vmap(|(x, w)| -> (Tensor<1>, Tensor<1>) { g.call((x, w)).unwrap() })
+            .in_axes([Some(0), None])
+            .out_axes(Spec::Seq(vec![Spec::Leaf(Some(0)), Spec::Leaf(None)]))
+            .call_as((xs, w))
+            .unwrap();
     assert_eq!(*seen.lock().unwrap(), Some((3, vec![true, false])));
     let want_a: Vec<f32> = (0..6).map(|i| xd[i] * wd[i % 2]).collect();
     let want_b: Vec<f32> = (0..2).map(|i| 2.0 * wd[i]).collect();
@@ -290,12 +289,11 @@ fn should_reject_a_batched_output_with_the_wrong_leading_size() {
 
 #[test]
 fn should_reject_a_batched_output_without_a_batch_axis() {
-    let g = custom_vmap(|x: Tensor<1>| x.sum()).def_vmap(
-        |_size: usize, _b: &[bool], args: DynTree| {
+    let g =
+        custom_vmap(|x: Tensor<1>| x.sum()).def_vmap(|_size: usize, _b: &[bool], args: DynTree| {
             let x: Tensor<2> = args.get()?;
             Ok((x.sum(), true)) // one value for the whole batch, declared batched
-        },
-    );
+        });
     let err = vmap_error(|x| g.call(x).map(|s| s.expand([2])));
     assert!(
         matches!(&err, VmapError::InvalidRuleOutput { why, .. } if why.contains("[1]") && why.contains("size 3")),
@@ -355,15 +353,20 @@ fn should_reject_a_tensor_the_rule_closes_over() {
     // The rule is recorded like the function: a tensor it captures instead of receiving it
     // through `args` is an error naming the fix.
     let captured = tensor([3, 2], 19);
-    let g = custom_vmap(|x: Tensor<1>| x).def_vmap(
-        move |_size: usize, _b: &[bool], args: DynTree| {
+    let g =
+        custom_vmap(|x: Tensor<1>| x).def_vmap(move |_size: usize, _b: &[bool], args: DynTree| {
             let x: Tensor<2> = args.get()?;
             Ok((x + captured.clone(), true))
-        },
-    );
+        });
     let err = vmap_error(|x| g.call(x));
     assert!(
-        matches!(&err, VmapError::ForeignTensor { transform: "custom_vmap", .. }),
+        matches!(
+            &err,
+            VmapError::ForeignTensor {
+                transform: "custom_vmap",
+                ..
+            }
+        ),
         "{err:?}"
     );
 }
@@ -386,8 +389,8 @@ fn per_example(loss: impl Fn(Tensor<1>, Tensor<1>) -> Tensor<1>) -> (Vec<f32>, V
     };
     let xs = tensor([4, 3], 21);
     let xd = data(xs.clone());
-    let grads = per_example_grads(&model, xs, |m: &Weights, x: Tensor<1>| loss(m.w.val(), x))
-        .unwrap();
+    let grads =
+        per_example_grads(&model, xs, |m: &Weights, x: Tensor<1>| loss(m.w.val(), x)).unwrap();
     let got = grads.get::<2>("w").unwrap();
     assert_eq!(got.dims(), [4, 3]);
     let mut want = Vec::new();
@@ -516,6 +519,8 @@ fn should_stack_int_outputs_and_handle_an_empty_batch() {
 #[test]
 fn should_call_the_function_on_the_users_tensors() {
     let seq = sequential_vmap(|x: Tensor<1>| x * 2.0);
-    let out = seq.call(Tensor::<1>::from_floats([1.0, 2.0], &Device::default())).unwrap();
+    let out = seq
+        .call(Tensor::<1>::from_floats([1.0, 2.0], &Device::default()))
+        .unwrap();
     assert_eq!(data(out), vec![2.0, 4.0]);
 }

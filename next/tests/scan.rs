@@ -181,7 +181,10 @@ fn should_scan_rank0_steps() {
         let c = c + x;
         (c.clone(), c)
     };
-    let (c, ys) = scan(step, rank0(0.0, &dev()), xs).reverse(true).call().unwrap();
+    let (c, ys) = scan(step, rank0(0.0, &dev()), xs)
+        .reverse(true)
+        .call()
+        .unwrap();
     assert_eq!(vec1(c), vec![15.0]);
     assert_eq!(vec1(ys), vec![15.0, 14.0, 12.0, 9.0, 5.0]);
 }
@@ -215,9 +218,13 @@ fn should_report_scan_errors_naming_the_argument() {
         .unwrap_err();
     assert!(matches!(err, VmapError::ScanNoLength { .. }), "{err:?}");
 
-    let err = scan(step, init.clone(), (rank0(1.0, &device), rank0(1.0, &device)))
-        .call_as::<(Tensor<1>, Tensor<1>), Tensor<1>, Tensor<2>>()
-        .unwrap_err();
+    let err = scan(
+        step,
+        init.clone(),
+        (rank0(1.0, &device), rank0(1.0, &device)),
+    )
+    .call_as::<(Tensor<1>, Tensor<1>), Tensor<1>, Tensor<2>>()
+    .unwrap_err();
     assert!(
         matches!(&err, VmapError::NoLeadingAxis { argument, .. } if argument == "xs[0]"),
         "{err:?}"
@@ -347,10 +354,14 @@ proptest! {
 
 #[test]
 fn should_reject_a_zero_slice_step() {
-    let err = sliced_scan(sincos, Tensor::<1>::zeros([2], &dev()), tensor::<2>(1, [3, 2]))
-        .step(0)
-        .call()
-        .unwrap_err();
+    let err = sliced_scan(
+        sincos,
+        Tensor::<1>::zeros([2], &dev()),
+        tensor::<2>(1, [3, 2]),
+    )
+    .step(0)
+    .call()
+    .unwrap_err();
     assert_eq!(err, VmapError::SliceStepZero);
 }
 
@@ -382,7 +393,11 @@ fn should_slice_inside_vmap() {
     let xs = tensor::<3>(81, [3, 6, 2]);
     let init = Tensor::<1>::zeros([2], &dev());
     let f = |(init, xs): (Tensor<1>, Tensor<2>)| {
-        sliced_scan(sincos, init, xs).start(1).step(2).call().unwrap()
+        sliced_scan(sincos, init, xs)
+            .start(1)
+            .step(2)
+            .call()
+            .unwrap()
     };
     let (cs, ys): (Tensor<2>, Tensor<3>) = vmap(f)
         .in_axes([None, Some(0)])

@@ -218,11 +218,15 @@ fn run<B: Backend>(
             })
         };
         ($x:ty, $ad:expr, rerecord) => {
-            batching_backend!($x, $ad, |inputs: Vec<Value<$x>>, _: &<$x as BackendTypes>::Device| {
-                let inputs = inputs.into_iter().map(lower_unbatched).collect();
-                let outputs = rerecord(handler, inputs)?;
-                Ok(outputs.into_iter().map(lift_unbatched).collect())
-            })
+            batching_backend!(
+                $x,
+                $ad,
+                |inputs: Vec<Value<$x>>, _: &<$x as BackendTypes>::Device| {
+                    let inputs = inputs.into_iter().map(lower_unbatched).collect();
+                    let outputs = rerecord(handler, inputs)?;
+                    Ok(outputs.into_iter().map(lift_unbatched).collect())
+                }
+            )
         };
         ($x:ty, $ad:expr, $unbatched:expr) => {
             if TypeId::of::<B>() == TypeId::of::<$x>() {
@@ -260,7 +264,10 @@ fn rerecord(
     handler: &Arc<dyn CustomHandler>,
     inputs: Vec<Value<Capture>>,
 ) -> Result<Vec<Value<Capture>>, VmapError> {
-    let inputs = inputs.into_iter().map(<Capture as UserBackend>::tensor).collect();
+    let inputs = inputs
+        .into_iter()
+        .map(<Capture as UserBackend>::tensor)
+        .collect();
     let outputs = record_call(handler.transform(), inputs, handler.clone())?;
     outputs
         .into_iter()

@@ -6,11 +6,13 @@ use burn_backend::Shape;
 use crate::Vmap;
 use crate::VmapError;
 use crate::graph::Program;
+use crate::graph::TensorSig;
 use crate::guard;
 use crate::level::{Level, Randomness, VmapScope};
 use crate::runtime::{Job, UserBackend, on_backend};
-use crate::transform::run::{Cache, any_autodiff, batch, common_device, lift, lower, record, unbatch};
-use crate::graph::TensorSig;
+use crate::transform::run::{
+    Cache, any_autodiff, batch, common_device, lift, lower, record, unbatch,
+};
 use crate::tree::{Leaf, Spec, Tree};
 
 /// The transform's name in errors.
@@ -279,7 +281,8 @@ impl Job for Broadcast<'_> {
             .zip(&self.target)
             .map(|(&level, &size)| VmapScope::enter(level, size, self.randomness))
             .collect();
-        let outputs = guard::catch(|| self.program.run::<Vmap<B>>(inputs, &device)).map_err(op)??;
+        let outputs =
+            guard::catch(|| self.program.run::<Vmap<B>>(inputs, &device)).map_err(op)??;
         if let Some(refused) = scopes.iter().find_map(VmapScope::take_refused) {
             return Err(VmapError::Randomness {
                 transform: NAME,
@@ -296,7 +299,9 @@ impl Job for Broadcast<'_> {
                     .iter()
                     .zip(&self.target)
                     .rev()
-                    .fold(out, |v, (&level, &size)| unbatch::<Vmap<B>>(v, level, size, 0))
+                    .fold(out, |v, (&level, &size)| {
+                        unbatch::<Vmap<B>>(v, level, size, 0)
+                    })
             })
             .map_err(op)?;
             result.push(Leaf(B::tensor(lower::<B>(out))));

@@ -181,8 +181,15 @@ impl<F> ChunkedVmapped<F> {
     /// The chunks' outputs (one row of leaves per chunk) joined along each output's batch axis;
     /// an output of `out_axes` `None` is the same for every chunk (each chunk's vmap checked
     /// it), so the first chunk's is kept.
-    fn concatenate(&self, chunks: Vec<Vec<Leaf>>, out_def: &TreeDef) -> Result<Vec<Leaf>, VmapError> {
-        let out_axes = self.axes.out_axes.broadcast_to(out_def, "out_axes", "out")?;
+    fn concatenate(
+        &self,
+        chunks: Vec<Vec<Leaf>>,
+        out_def: &TreeDef,
+    ) -> Result<Vec<Leaf>, VmapError> {
+        let out_axes = self
+            .axes
+            .out_axes
+            .broadcast_to(out_def, "out_axes", "out")?;
         let paths = out_def.leaf_paths("out");
         let mut columns: Vec<Vec<Leaf>> = out_axes.iter().map(|_| Vec::new()).collect();
         for row in chunks {

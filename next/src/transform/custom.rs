@@ -23,10 +23,9 @@ use crate::transform::run::{any_autodiff, record};
 use crate::tree::{DynTree, Leaf, Spec, Tree, TreeDef};
 
 /// A rule with its output types erased: outputs' leaves, their structure, which are batched.
-type ErasedRule =
-    dyn Fn(usize, &[bool], DynTree) -> Result<(Vec<Leaf>, TreeDef, Spec<bool>), VmapError>
-        + Send
-        + Sync;
+type ErasedRule = dyn Fn(usize, &[bool], DynTree) -> Result<(Vec<Leaf>, TreeDef, Spec<bool>), VmapError>
+    + Send
+    + Sync;
 
 // =================================================================================================
 // custom_vmap
@@ -220,7 +219,11 @@ fn call_custom<A: Tree, R: Tree>(
     })?;
     let inputs = leaves.into_iter().map(Leaf::into_dispatch).collect();
     let outputs = record_call(transform, inputs, handler.clone())?;
-    R::unflatten_named(&handler.out_def, outputs.into_iter().map(Leaf).collect(), "out")
+    R::unflatten_named(
+        &handler.out_def,
+        outputs.into_iter().map(Leaf).collect(),
+        "out",
+    )
 }
 
 // =================================================================================================
@@ -373,7 +376,8 @@ impl Handlers {
         make: impl FnOnce() -> Result<Handler, VmapError>,
     ) -> Result<Arc<Handler>, VmapError> {
         let lock = || self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let hit = |(d, s, a, _): &&HandlerEntry| *a == autodiff && s == sigs && d.same_structure(def);
+        let hit =
+            |(d, s, a, _): &&HandlerEntry| *a == autodiff && s == sigs && d.same_structure(def);
         if let Some((.., h)) = lock().iter().find(hit) {
             return Ok(h.clone());
         }
@@ -547,7 +551,14 @@ where
         .collect();
     let autodiff = any_autodiff(leaves);
     let handler = this.handlers.get_or_make(def, &sigs, autodiff, || {
-        Handler::new("sequential_vmap", &this.f, def, &sigs, autodiff, loop_rule(this))
+        Handler::new(
+            "sequential_vmap",
+            &this.f,
+            def,
+            &sigs,
+            autodiff,
+            loop_rule(this),
+        )
     })?;
     let device = leaves[0].clone().into_dispatch().device();
     let out = handler
@@ -574,5 +585,50 @@ fn zeros(
         Dispatch::bool_zeros(shape, device, dtype.into())
     } else {
         Dispatch::int_zeros(shape, device, dtype.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::Tensor;
+    use burn_ir::OperationIr;
+
+    use super::*;
+    use crate::transform::vmap;
+
+    /// `vmap(inner vmap(seq))` recorded: the inner vmap's loop leaves the calls of the
+    /// sequential function as custom operations of the outer recording (so that the outer
+    /// level loops too), instead of inlining the function's operations.
+    #[test]
+    fn should_leave_an_unbatched_call_to_the_enclosing_recording() {
+        let seq = sequential_vmap(|(m, v): (Tensor<2>, Tensor<1>)| {
+            m.matmul(v.unsqueeze_dim(1)).squeeze_dim::<1>(1)
+        });
+        let outer = |(m, vs): (Tensor<2>, Tensor<2>)| -> Tensor<2> {
+            vmap(|a| seq.call(a).unwrap())
+                .in_axes([None, Some(0)])
+                .call((m, vs))
+                .unwrap()
+        };
+        let sigs = [[2, 3], [4, 3]].map(|s| TensorSig {
+            shape: Shape::from(s.to_vec()),
+            dtype: burn_backend::DType::F32,
+        });
+        let (_, def) = (
+            Tensor::<2>::zeros([2, 3], &Default::default()),
+            Tensor::<2>::zeros([4, 3], &Default::default()),
+        )
+            .flatten();
+        let recorded =
+            record::<(Tensor<2>, Tensor<2>), Tensor<2>>("test", &outer, &def, &sigs, false)
+                .unwrap();
+        let customs = recorded
+            .program
+            .ops()
+            .iter()
+            .filter(|op| matches!(op, OperationIr::Custom(_)))
+            .count();
+        // The inner loop over 4 examples: one call per example.
+        assert_eq!(customs, 4);
     }
 }

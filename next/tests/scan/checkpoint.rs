@@ -255,11 +255,11 @@ fn should_give_per_example_gradients_through_a_checkpointed_scan() {
     let mut want = Vec::new();
     for i in 0..b {
         let p = Tensor::<1>::from_data(p.to_data(), &ad).require_grad();
-        let init = Tensor::<1>::from_data(inits.clone().slice(i..i + 1).reshape([d]).to_data(), &ad);
+        let init =
+            Tensor::<1>::from_data(inits.clone().slice(i..i + 1).reshape([d]).to_data(), &ad);
         let x = Tensor::<2>::from_data(xs.clone().slice(i..i + 1).reshape([n, d]).to_data(), &ad);
         let (c, _) = scan(sincos, init * p.clone(), x).call().unwrap();
         want.extend(vec1(p.grad(&c.sum().backward()).unwrap()));
     }
     assert_close(&got, &want, "per-example d p");
 }
-

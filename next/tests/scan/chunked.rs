@@ -13,7 +13,12 @@ use super::{assert_close, dev, rank0, tensor, vec1};
 
 /// The `tanh_matmul_and_sqnorm` program of the reference vectors, its `w` passed unmapped.
 fn tanh_matmul_and_sqnorm((x, w): (Tensor<1>, Tensor<2>)) -> BTreeMap<String, Tensor<1>> {
-    let y = x.clone().unsqueeze::<2>().matmul(w).squeeze_dim::<1>(0).tanh();
+    let y = x
+        .clone()
+        .unsqueeze::<2>()
+        .matmul(w)
+        .squeeze_dim::<1>(0)
+        .tanh();
     BTreeMap::from([("y".into(), y), ("n".into(), x.powi_scalar(2).sum())])
 }
 

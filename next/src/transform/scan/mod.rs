@@ -365,7 +365,8 @@ where
     let body = Body::<F, C, X, Y>::new(transform, f);
     if n == 0 {
         let (leaves, def) = init.flatten();
-        let (y_def, examples) = body.dry_run(C::unflatten_named(&def, leaves.clone(), "init")?, &xs)?;
+        let (y_def, examples) =
+            body.dry_run(C::unflatten_named(&def, leaves.clone(), "init")?, &xs)?;
         let carry = C::unflatten_named(&def, leaves, "init")?;
         return Ok((carry, stack_ys(Vec::new(), &y_def, &examples)?));
     }
@@ -388,6 +389,10 @@ where
         .map(|(t, y)| (slot[t].expect("kept steps are selected"), y))
         .collect();
     kept.sort_by_key(|(j, _)| *j);
-    let ys = stack_ys(kept.into_iter().map(|(_, y)| y).collect(), &y_def, &examples)?;
+    let ys = stack_ys(
+        kept.into_iter().map(|(_, y)| y).collect(),
+        &y_def,
+        &examples,
+    )?;
     Ok((looped.carry, ys))
 }

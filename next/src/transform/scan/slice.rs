@@ -49,14 +49,38 @@ mod tests {
 
     #[test]
     fn should_select_like_python() {
-        assert_eq!(slice_indices(10, s(None, None, None)).unwrap(), (0..10).collect::<Vec<_>>());
-        assert_eq!(slice_indices(10, s(Some(1), Some(9), Some(3))).unwrap(), vec![1, 4, 7]);
-        assert_eq!(slice_indices(10, s(Some(8), Some(1), Some(-3))).unwrap(), vec![8, 5, 2]);
-        assert_eq!(slice_indices(10, s(None, None, Some(-2))).unwrap(), vec![9, 7, 5, 3, 1]);
-        assert_eq!(slice_indices(10, s(Some(-3), None, None)).unwrap(), vec![7, 8, 9]);
-        assert_eq!(slice_indices(10, s(Some(5), Some(5), None)).unwrap(), Vec::<usize>::new());
-        assert_eq!(slice_indices(10, s(Some(0), Some(10), Some(9))).unwrap(), vec![0, 9]);
-        assert_eq!(slice_indices(0, s(None, None, Some(-1))).unwrap(), Vec::<usize>::new());
+        assert_eq!(
+            slice_indices(10, s(None, None, None)).unwrap(),
+            (0..10).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            slice_indices(10, s(Some(1), Some(9), Some(3))).unwrap(),
+            vec![1, 4, 7]
+        );
+        assert_eq!(
+            slice_indices(10, s(Some(8), Some(1), Some(-3))).unwrap(),
+            vec![8, 5, 2]
+        );
+        assert_eq!(
+            slice_indices(10, s(None, None, Some(-2))).unwrap(),
+            vec![9, 7, 5, 3, 1]
+        );
+        assert_eq!(
+            slice_indices(10, s(Some(-3), None, None)).unwrap(),
+            vec![7, 8, 9]
+        );
+        assert_eq!(
+            slice_indices(10, s(Some(5), Some(5), None)).unwrap(),
+            Vec::<usize>::new()
+        );
+        assert_eq!(
+            slice_indices(10, s(Some(0), Some(10), Some(9))).unwrap(),
+            vec![0, 9]
+        );
+        assert_eq!(
+            slice_indices(0, s(None, None, Some(-1))).unwrap(),
+            Vec::<usize>::new()
+        );
         assert_eq!(
             slice_indices(3, s(None, None, Some(0))).unwrap_err(),
             VmapError::SliceStepZero

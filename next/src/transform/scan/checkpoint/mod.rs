@@ -104,11 +104,7 @@ const NAME: &str = "checkpoint_chunked_scan";
 ///
 /// # Panics
 /// If `f` panics during the recomputation (in the backward pass).
-pub fn checkpoint_chunked_scan<F, C, XS>(
-    f: F,
-    init: C,
-    xs: XS,
-) -> Scan<F, C, XS, Checkpointed> {
+pub fn checkpoint_chunked_scan<F, C, XS>(f: F, init: C, xs: XS) -> Scan<F, C, XS, Checkpointed> {
     Scan::with_mode(f, init, xs, Checkpointed::default())
 }
 
@@ -185,7 +181,11 @@ impl<F, C, XS> Scan<F, C, XS, Checkpointed> {
             let (y_def, examples) = looped.y.expect("at least one step ran");
             let mut kept = looped.kept;
             kept.sort_by_key(|(t, _)| *t);
-            let ys = stack_ys(kept.into_iter().map(|(_, y)| y).collect(), &y_def, &examples)?;
+            let ys = stack_ys(
+                kept.into_iter().map(|(_, y)| y).collect(),
+                &y_def,
+                &examples,
+            )?;
             return Ok((looped.carry, ys));
         };
         let job = Checkpoint::<F, C, X, Y> {

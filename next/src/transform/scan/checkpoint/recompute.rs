@@ -82,7 +82,9 @@ where
             .collect();
         let position = |t: usize| body.steps.iter().position(|&s| s == t).expect("a step");
         let out = body
-            .run::<C, X, Y>(carry, |t| rows[position(t)].take().expect("one read per row"))
+            .run::<C, X, Y>(carry, |t| {
+                rows[position(t)].take().expect("one read per row")
+            })
             .unwrap_or_else(|e| panic!("vmap: checkpoint_chunked_scan: recomputing a chunk: {e}"));
         let mut cotangents = cotangents.into_iter();
         for (is_carry, i) in &float_outputs {
