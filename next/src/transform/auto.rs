@@ -88,6 +88,12 @@ impl<const N: usize> From<[usize; N]> for Ranks {
 /// assert_eq!(out.dims(), [2, 4, 1]);
 /// ```
 ///
+/// # Gradients
+/// Like [`vmap`](crate::vmap), `auto_vmap` takes its arguments without their autodiff graph:
+/// differentiate through it from a loss that calls it, under
+/// [`per_example_grads`](crate::per_example_grads) (a parameter used by every example then gets
+/// one gradient per example; the batch gradient is their sum).
+///
 /// # Shapes
 /// Output leaf = broadcast batch shape + the shape `f` returns for one example.
 ///

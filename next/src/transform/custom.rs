@@ -404,8 +404,8 @@ impl Handlers {
 /// batched program computes one example after the other. Every level of nested vmaps runs as a
 /// loop (the loop calls the sequential function itself, so the next enclosing level is looped
 /// over too). Differentiable like any code; see [`custom_vmap`] for how per-example gradients
-/// are kept. `f` is recorded (see [`custom_vmap`]'s "Recording"): once for one example, and
-/// once per example of each batch size met by the loop, which is recorded too.
+/// are kept. `f` is recorded once per argument signature (see [`custom_vmap`]'s "Recording");
+/// the loop is recorded once per batch size, and runs `f`'s recording once per example.
 ///
 /// ```
 /// use burn::tensor::{Device, Tensor};
