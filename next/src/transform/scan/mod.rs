@@ -21,12 +21,14 @@
 //! One builder, [`Scan`], serves the three; its last type parameter says which loop it runs
 //! ([`Full`], [`Sliced`], [`Checkpointed`]) and which options it has.
 //!
-//! - `mod.rs`: the builder, [`scan`](fn@scan) and the options every scan shares;
+//! - `builder.rs`: the builder, [`Scan`], and the options every scan shares;
+//! - `mod.rs`: [`scan`](fn@scan) and [`sliced_scan`];
 //! - `run.rs`: the loop itself, its checks and the stacking of the outputs;
 //! - `slice.rs`: Python's slice semantics, for [`sliced_scan`];
 //! - `checkpoint/`: [`checkpoint_chunked_scan`] (the chunked forward pass, and the custom
 //!   autodiff nodes that recompute each chunk in the backward pass).
 
+mod builder;
 mod checkpoint;
 mod run;
 mod slice;
@@ -37,40 +39,8 @@ use crate::tree::{Lift, Tree};
 use run::{Body, Xs, order, stack_ys};
 use slice::{SliceSpec, slice_indices};
 
+pub use builder::{CheckpointChunkedScan, Checkpointed, Full, Scan, Sliced, SlicedScan};
 pub use checkpoint::checkpoint_chunked_scan;
-
-/// A scan being configured: made by [`scan`](fn@scan), [`sliced_scan`] or
-/// [`checkpoint_chunked_scan`]; `M` is the loop it runs ([`Full`], [`Sliced`],
-/// [`Checkpointed`]).
-#[derive(Debug, Clone)]
-pub struct Scan<F, C, XS, M = Full> {
-    f: F,
-    init: C,
-    xs: XS,
-    length: Option<usize>,
-    reverse: bool,
-    mode: M,
-}
-
-/// [`Scan`]'s plain loop: every output kept ([`scan`](fn@scan)).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Full;
-
-/// [`Scan`]'s sliced loop: the outputs `ys[start:stop:step]` kept ([`sliced_scan`]).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Sliced(SliceSpec);
-
-/// [`Scan`]'s checkpointed loop ([`checkpoint_chunked_scan`]): its chunk size.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Checkpointed {
-    chunk_size: Option<isize>,
-}
-
-/// A sliced scan being configured: see [`sliced_scan`].
-pub type SlicedScan<F, C, XS> = Scan<F, C, XS, Sliced>;
-
-/// A checkpointed scan being configured: see [`checkpoint_chunked_scan`].
-pub type CheckpointChunkedScan<F, C, XS> = Scan<F, C, XS, Checkpointed>;
 
 /// Loops `f` over the leading axis of `xs`, threading a carry: JAX's `lax.scan`.
 ///
@@ -169,50 +139,6 @@ pub fn scan<F, C, XS>(f: F, init: C, xs: XS) -> Scan<F, C, XS> {
 /// As [`scan`](fn@scan), and [`VmapError::SliceStepZero`] for `step(0)`.
 pub fn sliced_scan<F, C, XS>(f: F, init: C, xs: XS) -> SlicedScan<F, C, XS> {
     Scan::with_mode(f, init, xs, Sliced::default())
-}
-
-impl<F, C, XS, M> Scan<F, C, XS, M> {
-    fn with_mode(f: F, init: C, xs: XS, mode: M) -> Self {
-        Self {
-            f,
-            init,
-            xs,
-            length: None,
-            reverse: false,
-            mode,
-        }
-    }
-
-    /// Sets the number of steps: required when `xs` has no tensor (`()`), checked against
-    /// the leading size of `xs` otherwise.
-    ///
-    /// ```
-    /// use burn::tensor::{Device, Tensor};
-    /// use burn_vmap::transform::scan;
-    /// let init = Tensor::<1>::ones([1], &Device::default());
-    /// let double = |c: Tensor<1>, (): ()| (c.clone() * 2.0, c);
-    /// let (c, ys) = scan(double, init, ()).length(3).call().unwrap();
-    /// assert_eq!(c.into_data().to_vec::<f32>().unwrap(), vec![8.0]);
-    /// assert_eq!(ys.into_data().to_vec::<f32>().unwrap(), vec![1.0, 2.0, 4.0]);
-    /// ```
-    pub fn length(mut self, n: usize) -> Self {
-        self.length = Some(n);
-        self
-    }
-
-    /// Runs the steps from the last element of `xs` to the first. `ys[t]` stays the output
-    /// of the step that read `xs[t]`.
-    pub fn reverse(mut self, reverse: bool) -> Self {
-        self.reverse = reverse;
-        self
-    }
-
-    /// `lax.scan`'s unrolling factor (steps per iteration of a compiled loop), accepted for
-    /// parity and ignored: Burn runs eagerly, every step is one call of `f` whatever the
-    /// factor, so it changes neither the values nor the work done.
-    pub fn unroll(self, _steps_per_iteration: usize) -> Self {
-        self
-    }
 }
 
 impl<F, C, XS> Scan<F, C, XS, Full> {

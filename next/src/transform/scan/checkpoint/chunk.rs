@@ -1,27 +1,24 @@
-//! One chunk of a checkpointed scan: its forward pass without a graph, and how its outputs join
-//! the user's autodiff graph (a gate chain over its tracked inputs whose backward recomputes
-//! it, `recompute.rs`).
+//! One chunk of a checkpointed scan, run forward without a graph (and rerun with one by
+//! `recompute.rs`), and the conversions between the user's tensors and the autodiff backend.
 
 use std::sync::Arc;
 
 use burn_autodiff::Autodiff;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_backend::TensorMetadata;
-use burn_backend::backend::AutodiffBackend;
 use burn_backend::tensor::FloatTensor;
 use burn_dispatch::{
     BackendTensor, Dispatch, DispatchAutodiffContext, DispatchKindConversion, DispatchTensor,
 };
 
 use super::super::run::Body;
-use super::NAME;
-use super::recompute::recompute_chunk;
-use super::tape::{ChunkOutput, ChunkTape, GateLink, zeros1};
 use crate::VmapError;
-use crate::batching::record;
 use crate::runtime::{UserBackend, detach};
 use crate::tree::{Leaf, Tree, TreeDef};
 use crate::value::Value;
+
+/// The transform's name in errors.
+pub(super) const NAME: &str = "checkpoint_chunked_scan";
 
 /// The autodiff backend a checkpointed chunk joins: the user's autodiff device's.
 pub(super) type Ad<U, CS> = Autodiff<U, CS>;
@@ -184,83 +181,5 @@ impl<F> ChunkBody<F> {
             y_def: ran.y_def,
             y_examples: ran.y_examples,
         })
-    }
-}
-
-/// A chunk with tracked inputs, run forward: what its backward pass needs.
-pub(super) struct TrackedChunk<U: AdBackend<CS>, CS: CheckpointStrategy, F> {
-    pub(super) body: Arc<ChunkBody<F>>,
-    /// The carry the chunk started from, and its slab of `xs` (without autodiff).
-    pub(super) carry_inner: Vec<Leaf>,
-    pub(super) slab_inner: Vec<Leaf>,
-    /// The tracked float inputs (carry leaves, then slab leaves), in chain order.
-    pub(super) inputs: Vec<(Input, FloatTensor<Ad<U, CS>>)>,
-}
-
-impl<U: AdBackend<CS>, CS: CheckpointStrategy, F> TrackedChunk<U, CS, F> {
-    /// Wires the chunk's outputs into the user's graph: a gate chain over the tracked inputs,
-    /// whose backward recomputes the chunk, and every float output a node on that gate.
-    /// Returns the carry and the stacked outputs as the user's (autodiff) leaves.
-    pub(super) fn connect<C, X, Y>(
-        self,
-        carry_out: Vec<Leaf>,
-        ys_out: Vec<Leaf>,
-    ) -> (Vec<Leaf>, Vec<Leaf>)
-    where
-        C: Tree + 'static,
-        X: Tree + 'static,
-        Y: Tree + 'static,
-        F: Fn(C, X) -> (C, Y) + Send + Sync + 'static,
-    {
-        let Self {
-            body,
-            carry_inner,
-            slab_inner,
-            inputs,
-        } = self;
-        let is_float = |l: &Leaf| l.dtype().is_float();
-        // Float outputs: carry leaves, then ys leaves.
-        let float_outputs: Vec<(bool, usize)> = carry_out
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| is_float(l))
-            .map(|(i, _)| (true, i))
-            .chain(
-                ys_out
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, l)| is_float(l))
-                    .map(|(i, _)| (false, i)),
-            )
-            .collect();
-        let first = inputs[0].1.primitive();
-        let (device, dtype) = (first.device(), first.dtype());
-        let recompute = recompute_chunk::<U, CS, F, C, X, Y>(
-            body,
-            carry_inner,
-            slab_inner,
-            inputs.iter().map(|(r, _)| *r).collect(),
-            float_outputs.clone(),
-            (device.clone(), dtype),
-        );
-        let tape = Arc::new(ChunkTape::new(float_outputs.len(), recompute));
-        let mut gate = Ad::<U, CS>::from_inner(zeros1::<U>(&device, dtype));
-        for (k, (_, input)) in inputs.iter().enumerate() {
-            let link = zeros1::<U>(&device, dtype);
-            gate = record::<U, CS, _, 2>(GateLink, [&gate, input], (tape.clone(), k, dtype), link);
-        }
-        let mut next = 0;
-        let mut wrap = |leaf: Leaf| {
-            if !is_float(&leaf) {
-                return leaf;
-            }
-            let value = plain_prim::<U>(leaf);
-            let state = (tape.clone(), next, dtype);
-            next += 1;
-            leaf_of::<U, CS>(record::<U, CS, _, 1>(ChunkOutput, [&gate], state, value))
-        };
-        let carry = carry_out.into_iter().map(&mut wrap).collect();
-        let ys = ys_out.into_iter().map(&mut wrap).collect();
-        (carry, ys)
     }
 }

@@ -15,17 +15,20 @@ use std::sync::Arc;
 
 use burn_autodiff::Autodiff;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn_backend::TensorMetadata;
+use burn_backend::backend::AutodiffBackend;
+use burn_backend::tensor::FloatTensor;
 use burn_dispatch::{DispatchKindConversion, DispatchTensor};
 
-use self::chunk::{ChunkBody, Input, TrackedChunk, ad_of};
+use self::chunk::{AdBackend, ChunkBody, Input, NAME, ad_of, leaf_of, plain_prim};
+use self::recompute::recompute_chunk;
+use self::tape::{ChunkOutput, ChunkTape, GateLink, zeros1};
+use super::builder::{Checkpointed, Scan};
 use super::run::{Body, StepFn, Xs, order, stack_ys};
-use super::{Checkpointed, Scan};
 use crate::VmapError;
+use crate::batching::record;
 use crate::runtime::{AutodiffJob, UserBackend, detach, is_capture, on_autodiff_backend};
 use crate::tree::{Leaf, Lift, Tree, TreeDef, rows};
-
-/// The transform's name in errors.
-const NAME: &str = "checkpoint_chunked_scan";
 
 /// A [`scan`](fn@super::scan) whose backward pass recomputes each chunk of `chunk_size` steps
 /// instead of keeping every step's intermediates: powerpax's `checkpoint_chunked_scan`.
@@ -309,4 +312,78 @@ fn stack(rows: Vec<Vec<Leaf>>) -> Vec<Leaf> {
         }
     }
     columns.into_iter().map(|c| Leaf::stack(c, 0)).collect()
+}
+
+/// A chunk with tracked inputs, run forward: what its backward pass needs.
+struct TrackedChunk<U: AdBackend<CS>, CS: CheckpointStrategy, F> {
+    body: Arc<ChunkBody<F>>,
+    /// The carry the chunk started from, and its slab of `xs` (without autodiff).
+    carry_inner: Vec<Leaf>,
+    slab_inner: Vec<Leaf>,
+    /// The tracked float inputs (carry leaves, then slab leaves), in chain order.
+    inputs: Vec<(Input, FloatTensor<Autodiff<U, CS>>)>,
+}
+
+impl<U: AdBackend<CS>, CS: CheckpointStrategy, F> TrackedChunk<U, CS, F> {
+    /// Wires the chunk's outputs into the user's graph: a gate chain over the tracked inputs,
+    /// whose backward recomputes the chunk, and every float output a node on that gate.
+    /// Returns the carry and the stacked outputs as the user's (autodiff) leaves.
+    fn connect<C, X, Y>(self, carry_out: Vec<Leaf>, ys_out: Vec<Leaf>) -> (Vec<Leaf>, Vec<Leaf>)
+    where
+        C: Tree + 'static,
+        X: Tree + 'static,
+        Y: Tree + 'static,
+        F: Fn(C, X) -> (C, Y) + Send + Sync + 'static,
+    {
+        let Self {
+            body,
+            carry_inner,
+            slab_inner,
+            inputs,
+        } = self;
+        let is_float = |l: &Leaf| l.dtype().is_float();
+        // Float outputs: carry leaves, then ys leaves.
+        let float_outputs: Vec<(bool, usize)> = carry_out
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| is_float(l))
+            .map(|(i, _)| (true, i))
+            .chain(
+                ys_out
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| is_float(l))
+                    .map(|(i, _)| (false, i)),
+            )
+            .collect();
+        let first = inputs[0].1.primitive();
+        let (device, dtype) = (first.device(), first.dtype());
+        let recompute = recompute_chunk::<U, CS, F, C, X, Y>(
+            body,
+            carry_inner,
+            slab_inner,
+            inputs.iter().map(|(r, _)| *r).collect(),
+            float_outputs.clone(),
+            (device.clone(), dtype),
+        );
+        let tape = Arc::new(ChunkTape::new(float_outputs.len(), recompute));
+        let mut gate = Autodiff::<U, CS>::from_inner(zeros1::<U>(&device, dtype));
+        for (k, (_, input)) in inputs.iter().enumerate() {
+            let link = zeros1::<U>(&device, dtype);
+            gate = record::<U, CS, _, 2>(GateLink, [&gate, input], (tape.clone(), k, dtype), link);
+        }
+        let mut next = 0;
+        let mut wrap = |leaf: Leaf| {
+            if !is_float(&leaf) {
+                return leaf;
+            }
+            let value = plain_prim::<U>(leaf);
+            let state = (tape.clone(), next, dtype);
+            next += 1;
+            leaf_of::<U, CS>(record::<U, CS, _, 1>(ChunkOutput, [&gate], state, value))
+        };
+        let carry = carry_out.into_iter().map(&mut wrap).collect();
+        let ys = ys_out.into_iter().map(&mut wrap).collect();
+        (carry, ys)
+    }
 }
