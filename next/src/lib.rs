@@ -30,6 +30,7 @@ mod runtime;
 mod value;
 
 pub mod privacy;
+pub mod prelude;
 pub mod transform;
 pub mod tree;
 

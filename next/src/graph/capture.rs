@@ -17,6 +17,9 @@
 //! `Dispatch::inner` before its id is read.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use burn::tensor::Device;
 use burn_backend::TensorData;
@@ -25,6 +28,7 @@ use burn_dispatch::backends::Capture;
 use burn_dispatch::{BackendTensor, Dispatch, DispatchTensor, DispatchTensorKind};
 use burn_ir::TensorId;
 
+use super::custom::CustomHandler;
 use super::program::{Program, TensorSig};
 use crate::VmapError;
 use crate::guard;
@@ -34,6 +38,34 @@ thread_local! {
     static POOL: RefCell<Vec<Device>> = const { RefCell::new(Vec::new()) };
     /// How many captures are open on this thread.
     static DEPTH: Cell<usize> = const { Cell::new(0) };
+    /// The custom operations recorded so far by each open capture (by depth), with their
+    /// handlers (`custom.rs`).
+    static CUSTOMS: RefCell<Vec<Vec<Pending>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A custom operation recorded by an open capture: its id and handler.
+type Pending = (String, Arc<dyn CustomHandler>);
+
+/// Ids of custom operations, unique in the process.
+static CUSTOM_IDS: AtomicU64 = AtomicU64::new(0);
+
+/// Gives `handler` to the open capture on `device` (a capture device of this thread's pool):
+/// the program it records will run `handler` for the custom operation of the returned id.
+/// `None` when no capture is open on `device`.
+pub(crate) fn register_custom(device: &Device, handler: Arc<dyn CustomHandler>) -> Option<String> {
+    let depth = POOL.with(|pool| {
+        pool.borrow()
+            .iter()
+            .take(DEPTH.get())
+            .position(|d| d == device)
+    })?;
+    let id = format!(
+        "burn_vmap/{}#{}",
+        handler.transform(),
+        CUSTOM_IDS.fetch_add(1, Ordering::Relaxed)
+    );
+    CUSTOMS.with(|c| c.borrow_mut()[depth].push((id.clone(), handler)));
+    Some(id)
 }
 
 /// What a capture closure records: the function's inputs and outputs (flattened, in order) and
@@ -80,6 +112,11 @@ pub(crate) fn capture<R>(
         pool[depth].clone()
     });
     let _depth = DepthGuard::enter(depth);
+    CUSTOMS.with(|c| {
+        let mut c = c.borrow_mut();
+        c.resize_with(depth + 1, Vec::new);
+        c[depth].clear();
+    });
     let user_device = if autodiff {
         device.clone().autodiff()
     } else {
@@ -103,6 +140,10 @@ pub(crate) fn capture<R>(
         outcome = Some(result);
         scope.complete(inputs, outputs)
     });
+    let customs: HashMap<_, _> = CUSTOMS
+        .with(|c| std::mem::take(&mut c.borrow_mut()[depth]))
+        .into_iter()
+        .collect();
     let (_, outputs, extra) = outcome.expect("the capture closure ran")?;
     let captured = captured.map_err(|e| VmapError::FunctionPanicked {
         transform,
@@ -123,6 +164,7 @@ pub(crate) fn capture<R>(
         captured.graph.inputs,
         outputs,
         captured.values,
+        Arc::new(customs),
     );
     Ok((program, extra))
 }

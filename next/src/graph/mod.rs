@@ -9,14 +9,17 @@
 //! | `capture.rs` | recording a function on the capture device; panics and foreign tensors as errors |
 //! | `program.rs` | [`Program`]: operations, inputs, outputs, constants; running it |
 //! | `env.rs` | the live tensors of one run, each freed after its last read |
+//! | `custom.rs` | custom operations (`custom_vmap`): recorded as one node, batched by their rule when run |
 //! | `ops.rs` | the one match over Burn's `OperationIr` |
 
 mod capture;
+mod custom;
 mod env;
 mod ops;
 mod program;
 
 pub(crate) use capture::{Recording, capture, placeholder};
+pub(crate) use custom::{CustomHandler, RuleProgram, record_call};
 pub(crate) use program::{Program, TensorSig};
 
 #[cfg(test)]

@@ -96,12 +96,8 @@ pub(crate) fn execute<B: Backend>(env: &mut Env<B>, op: &OperationIr) -> Result<
         // Inputs and constants are bound before the run; Drop only manages handle lifetimes
         // (the environment frees each tensor after its last read).
         OperationIr::Init(_) | OperationIr::Drop(_) => {}
-        OperationIr::Custom(op) => {
-            return Err(VmapError::UnsupportedOp {
-                op: format!("custom operation `{}`", op.id),
-                why: "custom operations of backend extensions carry no batching rule",
-            });
-        }
+        // `custom_vmap` and `sequential_vmap` calls (a backend extension's op is an error there).
+        OperationIr::Custom(op) => super::custom::execute(env, op)?,
         OperationIr::Distributed(_) => unsupported(
             "a distributed all-reduce",
             "collectives cannot run per example",
