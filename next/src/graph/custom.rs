@@ -283,9 +283,9 @@ fn rerecord(
 fn lower_unbatched(value: Value<Vmap<Capture>>) -> Value<Capture> {
     use crate::ops::into_unbatched;
     match value {
-        Value::Float(t) => Value::Float(into_unbatched::<Capture, _>(t, Capture::float_reshape)),
-        Value::Int(t) => Value::Int(into_unbatched::<Capture, _>(t, Capture::int_reshape)),
-        Value::Bool(t) => Value::Bool(into_unbatched::<Capture, _>(t, Capture::bool_reshape)),
+        Value::Float(t) => Value::Float(into_unbatched(t, Capture::float_reshape)),
+        Value::Int(t) => Value::Int(into_unbatched(t, Capture::int_reshape)),
+        Value::Bool(t) => Value::Bool(into_unbatched(t, Capture::bool_reshape)),
     }
 }
 
