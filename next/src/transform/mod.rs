@@ -9,14 +9,17 @@
 //! |---|---|
 //! | [`vmap`](mod@vmap) | [`vmap`](fn@vmap) (JAX's `jax.vmap`) and its builder [`Vmapped`](vmap::Vmapped) |
 //! | [`grad`] | [`per_example_grads`](grad::per_example_grads) and [`ParamGrads`](grad::ParamGrads) |
+//! | [`micro`] | [`micro_vmap`](fn@micro_vmap), [`micro_grad`](fn@micro_grad), [`micro_grad_module`](fn@micro_grad_module) (optax's microbatching) and the clipping helpers |
 //!
 //! [`Axes`] is the type of `in_axes` / `out_axes`.
 
 mod axes;
 pub mod grad;
+pub mod micro;
 mod module;
 mod run;
 pub mod vmap;
 
 pub use axes::Axes;
+pub use micro::{micro_grad, micro_grad_module, micro_vmap};
 pub use vmap::vmap;

@@ -140,3 +140,65 @@ pub(crate) fn record_module_fn<M: Module, A: Tree, R: Tree>(
     })?;
     Ok(Recorded { program, out_def })
 }
+
+/// The layers whose training-mode forward pass mixes the examples of a batch, by the type name
+/// Burn's `#[derive(Module)]` reports for the fields they own (`"Struct:BatchNorm"`).
+const MIXES_EXAMPLES: &[&str] = &["BatchNorm"];
+
+/// Refuses a module holding a layer that mixes the examples of a batch in training mode
+/// (`BatchNorm` with its training flag on: recorded on an autodiff device, as a training step
+/// runs, it would normalize with the batch's statistics and write its running statistics).
+/// With the flag off (`model.valid()`), it normalizes with its running statistics and changes
+/// no state: every example on its own, allowed.
+///
+/// # Errors
+/// [`VmapError::MixesExamples`] naming the first such layer's path, before anything runs.
+pub(crate) fn check_mixes_examples<M: Module>(
+    module: &M,
+    transform: &'static str,
+) -> Result<(), VmapError> {
+    let mut check = MixesExamples::default();
+    module.visit(&mut check);
+    match check.found {
+        Some((path, layer)) => Err(VmapError::MixesExamples {
+            transform,
+            path,
+            layer,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Finds the first layer of [`MIXES_EXAMPLES`] in training mode, and its path.
+#[derive(Default)]
+struct MixesExamples {
+    /// Field names from the root, with the type owning each.
+    path: Vec<(String, String)>,
+    found: Option<(String, &'static str)>,
+}
+
+impl ModuleVisitor for MixesExamples {
+    fn enter_module(&mut self, name: &str, container_type: &str) {
+        self.path.push((name.to_string(), container_type.to_string()));
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn visit_flag(&mut self, flag: &Param<burn::module::Flag>) {
+        // A flag owned by one of the layers: the layer's own path is the enclosing one.
+        let Some((_, owner)) = self.path.last() else {
+            return;
+        };
+        let owner = owner.strip_prefix("Struct:").unwrap_or("");
+        if self.found.is_none()
+            && flag.val().is_enabled()
+            && let Some(layer) = MIXES_EXAMPLES.iter().find(|l| **l == owner)
+        {
+            let path = &self.path[..self.path.len() - 1];
+            let path: Vec<&str> = path.iter().map(|(n, _)| n.as_str()).collect();
+            self.found = Some((path.join("."), layer));
+        }
+    }
+}
