@@ -10,11 +10,13 @@
 //! | `program.rs` | [`Program`]: operations, inputs, outputs, constants; running it |
 //! | `env.rs` | the live tensors of one run, each freed after its last read |
 //! | `ops.rs` | the one match over Burn's `OperationIr` |
+//! | `rewrite.rs` | rewrites of a captured graph before it runs (`linear`, which Burn 0.22.1 records decomposed) |
 
 mod capture;
 mod env;
 mod ops;
 mod program;
+mod rewrite;
 
 pub(crate) use capture::{Recording, capture, placeholder};
 pub(crate) use program::{Program, TensorSig};
