@@ -30,6 +30,7 @@ mod runtime;
 mod value;
 
 pub mod accumulate;
+pub mod privacy;
 pub mod transform;
 pub mod tree;
 

@@ -114,7 +114,7 @@ impl_kind!(
 );
 
 /// Physical shape `batch sizes ++ logical`, with a unit dim for logical rank 0 (see
-/// [`VmapTensor`]'s physical layout).
+/// [`VmapTensor`](crate::tensor::VmapTensor)'s physical layout).
 pub(crate) fn with_batch_sizes(bdims: &BatchDims, logical: &[usize]) -> Shape {
     let unit: &[usize] = if logical.is_empty() { &[1] } else { &[] };
     bdims

@@ -2,6 +2,8 @@
 //! (`common::check`: the batched op equals the op applied to each example), random ops under
 //! each `Randomness` mode, and per-example gradients on `Autodiff<Vmap<Flex>>`.
 
+#[path = "engine/capture.rs"]
+mod capture;
 #[path = "engine/common.rs"]
 mod common;
 #[path = "engine/elementwise.rs"]

@@ -5,7 +5,6 @@
 //! through. Activations along a dim (softmax, ...) and `prelu` keep Burn's defaults, which
 //! decompose into float ops whose batching rules apply.
 
-use crate::physical::Float;
 use burn_backend::Scalar;
 use burn_backend::backend::Backend;
 use burn_backend::ops::ActivationOps;
@@ -13,6 +12,7 @@ use burn_backend::tensor::FloatTensor;
 
 use super::macros::*;
 use crate::Vmap;
+use crate::physical::Float;
 use crate::rules::elementwise;
 
 /// Backward ops of two operands of the logical shape: an operand missing a batch level is

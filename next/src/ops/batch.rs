@@ -1,13 +1,13 @@
 //! `BatchOps` for `Vmap<B>`: moving tensors in and out of vmap levels (rules in
 //! `rules/batch.rs`; a factored product leaves a level factored, `rules/factored/`).
 
-use crate::physical::{Bool, Float, Int};
 use burn_backend::backend::Backend;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 
 use crate::Vmap;
 use crate::batching::BatchOps;
 use crate::level::Level;
+use crate::physical::{Bool, Float, Int};
 use crate::rules;
 use crate::tensor::BatchDims;
 

@@ -1,6 +1,6 @@
 //! `BoolTensorOps` for `Vmap<B>`.
 
-use crate::physical::{Bool, Int};
+use burn_backend::TensorMetadata;
 use burn_backend::backend::{Backend, ExecutionError};
 use burn_backend::ops::BoolTensorOps;
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
@@ -8,9 +8,9 @@ use burn_backend::{BoolDType, FloatDType, IntDType, Scalar, Shape, Slice, Tensor
 
 use super::macros::*;
 use crate::Vmap;
+use crate::physical::{Bool, Int};
 use crate::rules::{elementwise, fallback};
 use crate::tensor::VmapTensor;
-use burn_backend::TensorMetadata;
 
 impl<B: Backend> BoolTensorOps<Self> for Vmap<B> {
     shared_ops!(bool);

@@ -1,6 +1,5 @@
 //! `FloatTensorOps` for `Vmap<B>`.
 
-use crate::physical::Float;
 use burn_backend::backend::{Backend, ExecutionError};
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
@@ -8,6 +7,7 @@ use burn_backend::{FloatDType, IntDType, Scalar, Shape, Slice, TensorData};
 
 use super::macros::*;
 use crate::Vmap;
+use crate::physical::Float;
 use crate::rules::{create, elementwise, factored, indexing, linalg, reduce, view};
 
 impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {

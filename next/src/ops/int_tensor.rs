@@ -1,6 +1,5 @@
 //! `IntTensorOps` for `Vmap<B>`: batched ints work as values and as indices.
 
-use crate::physical::Int;
 use burn_backend::backend::{Backend, ExecutionError};
 use burn_backend::ops::IntTensorOps;
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
@@ -8,6 +7,7 @@ use burn_backend::{FloatDType, IntDType, Shape, Slice, TensorData};
 
 use super::macros::*;
 use crate::Vmap;
+use crate::physical::Int;
 use crate::rules::{elementwise, linalg, reduce};
 
 impl<B: Backend> IntTensorOps<Self> for Vmap<B> {

@@ -13,7 +13,6 @@
 //! op when the statistics are shared), `unfold4d` and `fold4d` (speed: the batch folded into
 //! `N`, one inner op).
 
-use crate::physical::{Bool, Float, Int};
 use burn_backend::IntDType;
 use burn_backend::TensorMetadata;
 use burn_backend::backend::Backend;
@@ -25,6 +24,7 @@ use burn_backend::ops::{
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 
 use crate::Vmap;
+use crate::physical::{Bool, Float, Int};
 use crate::rules::module::{self as deform, DeformArgs, fold_all, fold_to, unfold_out};
 use crate::rules::{factored, linalg};
 use crate::tensor::{BatchDims, VmapTensor};

@@ -12,10 +12,9 @@
 //! example's inner op reads its own), so on a backend that cannot (Burn's capture backend: see
 //! `crate::compat`) they panic before running.
 
+use core::future::Future;
 use std::collections::BTreeSet;
 use std::sync::Mutex;
-
-use core::future::Future;
 
 use burn_backend::backend::Backend;
 use burn_backend::{Shape, Slice, TensorMetadata};

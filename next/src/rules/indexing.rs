@@ -7,13 +7,12 @@
 //! no-batched-operand fast path (`unbatched!` in `ops/macros.rs`) runs first, so the rules that
 //! take several operands see at least one batched.
 
-use crate::physical::{Bool, Int};
 use burn_backend::backend::Backend;
 use burn_backend::{Shape, Slice, TensorMetadata};
 
 use super::helpers::{batch_slices, materialize, write_target};
 use crate::compat;
-use crate::physical::Kind;
+use crate::physical::{Bool, Int, Kind};
 use crate::tensor::{BatchDims, VmapTensor};
 
 type IntP<B> = <B as burn_backend::backend::BackendTypes>::IntTensorPrimitive;

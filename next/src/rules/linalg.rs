@@ -1,13 +1,12 @@
 //! Matrix products (JAX's `dot_general` batching rule).
 
-use crate::physical::Float;
 use burn_backend::backend::Backend;
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::{Shape, TensorMetadata};
 
 use super::helpers::align;
 use crate::compat;
-use crate::physical::Kind;
+use crate::physical::{Float, Kind};
 use crate::tensor::{BatchDims, VmapTensor};
 
 /// `matmul(lhs, rhs)` over the last two logical dims, broadcasting the leading ones.

@@ -2,14 +2,13 @@
 //! the vmap batch dims fold into `N`, so a batched input with unbatched weights runs as one
 //! large op (`[b.., N, ...] -> [b*...*N, ...]`), not a loop.
 
-use crate::physical::Float;
 use burn_backend::Scalar;
 use burn_backend::backend::Backend;
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::{Shape, TensorMetadata};
 
 use super::helpers::materialize;
-use crate::physical::{Kind, with_batch_sizes};
+use crate::physical::{Float, Kind, with_batch_sizes};
 use crate::tensor::{BatchDims, VmapTensor};
 
 /// `[b.., N, rest..] -> [b*..*N, rest..]`.

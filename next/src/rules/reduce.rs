@@ -1,12 +1,11 @@
 //! Reductions and scans (JAX's `defreducer`): the logical dim moves past the batch dims.
 
-use crate::physical::{Float, Int};
 use burn_backend::backend::Backend;
 use burn_backend::{Scalar, Shape, TensorMetadata};
 
 use super::helpers::physical_dim;
 use crate::compat::kernel_layout;
-use crate::physical::Kind;
+use crate::physical::{Float, Int, Kind};
 use crate::tensor::VmapTensor;
 
 /// An op along one logical dim (`sum_dim`, `argmax`, `cumsum`, `unfold`, ...).

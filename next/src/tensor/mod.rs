@@ -386,11 +386,22 @@ impl<P> VmapTensor<P> {
     /// applied so far kept it factored (see "Factored products" above).
     ///
     /// ```
-    /// use burn_backend::{ops::FloatTensorOps, TensorData};
+    /// use burn_backend::ops::{FloatTensorOps, ModuleOps};
+    /// use burn_backend::TensorData;
     /// use burn_flex::Flex;
-    /// use burn_vmap::tensor::{BatchDims, VmapTensor};
-    /// let x = Flex::float_from_data(TensorData::from([1.0f32, 2.0]), &Default::default());
-    /// assert!(!VmapTensor::from_physical(x, BatchDims::none()).is_factored());
+    /// use burn_vmap::level::Level;
+    /// use burn_vmap::{BatchOps, Vmap};
+    /// type V = Vmap<Flex>;
+    /// let device = Default::default();
+    /// let level = Level::fresh();
+    /// let rows = |n: usize| TensorData::new(vec![0.5f32; 4 * n], [4, 1, n]);
+    /// // Four examples of one row each: the input `x` and the output gradient `g` of a layer.
+    /// let x = V::float_batch(V::float_from_data(rows(6), &device), 0, level);
+    /// let g = V::float_batch(V::float_from_data(rows(5), &device), 0, level);
+    /// let w = V::linear_weight_backward(x, g); // per example `xᵀ g`, [6, 5]
+    /// assert!(w.is_factored());
+    /// let squared_norms = V::float_sum(V::float_mul(w.clone(), w)); // from the factors
+    /// assert!(!squared_norms.is_factored());
     /// ```
     pub fn is_factored(&self) -> bool {
         matches!(self.lazy, Lazy::Factored { .. } | Lazy::Hadamard { .. })

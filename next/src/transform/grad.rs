@@ -72,6 +72,19 @@ impl ParamGrads {
         self.entries.iter().map(|(p, i, g)| (p.as_str(), *i, g))
     }
 
+    /// Applies `f(path, gradient)` to every gradient.
+    pub fn map(self, mut f: impl FnMut(&str, Leaf) -> Leaf) -> Self {
+        let entries = self
+            .entries
+            .into_iter()
+            .map(|(p, i, g)| {
+                let g = f(&p, g);
+                (p, i, g)
+            })
+            .collect();
+        Self { entries }
+    }
+
     /// Each example's global L2 norm over every parameter: per-example gradients in, `[batch]`
     /// out.
     ///
@@ -258,7 +271,7 @@ where
     const T: &str = "per_example_grads";
     let (leaves, def) = inputs.flatten();
     let mapped = map_inputs(leaves, def, &Axes::from(0))?;
-    let (params, _) = ModuleParams::of(module);
+    let (params, _) = ModuleParams::of(T, module)?;
     let sigs = example_sigs(&mapped.leaves, &mapped.axes);
     let recorded = record_module_fn(T, module, &loss_fn, &mapped.def, &sigs)?;
     let device = common_device(T, &mapped.leaves)?;

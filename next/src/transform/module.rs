@@ -34,22 +34,31 @@ pub(crate) struct ModuleKey {
     flags: Vec<(ParamId, bool)>,
 }
 
+/// Layers whose training mode mixes the examples of a batch (batch statistics), and writes
+/// module state (running statistics): refused in training mode, allowed in eval mode.
+const MIXES_EXAMPLES: &[&str] = &["Struct:BatchNorm"];
+
 #[derive(Default)]
 struct Collect {
     path: Vec<String>,
+    containers: Vec<String>,
     paths: Vec<String>,
     ids: Vec<ParamId>,
     tensors: Vec<Leaf>,
     flags: Vec<(ParamId, bool)>,
+    /// The first layer that mixes examples in training mode: its path and type.
+    mixing: Option<(String, &'static str)>,
 }
 
 impl ModuleVisitor for Collect {
-    fn enter_module(&mut self, name: &str, _container_type: &str) {
+    fn enter_module(&mut self, name: &str, container_type: &str) {
         self.path.push(name.to_string());
+        self.containers.push(container_type.to_string());
     }
 
     fn exit_module(&mut self, _name: &str, _container_type: &str) {
         self.path.pop();
+        self.containers.pop();
     }
 
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
@@ -59,7 +68,17 @@ impl ModuleVisitor for Collect {
     }
 
     fn visit_flag(&mut self, flag: &Param<burn::module::Flag>) {
-        self.flags.push((flag.id, flag.val().is_enabled()));
+        let enabled = flag.val().is_enabled();
+        self.flags.push((flag.id, enabled));
+        // Entering a field passes the type of the struct holding it: the flag's layer.
+        let owner = self.containers.last().map(String::as_str);
+        if enabled
+            && self.mixing.is_none()
+            && let Some(layer) = MIXES_EXAMPLES.iter().find(|l| Some(**l) == owner)
+        {
+            let path = self.path[..self.path.len().saturating_sub(1)].join(".");
+            self.mixing = Some((path, layer.trim_start_matches("Struct:")));
+        }
     }
 }
 
@@ -80,9 +99,23 @@ pub(crate) fn param_tensors<M: Module>(module: &M) -> Vec<Leaf> {
 
 impl ModuleParams {
     /// The float parameters of `module`, and what identifies it for a recording.
-    pub(crate) fn of<M: Module>(module: &M) -> (Self, ModuleKey) {
+    ///
+    /// # Errors
+    /// [`VmapError::MixesExamples`] for a layer that mixes the examples of a batch in training
+    /// mode (`BatchNorm`), named by its path, before anything is recorded.
+    pub(crate) fn of<M: Module>(
+        transform: &'static str,
+        module: &M,
+    ) -> Result<(Self, ModuleKey), VmapError> {
         let mut collect = Collect::default();
         module.visit(&mut collect);
+        if let Some((path, layer)) = collect.mixing.take() {
+            return Err(VmapError::MixesExamples {
+                transform,
+                path,
+                layer,
+            });
+        }
         // Burn applies a parameter's configured trainability when the module enters training
         // mode (`train`); read it there.
         let mut trainable = Trainable(Vec::with_capacity(collect.ids.len()));
@@ -109,7 +142,7 @@ impl ModuleParams {
             tensors: collect.tensors,
             trainable: trainable.0,
         };
-        (params, key)
+        Ok((params, key))
     }
 }
 
@@ -139,66 +172,4 @@ pub(crate) fn record_module_fn<M: Module, A: Tree, R: Tree>(
         })
     })?;
     Ok(Recorded { program, out_def })
-}
-
-/// The layers whose training-mode forward pass mixes the examples of a batch, by the type name
-/// Burn's `#[derive(Module)]` reports for the fields they own (`"Struct:BatchNorm"`).
-const MIXES_EXAMPLES: &[&str] = &["BatchNorm"];
-
-/// Refuses a module holding a layer that mixes the examples of a batch in training mode
-/// (`BatchNorm` with its training flag on: recorded on an autodiff device, as a training step
-/// runs, it would normalize with the batch's statistics and write its running statistics).
-/// With the flag off (`model.valid()`), it normalizes with its running statistics and changes
-/// no state: every example on its own, allowed.
-///
-/// # Errors
-/// [`VmapError::MixesExamples`] naming the first such layer's path, before anything runs.
-pub(crate) fn check_mixes_examples<M: Module>(
-    module: &M,
-    transform: &'static str,
-) -> Result<(), VmapError> {
-    let mut check = MixesExamples::default();
-    module.visit(&mut check);
-    match check.found {
-        Some((path, layer)) => Err(VmapError::MixesExamples {
-            transform,
-            path,
-            layer,
-        }),
-        None => Ok(()),
-    }
-}
-
-/// Finds the first layer of [`MIXES_EXAMPLES`] in training mode, and its path.
-#[derive(Default)]
-struct MixesExamples {
-    /// Field names from the root, with the type owning each.
-    path: Vec<(String, String)>,
-    found: Option<(String, &'static str)>,
-}
-
-impl ModuleVisitor for MixesExamples {
-    fn enter_module(&mut self, name: &str, container_type: &str) {
-        self.path.push((name.to_string(), container_type.to_string()));
-    }
-
-    fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-    }
-
-    fn visit_flag(&mut self, flag: &Param<burn::module::Flag>) {
-        // A flag owned by one of the layers: the layer's own path is the enclosing one.
-        let Some((_, owner)) = self.path.last() else {
-            return;
-        };
-        let owner = owner.strip_prefix("Struct:").unwrap_or("");
-        if self.found.is_none()
-            && flag.val().is_enabled()
-            && let Some(layer) = MIXES_EXAMPLES.iter().find(|l| **l == owner)
-        {
-            let path = &self.path[..self.path.len() - 1];
-            let path: Vec<&str> = path.iter().map(|(n, _)| n.as_str()).collect();
-            self.found = Some((path.join("."), layer));
-        }
-    }
 }

@@ -25,7 +25,6 @@ use crate::graph::{Program, Recording, TensorSig, capture, placeholder};
 use crate::guard;
 use crate::level::{Level, Randomness, VmapScope};
 use crate::runtime::{Job, UserBackend, on_backend};
-use crate::tensor::VmapTensor;
 use crate::tree::{Leaf, Tree, TreeDef};
 use crate::value::Value;
 
@@ -223,6 +222,12 @@ impl Job for Batched<'_> {
 }
 
 /// A user's tensor as an (unbatched) tensor of `Vmap<B>`.
+///
+/// A rank-0 tensor is held as `[1]` marked rank 0, the engine's layout of every logical rank-0
+/// tensor (`[batch sizes.., 1]`, see [`VmapTensor::from_physical_scalar`]): held as `[]`, an
+/// unmapped rank-0 argument would meet a batched rank-0 tensor with one physical dim too few
+/// (the binary rules align it to `[1]` against `[batch, 1]`, giving a rank-1 result, or a rank
+/// mismatch on backends that do not broadcast across ranks, such as capture).
 pub(crate) fn lift<B: UserBackend>(
     transform: &'static str,
     leaf: Leaf,
@@ -232,9 +237,9 @@ pub(crate) fn lift<B: UserBackend>(
         why: format!("an argument is not on the backend of the others: {why}"),
     })?;
     Ok(match value {
-        Value::Float(t) => Value::Float(VmapTensor::unbatched(t)),
-        Value::Int(t) => Value::Int(VmapTensor::unbatched(t)),
-        Value::Bool(t) => Value::Bool(VmapTensor::unbatched(t)),
+        Value::Float(t) => Value::Float(crate::ops::from_inner(t, B::float_reshape)),
+        Value::Int(t) => Value::Int(crate::ops::from_inner(t, B::int_reshape)),
+        Value::Bool(t) => Value::Bool(crate::ops::from_inner(t, B::bool_reshape)),
     })
 }
 
@@ -244,9 +249,9 @@ pub(crate) fn lift<B: UserBackend>(
 /// If the tensor is still batched (an internal error: outputs are unbatched first).
 pub(crate) fn lower<B: UserBackend>(value: Value<Vmap<B>>) -> Value<B> {
     match value {
-        Value::Float(t) => Value::Float(crate::ops::into_unbatched::<B, _>(t, B::float_reshape)),
-        Value::Int(t) => Value::Int(crate::ops::into_unbatched::<B, _>(t, B::int_reshape)),
-        Value::Bool(t) => Value::Bool(crate::ops::into_unbatched::<B, _>(t, B::bool_reshape)),
+        Value::Float(t) => Value::Float(crate::ops::into_unbatched(t, B::float_reshape)),
+        Value::Int(t) => Value::Int(crate::ops::into_unbatched(t, B::int_reshape)),
+        Value::Bool(t) => Value::Bool(crate::ops::into_unbatched(t, B::bool_reshape)),
     }
 }
 

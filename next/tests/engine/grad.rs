@@ -4,7 +4,7 @@
 
 use burn_autodiff::Autodiff;
 use burn_backend::AutodiffBackend;
-use burn_backend::ops::{ActivationOps, FloatTensorOps, ModuleOps};
+use burn_backend::ops::{ActivationOps, FloatTensorOps, IntTensorOps, ModuleOps};
 use burn_backend::{TensorData, TensorMetadata};
 use burn_vmap::BatchOps;
 use burn_vmap::level::Level;
@@ -172,4 +172,57 @@ fn should_differentiate_through_shared_parameters() {
         Ad::relu(Ad::float_from_data(data(&[2], 1), &dev())),
         b.shape(),
     );
+}
+
+/// `sum(tanh(embedding(table, tokens))²)`: the loss of one example's tokens.
+macro_rules! embedding_loss {
+    ($B:ty, $table:expr, $tokens:expr) => {{
+        let y = <$B>::float_tanh(<$B>::embedding($table, $tokens));
+        <$B>::float_sum(<$B>::float_mul(y.clone(), y))
+    }};
+}
+
+#[test]
+fn should_give_per_example_gradients_of_an_embedding() {
+    let (e, vocabulary, d) = (4, 10, 4);
+    let tokens = TensorData::new(vec![1i32, 3, 1, 0, 9, 9, 2, 2, 7, 5, 5, 5], vec![e, 1, 3]);
+    let level = Level::fresh();
+    let table =
+        Ad::float_set_require_grad(Ad::float_from_data(data(&[vocabulary, d], 4), &dev()), true);
+    let ts = Ad::int_batch(Ad::int_from_data(tokens.clone(), &dev()), 0, level);
+    let grads = Ad::backward(embedding_loss!(Ad, table.clone(), ts));
+    let dt = Ad::grad(&table, &grads).expect("a gradient");
+    assert!(
+        dt.is_factored(),
+        "one-hot rows against the output gradients"
+    );
+    let loop_grad = |i: usize| {
+        let table = Adf::float_set_require_grad(
+            Adf::float_from_data(data(&[vocabulary, d], 4), &dev()),
+            true,
+        );
+        let t: Vec<i32> = tokens.iter::<i32>().skip(i * 3).take(3).collect();
+        let t = Adf::int_from_data(TensorData::new(t, vec![1, 3]), &dev());
+        let grads = Adf::backward(embedding_loss!(Adf, table.clone(), t));
+        Adf::grad(&table, &grads).expect("a gradient")
+    };
+    let lv = Levels {
+        levels: vec![(level, e)],
+    };
+    check_result(&lv, &dt, |idx| loop_grad(idx[0]));
+    // Squared norms from the factors (a comparison of token indices), and the sum over the
+    // examples (a scatter-add of the rows).
+    let norms = V::float_sum(V::float_mul(dt.clone(), dt.clone()));
+    let want: Vec<f32> = (0..e)
+        .map(|i| read(loop_grad(i)).iter().map(|v| v * v).sum())
+        .collect();
+    assert_close(&read(norms.into_parts().0), &want, "squared norms");
+    let total = V::float_sum_dim(V::float_unbatch(dt, level, e, 0), 0);
+    let mut want = vec![0.0; vocabulary * d];
+    for i in 0..e {
+        for (acc, v) in want.iter_mut().zip(read(loop_grad(i))) {
+            *acc += v;
+        }
+    }
+    assert_close(&read(total.into_parts().0), &want, "summed gradient");
 }

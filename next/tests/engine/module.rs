@@ -92,6 +92,35 @@ fn should_batch_conv2d() {
             |[x, w, g]| F::conv2d_weight_backward(x, w, g, o.clone()),
         );
     }
+    // Few output positions: the weight gradient of every example held factored (the output
+    // gradients against the unfolded input patches), 1-d as a 2-d convolution of height 1.
+    for (seed, &(l, r)) in MIXES2.iter().enumerate() {
+        let seed = seed as u64;
+        let x = lv.floats(l, &[1, 2, 4, 3], seed);
+        let w = lv.floats(&[], &[4, 2, 3, 3], seed + 1);
+        let g = lv.floats(r, &[1, 4, 2, 1], seed + 2);
+        let o = ConvOptions::new([1, 1], [0, 0], [1, 1], 1);
+        let out = V::conv2d_weight_backward(x.vt(&lv), w.vt(&lv), g.vt(&lv), o.clone());
+        assert!(out.is_factored());
+        check_result(&lv, &out, |idx| {
+            F::conv2d_weight_backward(
+                x.example(&lv, idx),
+                w.example(&lv, idx),
+                g.example(&lv, idx),
+                o.clone(),
+            )
+        });
+        let x1 = lv.floats(l, &[2, 3, 5], seed + 3);
+        let w1 = lv.floats(&[], &[4, 3, 3], seed + 4);
+        let g1 = lv.floats(r, &[2, 4, 2], seed + 5);
+        let o1 = ConvOptions::new([2], [0], [1], 1);
+        check(
+            &lv,
+            [&x1, &w1, &g1],
+            |[x, w, g]| V::conv1d_weight_backward(x, w, g, o1.clone()),
+            |[x, w, g]| F::conv1d_weight_backward(x, w, g, o1.clone()),
+        );
+    }
     // Grouped, with dilation.
     let grouped = ConvOptions::new([1, 1], [1, 1], [2, 1], 2);
     let x = lv.floats(&[0, 1], &[1, 4, 5, 5], 1);

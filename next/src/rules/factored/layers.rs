@@ -1,14 +1,13 @@
 //! The layers' weight gradients as factors: `linear_weight_backward`, the convolutions'
 //! `conv*d_weight_backward` and `embedding_backward` with a batched operand.
 
-use crate::physical::Float;
 use burn_backend::backend::Backend;
 use burn_backend::ops::{PadMode, UnfoldOptions};
 use burn_backend::{FloatDType, Shape, Slice, TensorMetadata};
 
 use super::{FP, IT, VT, make, reshape};
 use crate::compat;
-use crate::physical::{Kind, with_batch_sizes};
+use crate::physical::{Float, Kind, with_batch_sizes};
 use crate::rules::helpers::{align, materialize};
 use crate::rules::module::fold_n;
 use crate::tensor::{BatchDims, Factors, Left, VmapTensor};

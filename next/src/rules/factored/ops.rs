@@ -1,6 +1,5 @@
 //! The ops with factored forms (the table in [`super`]).
 
-use crate::physical::Float;
 use burn_backend::backend::Backend;
 use burn_backend::tensor::IndexingUpdateOp;
 use burn_backend::{Scalar, TensorMetadata, get_or_init_device_settings};
@@ -10,7 +9,7 @@ use super::{
     realign, reshape, scale_part, scale_parts, single_part, zeros,
 };
 use crate::level::Level;
-use crate::physical::move_dim;
+use crate::physical::{Float, move_dim};
 use crate::rules::helpers::align;
 use crate::tensor::{BatchDims, Factors, Left, Part, VmapTensor};
 
@@ -355,7 +354,7 @@ fn contract_lead<B: Backend>(f: super::F<B>, bdims: BatchDims, pd: usize, mean: 
 
 /// `cat` along a leading logical dim of factored products with the same batch dims and the same
 /// shape but along `dim`, and the same number of rows: the factors are concatenated, the
-/// result stays factored (what [`Concat`](crate::accumulate::Concat) does with the
+/// result stays factored (what the `Concat` accumulator does with the
 /// microbatches' per-example gradients).
 pub(crate) fn cat<B: Backend>(tensors: Vec<VT<B>>, dim: usize) -> Result<VT<B>, Vec<VT<B>>> {
     let Some(first) = tensors.first().and_then(|t| t.factors_ref()) else {
@@ -418,7 +417,7 @@ pub(crate) fn cat<B: Backend>(tensors: Vec<VT<B>>, dim: usize) -> Result<VT<B>, 
 }
 
 /// `select` along a leading logical dim of `Xᵀ G` with shared (unbatched) indices: the same
-/// select on both factors (the reordering of [`Concat`](crate::accumulate::Concat)'s
+/// select on both factors (the reordering of the `Concat` accumulator's
 /// microbatch rows); a factor constant along that dim stays as it is.
 pub(crate) fn select<B: Backend>(
     t: VT<B>,

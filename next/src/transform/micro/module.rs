@@ -13,7 +13,7 @@ use crate::accumulate::Sum;
 use crate::graph::TensorSig;
 use crate::transform::axes::map_inputs;
 use crate::transform::grad::ParamGrads;
-use crate::transform::module::{self, check_mixes_examples, record_module_fn};
+use crate::transform::module::{self, record_module_fn};
 use crate::transform::run::example_sigs;
 use crate::tree::{Key, NodeKind, Tree, TreeDef};
 
@@ -226,8 +226,7 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
         MO: Tree,
         XO: Tree,
     {
-        check_mixes_examples(model, NAME)?;
-        let (params, key) = module::ModuleParams::of(model);
+        let (params, key) = module::ModuleParams::of(NAME, model)?;
         let (leaves, def) = args.flatten();
         let plan = self.opts.plan(&leaves, &def)?;
         let mapped = map_inputs(leaves, def, &plan.in_axes)?;
