@@ -370,7 +370,7 @@ fn should_return_micro_grad_errors() {
 
     // An int argument cannot be differentiated.
     let e = micro_grad(|(_w, x): (Tensor<1, Int>, Tensor<1>)| x.sum())
-        .call_as::<_, _, _, Tensor<1, Int>, (), ()>((
+        .call_as::<_, _, Tensor<1, Int>, (), ()>((
             Tensor::<1, Int>::zeros([3], &dev()),
             Tensor::<2>::ones([n, 3], &dev()),
         ))

@@ -42,6 +42,76 @@ impl<const D: usize, X: Tree> LossOutput for (Tensor<D>, X) {
     }
 }
 
+/// A loss function of [`micro_grad`](super::micro_grad): any `Fn(A) -> Out` whose `Out` is a
+/// [`LossOutput`] (so the call's generics name the arguments, not the output).
+///
+/// ```
+/// use burn::tensor::{Device, Tensor};
+/// use burn_vmap::transform::micro::LossFn;
+/// fn loss_of<A, F: LossFn<A>>(f: &F, a: A) -> F::Out {
+///     f.loss(a)
+/// }
+/// let w = Tensor::<1>::from_floats([2.0], &Device::default());
+/// let l = loss_of(&|w: Tensor<1>| (w.clone() * w).sum(), w);
+/// assert_eq!(l.into_data().to_vec::<f32>().unwrap(), vec![4.0]);
+/// ```
+pub trait LossFn<A> {
+    /// What the function returns.
+    type Out: LossOutput;
+    /// Calls the function.
+    fn loss(&self, args: A) -> Self::Out;
+}
+
+impl<F, A, O> LossFn<A> for F
+where
+    F: Fn(A) -> O,
+    O: LossOutput,
+{
+    type Out = O;
+    fn loss(&self, args: A) -> O {
+        self(args)
+    }
+}
+
+/// A loss function of a module, for [`micro_grad_module`](super::micro_grad_module): any
+/// `Fn(&M, A) -> Out` whose `Out` is a [`LossOutput`].
+///
+/// ```
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::tensor::{Device, Tensor};
+/// use burn_vmap::transform::micro::ModuleLossFn;
+/// fn loss_of<M, A, F: ModuleLossFn<M, A>>(f: &F, m: &M, a: A) -> F::Out {
+///     f.loss(m, a)
+/// }
+/// let device = Device::default();
+/// let model: Linear = LinearConfig::new(2, 1).init(&device);
+/// let l = loss_of(&|m: &Linear, x: Tensor<2>| m.forward(x).sum(), &model, Tensor::ones([1, 2], &device));
+/// assert_eq!(l.dims(), [1]);
+/// ```
+pub trait ModuleLossFn<M, A> {
+    /// What the function returns.
+    type Out: LossOutput;
+    /// Calls the function.
+    fn loss(&self, module: &M, args: A) -> Self::Out;
+}
+
+impl<F, M, A, O> ModuleLossFn<M, A> for F
+where
+    F: Fn(&M, A) -> O,
+    O: LossOutput,
+{
+    type Out = O;
+    fn loss(&self, module: &M, args: A) -> O {
+        self(module, args)
+    }
+}
+
+/// The aux type of a loss function `F` of arguments `A` (`()` without aux).
+pub type LossAux<F, A> = <<F as LossFn<A>>::Out as LossOutput>::Aux;
+
+/// The aux type of a module's loss function `F` of arguments `A` (`()` without aux).
+pub type ModuleLossAux<F, M, A> = <<F as ModuleLossFn<M, A>>::Out as LossOutput>::Aux;
+
 pub(crate) mod sealed {
     use super::*;
     use crate::VmapError;

@@ -5,7 +5,8 @@ use std::marker::PhantomData;
 
 use super::batches::Microbatching;
 use super::grad_fn::{
-    GradFn, Identity, LossOutput, MicroAux, MicroGradResult, MicroGradTypes, NoMetrics, TreeFn,
+    GradFn, Identity, LossAux, LossFn, MicroAux, MicroGradResult, MicroGradTypes, NoMetrics,
+    TreeFn,
 };
 use super::grad_run::{Caches, GradRun, loss_tree, with_unit_dims};
 use crate::VmapError;
@@ -379,8 +380,8 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ArgGrads> {
     /// one; [`Concat`](crate::accumulate::Concat) adds the batch axis) and [`MicroAux`] with the
     /// stacked loss values, metrics and aux. The raw gradient's type `G` comes from the typed
     /// closure of `transform_fn` or `metrics_fn`; with neither, name the result with
-    /// [`call_as`](MicroGrad::call_as). `A` is what `f` takes (here the same tuple as `I`
-    /// with batched arguments of one example), `Out` what it returns.
+    /// [`call_as`](MicroGrad::call_as). `I` is the argument tuple, `A` what `f` takes (the
+    /// same tuple with one example of each batched argument).
     ///
     /// ```
     /// use burn::tensor::{Device, Tensor};
@@ -399,19 +400,18 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ArgGrads> {
     ///
     /// # Errors
     /// See [`micro_grad`].
-    pub fn call<I, A, Out, G>(
+    pub fn call<I, A, G>(
         &self,
         args: I,
-    ) -> Result<MicroGradResult<(S, T, M), G, Out::Aux>, VmapError>
+    ) -> Result<MicroGradResult<(S, T, M), G, LossAux<F, A>>, VmapError>
     where
-        F: Fn(A) -> Out,
+        F: LossFn<A>,
         I: Tree,
         A: Tree,
-        Out: LossOutput,
         S: Tree + Clone,
         T: GradFn,
         M: GradFn,
-        (S, T, M): MicroGradTypes<G, Out::Aux>,
+        (S, T, M): MicroGradTypes<G, LossAux<F, A>>,
     {
         self.run_args(args, self.opts.micro.num_real_microbatches)
     }
@@ -431,20 +431,19 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ArgGrads> {
     ///
     /// # Errors
     /// See [`micro_grad`].
-    pub fn call_with<I, A, Out, G>(
+    pub fn call_with<I, A, G>(
         &self,
         args: I,
         num_real_microbatches: Option<usize>,
-    ) -> Result<MicroGradResult<(S, T, M), G, Out::Aux>, VmapError>
+    ) -> Result<MicroGradResult<(S, T, M), G, LossAux<F, A>>, VmapError>
     where
-        F: Fn(A) -> Out,
+        F: LossFn<A>,
         I: Tree,
         A: Tree,
-        Out: LossOutput,
         S: Tree + Clone,
         T: GradFn,
         M: GradFn,
-        (S, T, M): MicroGradTypes<G, Out::Aux>,
+        (S, T, M): MicroGradTypes<G, LossAux<F, A>>,
     {
         self.run_args(args, num_real_microbatches)
     }
@@ -466,15 +465,14 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ArgGrads> {
     ///
     /// # Errors
     /// See [`micro_grad`].
-    pub fn call_as<I, A, Out, G, MO, XO>(
+    pub fn call_as<I, A, G, MO, XO>(
         &self,
         args: I,
     ) -> Result<(G, MicroAux<MO, XO>), VmapError>
     where
-        F: Fn(A) -> Out,
+        F: LossFn<A>,
         I: Tree,
         A: Tree,
-        Out: LossOutput,
         S: Tree + Clone,
         T: GradFn,
         M: GradFn,
@@ -487,16 +485,15 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ArgGrads> {
 
     /// Records `f` at the arguments' per-example signature (or takes the cached recording) and
     /// runs the microbatched value-and-grad.
-    fn run_args<I, A, Out, G, MO, XO>(
+    fn run_args<I, A, G, MO, XO>(
         &self,
         args: I,
         num_real_microbatches: Option<usize>,
     ) -> Result<(G, MicroAux<MO, XO>), VmapError>
     where
-        F: Fn(A) -> Out,
+        F: LossFn<A>,
         I: Tree,
         A: Tree,
-        Out: LossOutput,
         S: Tree + Clone,
         T: GradFn,
         M: GradFn,
@@ -510,7 +507,7 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ArgGrads> {
         let mapped = map_inputs(leaves, def, &plan.in_axes)?;
         let sigs = with_unit_dims(example_sigs(&mapped.leaves, &mapped.axes), &plan.unit);
         let loss = self.caches.loss.get_or_record(&mapped.def, &sigs, true, || {
-            let f = |a: A| loss_tree((self.f)(a));
+            let f = |a: A| loss_tree(self.f.loss(a));
             record::<A, DynTree>(NAME, &f, &mapped.def, &sigs, true)
         })?;
         let grad_sigs = plan.tracked.iter().map(|&i| sigs[i].clone()).collect();

@@ -4,7 +4,8 @@ use burn::module::Module;
 
 use super::batches::Microbatching;
 use super::grad_fn::{
-    GradFn, Identity, LossOutput, MicroAux, MicroGradResult, MicroGradTypes, NoMetrics,
+    GradFn, Identity, MicroAux, MicroGradResult, MicroGradTypes, ModuleLossAux, ModuleLossFn,
+    NoMetrics,
 };
 use super::grad_run::{GradRun, loss_tree, with_unit_dims};
 use super::micro_grad::{GradOptions, MicroGrad, ModuleParams};
@@ -106,21 +107,20 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
     ///
     /// # Errors
     /// See [`micro_grad_module`].
-    pub fn call<Mod, I, A, Out>(
+    pub fn call<Mod, I, A>(
         &self,
         model: &Mod,
         args: I,
-    ) -> Result<MicroGradResult<(S, T, M), ParamGrads, Out::Aux>, VmapError>
+    ) -> Result<MicroGradResult<(S, T, M), ParamGrads, ModuleLossAux<F, Mod, A>>, VmapError>
     where
         Mod: Module,
-        F: Fn(&Mod, A) -> Out,
+        F: ModuleLossFn<Mod, A>,
         I: Tree,
         A: Tree,
-        Out: LossOutput,
         S: Tree + Clone,
         T: GradFn,
         M: GradFn,
-        (S, T, M): MicroGradTypes<ParamGrads, Out::Aux>,
+        (S, T, M): MicroGradTypes<ParamGrads, ModuleLossAux<F, Mod, A>>,
     {
         self.run_module(model, args, self.opts.micro.num_real_microbatches)
     }
@@ -142,22 +142,21 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
     ///
     /// # Errors
     /// See [`micro_grad_module`].
-    pub fn call_with<Mod, I, A, Out>(
+    pub fn call_with<Mod, I, A>(
         &self,
         model: &Mod,
         args: I,
         num_real_microbatches: Option<usize>,
-    ) -> Result<MicroGradResult<(S, T, M), ParamGrads, Out::Aux>, VmapError>
+    ) -> Result<MicroGradResult<(S, T, M), ParamGrads, ModuleLossAux<F, Mod, A>>, VmapError>
     where
         Mod: Module,
-        F: Fn(&Mod, A) -> Out,
+        F: ModuleLossFn<Mod, A>,
         I: Tree,
         A: Tree,
-        Out: LossOutput,
         S: Tree + Clone,
         T: GradFn,
         M: GradFn,
-        (S, T, M): MicroGradTypes<ParamGrads, Out::Aux>,
+        (S, T, M): MicroGradTypes<ParamGrads, ModuleLossAux<F, Mod, A>>,
     {
         self.run_module(model, args, num_real_microbatches)
     }
@@ -184,17 +183,16 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
     ///
     /// # Errors
     /// See [`micro_grad_module`].
-    pub fn call_as<Mod, I, A, Out, G, MO, XO>(
+    pub fn call_as<Mod, I, A, G, MO, XO>(
         &self,
         model: &Mod,
         args: I,
     ) -> Result<(G, MicroAux<MO, XO>), VmapError>
     where
         Mod: Module,
-        F: Fn(&Mod, A) -> Out,
+        F: ModuleLossFn<Mod, A>,
         I: Tree,
         A: Tree,
-        Out: LossOutput,
         S: Tree + Clone,
         T: GradFn,
         M: GradFn,
@@ -207,7 +205,7 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
 
     /// Records the loss with the module's parameters as inputs (or takes the recording cached
     /// for this module's parameters and the arguments' signature) and runs it.
-    fn run_module<Mod, I, A, Out, G, MO, XO>(
+    fn run_module<Mod, I, A, G, MO, XO>(
         &self,
         model: &Mod,
         args: I,
@@ -215,10 +213,9 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
     ) -> Result<(G, MicroAux<MO, XO>), VmapError>
     where
         Mod: Module,
-        F: Fn(&Mod, A) -> Out,
+        F: ModuleLossFn<Mod, A>,
         I: Tree,
         A: Tree,
-        Out: LossOutput,
         S: Tree + Clone,
         T: GradFn,
         M: GradFn,
@@ -238,7 +235,7 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
             children: vec![TreeDef::static_value(key), mapped.def.clone()],
         };
         let loss = self.caches.loss.get_or_record(&key_def, &sigs, true, || {
-            let f = |m: &Mod, a: A| loss_tree((self.f)(m, a));
+            let f = |m: &Mod, a: A| loss_tree(self.f.loss(m, a));
             record_module_fn(NAME, model, &f, &mapped.def, &sigs)
         })?;
         // One example's gradient: ParamGrads of the trainable parameters.
