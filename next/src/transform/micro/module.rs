@@ -68,7 +68,7 @@ const NAME: &str = "micro_grad_module";
 /// .metrics_fn(|g| global_norm(&g));
 /// let (grads, aux) = clipped_mean.call(&model, (x, y)).unwrap();
 /// assert_eq!(aux.metrics.dims(), [8, 1]); // the raw per-example norms
-/// assert!(global_norm(&grads).into_scalar() <= 1.0 + 1e-6); // a mean of clipped gradients
+/// assert!(global_norm(&grads).into_scalar::<f32>() <= 1.0 + 1e-6); // a mean of clipped gradients
 /// let for_optimizer = grads.into_gradients_params();
 /// ```
 ///
