@@ -68,7 +68,11 @@ fn aggregated(acc: &Acc, leaf: Leaf, reduce: Reduce) -> Flat {
 
 /// Checks a result has the rows its accumulator promises: 1, or the batch when it keeps it.
 fn check_rows(acc: &Acc, path: &str, got: usize, batch_size: usize) -> Result<(), VmapError> {
-    let expected = if acc.keeps_batch_axis() { batch_size } else { 1 };
+    let expected = if acc.keeps_batch_axis() {
+        batch_size
+    } else {
+        1
+    };
     if got != expected {
         return Err(VmapError::AccumulatorRows {
             path: path.to_string(),
@@ -127,7 +131,7 @@ pub(crate) struct Fold<'a> {
 /// An accumulator's state across microbatches.
 enum Carry {
     /// The accumulator's own carry (a `[rows, elements]` matrix).
-    Flat(Flat),
+    Flat(Box<Flat>),
     /// [`Concat`](super::Concat): the microbatch outputs `[m, ...]` so far, at their own rank
     /// and kind.
     Parts(Vec<Leaf>),
@@ -161,10 +165,10 @@ impl<'a> Fold<'a> {
             }
             let value = aggregated(acc, leaf, plan[i]);
             let carry = match slot.take() {
-                Some(Carry::Flat(c)) => c,
+                Some(Carry::Flat(c)) => *c,
                 _ => acc.init(&value, ctx),
             };
-            *slot = Some(Carry::Flat(acc.update(carry, value, k, ctx)));
+            *slot = Some(Carry::Flat(Box::new(acc.update(carry, value, k, ctx))));
         }
     }
 
@@ -188,7 +192,7 @@ impl<'a> Fold<'a> {
                     out.push(concat_parts(Vec::new(), sig, n, m, &self.device));
                     continue;
                 }
-                Some(Carry::Flat(c)) => c,
+                Some(Carry::Flat(c)) => *c,
                 None => {
                     let zeros = zero_rows(sig, m, &self.device);
                     let value = aggregated(acc, zeros, Reduce::Rows);
@@ -206,7 +210,13 @@ impl<'a> Fold<'a> {
 /// [`Concat`](super::Concat)'s result from the outputs of the microbatches that ran: zeros for
 /// those that did not, then row `k + j·n` = row `j` of microbatch `k` (the original order). One
 /// `cat` and one transpose, whatever the number of microbatches.
-fn concat_parts(mut parts: Vec<Leaf>, sig: &TensorSig, n: usize, m: usize, device: &Device) -> Leaf {
+fn concat_parts(
+    mut parts: Vec<Leaf>,
+    sig: &TensorSig,
+    n: usize,
+    m: usize,
+    device: &Device,
+) -> Leaf {
     if n * m == 0 {
         return zero_rows(sig, 0, device);
     }

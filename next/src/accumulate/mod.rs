@@ -353,7 +353,10 @@ impl Accumulator for Concat {
     /// The carry is `[n, m·elements]`: row `k` holds microbatch `k`.
     fn init<K: AccKind>(&self, value: &Tensor<2, K>, ctx: &AccContext) -> Tensor<2, K> {
         let [m, e] = value.dims();
-        Tensor::zeros([ctx.num_microbatches, m * e], (&value.device(), value.dtype()))
+        Tensor::zeros(
+            [ctx.num_microbatches, m * e],
+            (&value.device(), value.dtype()),
+        )
     }
     fn update<K: AccKind>(
         &self,
@@ -372,10 +375,7 @@ impl Accumulator for Concat {
         if n * m * e == 0 {
             return Tensor::zeros([n * m, e], (&carry.device(), carry.dtype()));
         }
-        carry
-            .reshape([n, m, e])
-            .swap_dims(0, 1)
-            .reshape([n * m, e])
+        carry.reshape([n, m, e]).swap_dims(0, 1).reshape([n * m, e])
     }
 }
 

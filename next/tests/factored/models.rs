@@ -3,7 +3,9 @@
 
 use burn::module::Module;
 use burn::nn::conv::{Conv1d, Conv1dConfig, Conv2d, Conv2dConfig};
-use burn::nn::transformer::{TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput};
+use burn::nn::transformer::{
+    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
+};
 use burn::nn::{
     Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfig, PaddingConfig1d,
     PaddingConfig2d,
@@ -32,7 +34,16 @@ fn linear_seq(b: usize, t: usize, d_in: usize, d_out: usize, mbs: &[Option<usize
     let xs = normal([b, t, d_in]);
     let loss = |m: &Linear, (x,): (Tensor<3>,)| m.forward(x).sin().sum();
     let example = |i| (xs.clone().narrow(0, i, 1),);
-    check("linear over a sequence", &layer, (xs.clone(),), b, example, loss, 0.5, mbs);
+    check(
+        "linear over a sequence",
+        &layer,
+        (xs.clone(),),
+        b,
+        example,
+        loss,
+        0.5,
+        mbs,
+    );
 }
 
 /// An `Embedding` of `t` tokens per example.
@@ -41,7 +52,16 @@ fn embedding(b: usize, t: usize, vocab: usize, d: usize, mbs: &[Option<usize>]) 
     let xs = tokens(b, t, vocab);
     let loss = |m: &Embedding, (x,): (Tensor<2, Int>,)| m.forward(x).sin().sum();
     let example = |i| (xs.clone().narrow(0, i, 1),);
-    check("embedding", &layer, (xs.clone(),), b, example, loss, 0.5, mbs);
+    check(
+        "embedding",
+        &layer,
+        (xs.clone(),),
+        b,
+        example,
+        loss,
+        0.5,
+        mbs,
+    );
 }
 
 /// The settings of a test convolution.
@@ -80,7 +100,16 @@ fn conv1d(b: usize, c: ConvCase, mbs: &[Option<usize>]) {
     let xs = normal([b, c.c_in * c.groups, c.size]);
     let loss = |m: &Conv1d, (x,): (Tensor<3>,)| m.forward(x).sin().sum();
     let example = |i| (xs.clone().narrow(0, i, 1),);
-    check(&format!("conv1d {c:?}"), &layer, (xs.clone(),), b, example, loss, 0.5, mbs);
+    check(
+        &format!("conv1d {c:?}"),
+        &layer,
+        (xs.clone(),),
+        b,
+        example,
+        loss,
+        0.5,
+        mbs,
+    );
 }
 
 fn conv2d(b: usize, c: ConvCase, mbs: &[Option<usize>]) {
@@ -100,7 +129,16 @@ fn conv2d(b: usize, c: ConvCase, mbs: &[Option<usize>]) {
     let xs = normal([b, c.c_in * c.groups, c.size, c.size + 1]);
     let loss = |m: &Conv2d, (x,): (Tensor<4>,)| m.forward(x).sin().sum();
     let example = |i| (xs.clone().narrow(0, i, 1),);
-    check(&format!("conv2d {c:?}"), &layer, (xs.clone(),), b, example, loss, 0.5, mbs);
+    check(
+        &format!("conv2d {c:?}"),
+        &layer,
+        (xs.clone(),),
+        b,
+        example,
+        loss,
+        0.5,
+        mbs,
+    );
 }
 
 /// An `Lstm` over `[t, d_in]` per example: one outer product per time step, summed.
@@ -209,7 +247,16 @@ fn should_clip_every_layer_of_a_sequence_model_like_the_loop() {
     let xs = tokens(b, t, 30);
     let example = |i| (xs.clone().narrow(0, i, 1),);
     let mbs = [None, Some(1), Some(2), Some(3)];
-    check("sequence model", &model, (xs.clone(),), b, example, SeqModel::loss, 0.05, &mbs);
+    check(
+        "sequence model",
+        &model,
+        (xs.clone(),),
+        b,
+        example,
+        SeqModel::loss,
+        0.05,
+        &mbs,
+    );
 }
 
 /// A small text classifier on Burn's transformer encoder.
@@ -249,7 +296,16 @@ fn should_clip_a_transformer_like_the_loop() {
     let (b, t) = (6, 3);
     let xs = tokens(b, t, 20);
     let example = |i| (xs.clone().narrow(0, i, 1),);
-    check("transformer", &model, (xs.clone(), ), b, example, Encoder::loss, 0.1, &[None, Some(2)]);
+    check(
+        "transformer",
+        &model,
+        (xs.clone(),),
+        b,
+        example,
+        Encoder::loss,
+        0.1,
+        &[None, Some(2)],
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -32,12 +32,19 @@ pub fn ready<M: Module>(m: M) -> M {
 pub type Flat = Vec<Vec<f32>>;
 
 pub fn leaf_values(leaf: &Leaf) -> Vec<f32> {
-    leaf.to_data().convert::<f32>().try_into_vec::<f32>().unwrap()
+    leaf.to_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .unwrap()
 }
 
 fn values<const D: usize>(t: Option<Tensor<D>>, len: usize) -> Vec<f32> {
     match t {
-        Some(t) => t.into_data().convert::<f32>().try_into_vec::<f32>().unwrap(),
+        Some(t) => t
+            .into_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .unwrap(),
         // Not reached by this example's loss.
         None => vec![0.0; len],
     }
@@ -168,7 +175,11 @@ pub fn check<M, I, A>(
             loop_grads(model, n, &params, &example, loss)
         });
         let at = format!("{what}, microbatch {mb:?}");
-        close_all(&clipped, &clipped_sum(per, c as f32), &format!("clipped sum, {at}"));
+        close_all(
+            &clipped,
+            &clipped_sum(per, c as f32),
+            &format!("clipped sum, {at}"),
+        );
         let ((m1, m2), _) = micro_grad_module(loss)
             .microbatch_size(mb)
             .accumulator(Mean)

@@ -20,7 +20,10 @@ pub fn matrix(n: usize, d: usize, seed: u64) -> Tensor<2> {
 }
 
 pub fn floats<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().convert::<f32>().try_into_vec::<f32>().unwrap()
+    t.into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .unwrap()
 }
 
 pub fn ints<const D: usize>(t: Tensor<D, Int>) -> Vec<i64> {

@@ -58,8 +58,14 @@ fn should_give_per_example_gradients_of_several_arguments() {
             .accumulator(Concat)
             .call_as(args())
             .unwrap();
-        close(pw, Tensor::from_data(TensorData::new(gw.clone(), [n, 3]), &dev()));
-        close(pb, Tensor::from_data(TensorData::new(gb.clone(), [n, 1]), &dev()));
+        close(
+            pw,
+            Tensor::from_data(TensorData::new(gw.clone(), [n, 3]), &dev()),
+        );
+        close(
+            pb,
+            Tensor::from_data(TensorData::new(gb.clone(), [n, 1]), &dev()),
+        );
         assert_eq!(aux.values.dims(), [n]);
 
         // Sum with a transform and metrics: the sum of clipped gradients, the raw norms.
@@ -74,8 +80,8 @@ fn should_give_per_example_gradients_of_several_arguments() {
         let (mut want_w, mut want_b) = ([0.0f32; 3], 0.0f32);
         let norms = floats(aux.metrics);
         for i in 0..n {
-            let norm = (gw[i * 3..i * 3 + 3].iter().map(|v| v * v).sum::<f32>() + gb[i] * gb[i])
-                .sqrt();
+            let norm =
+                (gw[i * 3..i * 3 + 3].iter().map(|v| v * v).sum::<f32>() + gb[i] * gb[i]).sqrt();
             let s = 0.5 / norm.max(0.5);
             for j in 0..3 {
                 want_w[j] += gw[i * 3 + j] * s;
@@ -105,8 +111,12 @@ fn should_match_the_loop_for_every_accumulator_and_num_real() {
     let per = Tensor::<2>::from_data(TensorData::new(gw, [n, 3]), &dev());
     let nmb = n / m;
     for real in 0..=nmb {
-        let ran: Vec<usize> = (0..real).flat_map(|k| (0..m).map(move |j| k + j * nmb)).collect();
-        let mask: Vec<f32> = (0..n).map(|i| if ran.contains(&i) { 1.0 } else { 0.0 }).collect();
+        let ran: Vec<usize> = (0..real)
+            .flat_map(|k| (0..m).map(move |j| k + j * nmb))
+            .collect();
+        let mask: Vec<f32> = (0..n)
+            .map(|i| if ran.contains(&i) { 1.0 } else { 0.0 })
+            .collect();
         let mask = Tensor::<1>::from_floats(mask.as_slice(), &dev()).reshape([n, 1]);
         let kept = per.clone() * mask.clone();
         let grad = micro_grad(linreg)
@@ -305,7 +315,13 @@ fn should_stack_a_struct_of_aux_values() {
         let pred = x.matmul(w.unsqueeze_dim(1)).reshape([-1]);
         let d = pred.clone() - y;
         let loss = (d.clone() * d.clone()).mean() * 0.5;
-        (loss, Aux { preds: pred, abs_err: d.abs() })
+        (
+            loss,
+            Aux {
+                preds: pred,
+                abs_err: d.abs(),
+            },
+        )
     };
     for m in [None, Some(2)] {
         let (_, aux) = micro_grad(loss)
@@ -333,7 +349,12 @@ fn should_return_micro_grad_errors() {
         )
     };
     let call = |e: Result<(Tensor<1>, MicroAux), VmapError>| e.unwrap_err();
-    let e = call(micro_grad(linreg).batch_argnums([2, 3]).microbatch_size(4).call_as(args()));
+    let e = call(
+        micro_grad(linreg)
+            .batch_argnums([2, 3])
+            .microbatch_size(4)
+            .call_as(args()),
+    );
     assert!(matches!(
         e,
         VmapError::NonDividingMicrobatchSize {
@@ -353,15 +374,27 @@ fn should_return_micro_grad_errors() {
         ),
         "{e}"
     );
-    let e = call(micro_grad(linreg).argnums(9).batch_argnums([2, 3]).call_as(args()));
-    assert!(matches!(&e, VmapError::ArgumentIndex { index: 9, .. }), "{e}");
+    let e = call(
+        micro_grad(linreg)
+            .argnums(9)
+            .batch_argnums([2, 3])
+            .call_as(args()),
+    );
+    assert!(
+        matches!(&e, VmapError::ArgumentIndex { index: 9, .. }),
+        "{e}"
+    );
 
     // A loss with more than one element.
     let e = call(
         micro_grad(|(w, x): (Tensor<1>, Tensor<3>)| {
-            x.matmul(w.unsqueeze_dim::<2>(1).unsqueeze::<3>()).reshape([-1])
+            x.matmul(w.unsqueeze_dim::<2>(1).unsqueeze::<3>())
+                .reshape([-1])
         })
-        .call_as((Tensor::<1>::zeros([3], &dev()), Tensor::<3>::ones([n, 2, 3], &dev()))),
+        .call_as((
+            Tensor::<1>::zeros([3], &dev()),
+            Tensor::<3>::ones([n, 2, 3], &dev()),
+        )),
     );
     assert!(
         matches!(&e, VmapError::LossNotScalar { shape } if shape == &vec![2]),

@@ -5,9 +5,7 @@
 use std::cell::Cell;
 
 use burn::module::{Module, ParamId};
-use burn::nn::{
-    BatchNorm, BatchNormConfig, Dropout, DropoutConfig, Linear, LinearConfig,
-};
+use burn::nn::{BatchNorm, BatchNormConfig, Dropout, DropoutConfig, Linear, LinearConfig};
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 use burn_vmap::accumulate::{Concat, Mean};
@@ -49,7 +47,10 @@ fn burn_grad(net: &Net, x: &Tensor<2>, y: &Tensor<2>, i: usize) -> GradientsPara
 
 /// A leaf's values.
 fn values(leaf: &Leaf) -> Vec<f32> {
-    leaf.to_data().convert::<f32>().try_into_vec::<f32>().unwrap()
+    leaf.to_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .unwrap()
 }
 
 fn get(grads: &GradientsParams, id: ParamId, rank: usize) -> Vec<f32> {
@@ -92,7 +93,10 @@ fn should_give_module_gradients_equal_to_the_loop() {
             let len = want.len();
             let mine = &all[i * len..(i + 1) * len];
             for (a, b) in mine.iter().zip(&want) {
-                assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{path} example {i}: {a} vs {b}");
+                assert!(
+                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                    "{path} example {i}: {a} vs {b}"
+                );
             }
             example.push(want);
         }
@@ -113,7 +117,10 @@ fn should_give_module_gradients_equal_to_the_loop() {
         for ((path, _, g), w) in grads.iter().zip(want) {
             let got = values(g);
             for (a, b) in got.iter().zip(w) {
-                assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{path}: {a} vs {b}");
+                assert!(
+                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                    "{path}: {a} vs {b}"
+                );
             }
         }
     }
@@ -133,15 +140,21 @@ fn should_record_the_loss_once_per_module_and_signature() {
         loss(m, args)
     };
     let net = Net::new();
-    let step = micro_grad_module(counted).microbatch_size(2).accumulator(Mean);
+    let step = micro_grad_module(counted)
+        .microbatch_size(2)
+        .accumulator(Mean);
     for b in [4, 6, 2] {
-        let (g, _) = step.call(&net, (matrix(b, 4, b as u64), matrix(b, 2, 1))).unwrap();
+        let (g, _) = step
+            .call(&net, (matrix(b, 4, b as u64), matrix(b, 2, 1)))
+            .unwrap();
         assert_eq!(g.len(), 4);
     }
     assert_eq!(calls.get(), 1);
     // Another module (other parameters): recorded again.
     let other = Net::new();
-    let _ = step.call(&other, (matrix(2, 4, 0), matrix(2, 2, 1))).unwrap();
+    let _ = step
+        .call(&other, (matrix(2, 4, 0), matrix(2, 2, 1)))
+        .unwrap();
     assert_eq!(calls.get(), 2);
 }
 
@@ -162,7 +175,9 @@ fn should_refuse_batch_norm_in_training_mode_and_run_it_in_eval_mode() {
         h.sum()
     };
     let x = matrix(8, 3, 3);
-    let err = micro_grad_module(loss).call(&net, (x.clone(),)).unwrap_err();
+    let err = micro_grad_module(loss)
+        .call(&net, (x.clone(),))
+        .unwrap_err();
     assert!(
         matches!(&err, VmapError::MixesExamples { path, layer: "BatchNorm", .. } if path == "norm"),
         "{err}"
@@ -207,10 +222,16 @@ fn should_draw_dropout_per_example() {
             .call(&model, (xs.clone(),))
             .unwrap();
         let w2 = floats(per.get::<3>("l2.weight").unwrap());
-        let masks: Vec<Vec<bool>> = w2.chunks(d_h).map(|c| c.iter().map(|v| *v != 0.0).collect()).collect();
+        let masks: Vec<Vec<bool>> = w2
+            .chunks(d_h)
+            .map(|c| c.iter().map(|v| *v != 0.0).collect())
+            .collect();
         for (i, m) in masks.iter().enumerate() {
             let kept = m.iter().filter(|k| **k).count();
-            assert!((10..=54).contains(&kept), "example {i} kept {kept} of {d_h}");
+            assert!(
+                (10..=54).contains(&kept),
+                "example {i} kept {kept} of {d_h}"
+            );
             for other in &masks[..i] {
                 assert_ne!(m, other, "two examples drew the same mask");
             }

@@ -277,9 +277,16 @@ fn should_record_once_per_signature() {
     let tripled = micro_vmap(g).microbatch_size(2).accumulator(Sum);
     for b in [4, 8, 2] {
         let xs = matrix(b, 3, b as u64);
-        close(tripled.call(xs.clone()).unwrap().unsqueeze(), xs.sum_dim(0) * 3.0);
+        close(
+            tripled.call(xs.clone()).unwrap().unsqueeze(),
+            xs.sum_dim(0) * 3.0,
+        );
     }
-    assert_eq!(calls.get(), 1, "one recording for every batch size and microbatch");
+    assert_eq!(
+        calls.get(),
+        1,
+        "one recording for every batch size and microbatch"
+    );
     let _ = tripled.call(matrix(4, 5, 0)).unwrap();
     assert_eq!(calls.get(), 2, "a new example shape is a new signature");
 }
@@ -324,7 +331,10 @@ fn should_refuse_random_draws_unless_a_mode_is_chosen() {
     use burn::tensor::Distribution;
     let xs = Tensor::<2>::zeros([4, 3], &dev());
     let noisy = |x: Tensor<1>| x.clone() + x.random_like(Distribution::Default);
-    let e = micro_vmap(noisy).microbatch_size(2).call(xs.clone()).unwrap_err();
+    let e = micro_vmap(noisy)
+        .microbatch_size(2)
+        .call(xs.clone())
+        .unwrap_err();
     assert!(
         matches!(&e, VmapError::Randomness { transform, .. } if *transform == "micro_vmap"),
         "{e}"
@@ -334,7 +344,10 @@ fn should_refuse_random_draws_unless_a_mode_is_chosen() {
         .call(xs)
         .unwrap();
     let v = floats(same);
-    assert!(v.chunks(3).all(|row| row == &v[..3]), "one draw for every example: {v:?}");
+    assert!(
+        v.chunks(3).all(|row| row == &v[..3]),
+        "one draw for every example: {v:?}"
+    );
 }
 
 #[test]
@@ -353,7 +366,10 @@ fn should_return_typed_errors() {
     );
     assert!(e.to_string().contains('6') && e.to_string().contains('4'));
 
-    let e = micro_vmap(f).microbatch_size(0).call(xs.clone()).unwrap_err();
+    let e = micro_vmap(f)
+        .microbatch_size(0)
+        .call(xs.clone())
+        .unwrap_err();
     assert!(matches!(
         e,
         VmapError::NonDividingMicrobatchSize {

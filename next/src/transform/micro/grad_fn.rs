@@ -107,9 +107,30 @@ where
 }
 
 /// The aux type of a loss function `F` of arguments `A` (`()` without aux).
+///
+/// ```
+/// use burn::tensor::Tensor;
+/// use burn_vmap::transform::micro::LossAux;
+/// fn aux_of<A, F: burn_vmap::transform::micro::LossFn<A>>(_: &F) -> std::marker::PhantomData<LossAux<F, A>> {
+///     std::marker::PhantomData
+/// }
+/// let with_aux = |w: Tensor<1>| (w.clone().sum(), w);
+/// let _: std::marker::PhantomData<Tensor<1>> = aux_of(&with_aux);
+/// ```
 pub type LossAux<F, A> = <<F as LossFn<A>>::Out as LossOutput>::Aux;
 
 /// The aux type of a module's loss function `F` of arguments `A` (`()` without aux).
+///
+/// ```
+/// use burn::nn::Linear;
+/// use burn::tensor::Tensor;
+/// use burn_vmap::transform::micro::{ModuleLossAux, ModuleLossFn};
+/// fn aux_of<M, A, F: ModuleLossFn<M, A>>(_: &F) -> std::marker::PhantomData<ModuleLossAux<F, M, A>> {
+///     std::marker::PhantomData
+/// }
+/// let no_aux = |m: &Linear, x: Tensor<2>| m.forward(x).sum();
+/// let _: std::marker::PhantomData<()> = aux_of(&no_aux);
+/// ```
 pub type ModuleLossAux<F, M, A> = <<F as ModuleLossFn<M, A>>::Out as LossOutput>::Aux;
 
 pub(crate) mod sealed {
@@ -252,12 +273,41 @@ where
     type Aux = X::Lifted;
 }
 
-/// What a call of [`micro_grad`](super::micro_grad) returns, from its [`MicroGradTypes`] `P`:
-/// the accumulated gradients and the stacked per-example parts.
-pub type MicroGradResult<P, G, X> = (
-    <P as MicroGradTypes<G, X>>::Grads,
-    MicroAux<<P as MicroGradTypes<G, X>>::Metrics, <P as MicroGradTypes<G, X>>::Aux>,
+/// What a call of [`micro_grad`](super::micro_grad) returns for the parts `S`, `T`, `M`
+/// (accumulator, `transform_fn`, `metrics_fn`; see [`MicroGradTypes`]), the raw gradient `G`
+/// and the aux `X`: the accumulated gradients and the stacked per-example parts.
+///
+/// ```
+/// use burn::tensor::Tensor;
+/// use burn_vmap::accumulate::Concat;
+/// use burn_vmap::transform::micro::{Identity, MicroGradResult, NoMetrics};
+/// use burn_vmap::MicroAux;
+/// // Per-example gradients of a `Tensor<1>` argument, no metrics, no aux.
+/// fn same(r: MicroGradResult<Concat, Identity, NoMetrics, Tensor<1>, ()>) -> (Tensor<2>, MicroAux) {
+///     r
+/// }
+/// ```
+pub type MicroGradResult<S, T, M, G, X> = (
+    <(S, T, M) as MicroGradTypes<G, X>>::Grads,
+    MicroAux<
+        <(S, T, M) as MicroGradTypes<G, X>>::Metrics,
+        <(S, T, M) as MicroGradTypes<G, X>>::Aux,
+    >,
 );
+
+/// What a call of [`micro_grad`](super::micro_grad) returns: its [`MicroGradResult`], or the
+/// error.
+///
+/// ```
+/// use burn::tensor::Tensor;
+/// use burn_vmap::accumulate::Sum;
+/// use burn_vmap::transform::micro::{Identity, MicroGradCall, NoMetrics};
+/// use burn_vmap::{MicroAux, VmapError};
+/// fn same(r: MicroGradCall<Sum, Identity, NoMetrics, Tensor<1>, ()>) -> Result<(Tensor<1>, MicroAux), VmapError> {
+///     r
+/// }
+/// ```
+pub type MicroGradCall<S, T, M, G, X> = Result<MicroGradResult<S, T, M, G, X>, crate::VmapError>;
 
 /// The identity `transform_fn` (the default).
 ///
@@ -313,7 +363,12 @@ impl<Fc: Clone, G, O> Clone for TreeFn<Fc, G, O> {
 
 impl<Fc, G, O> std::fmt::Debug for TreeFn<Fc, G, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "TreeFn({} -> {})", std::any::type_name::<G>(), std::any::type_name::<O>())
+        write!(
+            f,
+            "TreeFn({} -> {})",
+            std::any::type_name::<G>(),
+            std::any::type_name::<O>()
+        )
     }
 }
 

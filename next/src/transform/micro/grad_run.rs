@@ -183,7 +183,8 @@ impl<F, S, T, M, Src> MicroGrad<F, S, T, M, Src> {
         .map_err(|e| e.in_transform(transform))?;
 
         let mut leaves = leaves.into_iter();
-        let grads = G::unflatten_named(&grads_def, leaves.by_ref().take(n_grads).collect(), "grads")?;
+        let grads =
+            G::unflatten_named(&grads_def, leaves.by_ref().take(n_grads).collect(), "grads")?;
         let values = leaves.next().expect("the loss values: [B, 1]");
         let b = values.shape()[0];
         let values: Tensor<1> = values.reshape([b].into()).into_tensor_at("aux.values")?;

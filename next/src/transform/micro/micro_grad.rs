@@ -5,8 +5,7 @@ use std::marker::PhantomData;
 
 use super::batches::Microbatching;
 use super::grad_fn::{
-    GradFn, Identity, LossAux, LossFn, MicroAux, MicroGradResult, MicroGradTypes, NoMetrics,
-    TreeFn,
+    GradFn, Identity, LossAux, LossFn, MicroAux, MicroGradCall, MicroGradTypes, NoMetrics, TreeFn,
 };
 use super::grad_run::{Caches, GradRun, loss_tree, with_unit_dims};
 use crate::VmapError;
@@ -112,7 +111,26 @@ pub struct ModuleParams;
 
 /// A function transformed by [`micro_grad`] (or [`micro_grad_module`](crate::micro_grad_module)):
 /// `S` is the accumulator tree, `T` the `transform_fn`, `M` the `metrics_fn`, `Src` where the
-/// gradients come from ([`ArgGrads`] or [`ModuleParams`]).
+/// gradients come from ([`ArgGrads`] or [`ModuleParams`]). One builder serves a whole training
+/// loop: it holds the recordings of the loss, `transform_fn` and `metrics_fn`, one per
+/// signature.
+///
+/// ```
+/// use burn::tensor::{Device, Tensor};
+/// use burn_vmap::accumulate::Mean;
+/// use burn_vmap::micro_grad;
+/// let device = Device::default();
+/// let xs = Tensor::<2>::ones([4, 3], &device);
+/// let step = micro_grad(|(w, x): (Tensor<1>, Tensor<2>)| x.matmul(w.unsqueeze_dim(1)).sum())
+///     .accumulator(Mean)
+///     .transform_fn(|g: Tensor<1>| g);
+/// let mut w = Tensor::<1>::zeros([3], &device);
+/// for _ in 0..3 {
+///     let (g, _) = step.call((w.clone(), xs.clone())).unwrap();
+///     w = w - g * 0.1; // one recording for the three steps
+/// }
+/// assert_eq!(w.into_data().to_vec::<f32>().unwrap(), vec![-0.3; 3]);
+/// ```
 #[derive(Debug, Clone)]
 pub struct MicroGrad<F, S = Sum, T = Identity, M = NoMetrics, Src = ArgGrads> {
     pub(super) f: F,
@@ -400,10 +418,7 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ArgGrads> {
     ///
     /// # Errors
     /// See [`micro_grad`].
-    pub fn call<I, A, G>(
-        &self,
-        args: I,
-    ) -> Result<MicroGradResult<(S, T, M), G, LossAux<F, A>>, VmapError>
+    pub fn call<I, A, G>(&self, args: I) -> MicroGradCall<S, T, M, G, LossAux<F, A>>
     where
         F: LossFn<A>,
         I: Tree,
@@ -435,7 +450,7 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ArgGrads> {
         &self,
         args: I,
         num_real_microbatches: Option<usize>,
-    ) -> Result<MicroGradResult<(S, T, M), G, LossAux<F, A>>, VmapError>
+    ) -> MicroGradCall<S, T, M, G, LossAux<F, A>>
     where
         F: LossFn<A>,
         I: Tree,
@@ -465,10 +480,7 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ArgGrads> {
     ///
     /// # Errors
     /// See [`micro_grad`].
-    pub fn call_as<I, A, G, MO, XO>(
-        &self,
-        args: I,
-    ) -> Result<(G, MicroAux<MO, XO>), VmapError>
+    pub fn call_as<I, A, G, MO, XO>(&self, args: I) -> Result<(G, MicroAux<MO, XO>), VmapError>
     where
         F: LossFn<A>,
         I: Tree,
@@ -506,10 +518,13 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ArgGrads> {
         let plan = self.opts.plan(&leaves, &def)?;
         let mapped = map_inputs(leaves, def, &plan.in_axes)?;
         let sigs = with_unit_dims(example_sigs(&mapped.leaves, &mapped.axes), &plan.unit);
-        let loss = self.caches.loss.get_or_record(&mapped.def, &sigs, true, || {
-            let f = |a: A| loss_tree(self.f.loss(a));
-            record::<A, DynTree>(NAME, &f, &mapped.def, &sigs, true)
-        })?;
+        let loss = self
+            .caches
+            .loss
+            .get_or_record(&mapped.def, &sigs, true, || {
+                let f = |a: A| loss_tree(self.f.loss(a));
+                record::<A, DynTree>(NAME, &f, &mapped.def, &sigs, true)
+            })?;
         let grad_sigs = plan.tracked.iter().map(|&i| sigs[i].clone()).collect();
         self.run_grads(GradRun {
             transform: NAME,

@@ -75,7 +75,19 @@ pub fn micro_vmap<F>(f: F) -> MicroVmap<F> {
     }
 }
 
-/// A function vectorized by [`micro_vmap`]; `S` is its accumulator tree.
+/// A function vectorized by [`micro_vmap`]; `S` is its accumulator tree. One builder serves
+/// many calls: it holds the recordings of `f`, one per argument signature.
+///
+/// ```
+/// use burn::tensor::{Device, Tensor};
+/// use burn_vmap::accumulate::Sum;
+/// use burn_vmap::transform::micro::MicroVmap;
+/// let summed: MicroVmap<_, Sum> = burn_vmap::micro_vmap(|x: Tensor<1>| x * 2.0).accumulator(Sum);
+/// for b in [2, 4] {
+///     let total = summed.call(Tensor::<2>::ones([b, 3], &Device::default())).unwrap();
+///     assert_eq!(total.into_data().to_vec::<f32>().unwrap(), vec![2.0 * b as f32; 3]);
+/// }
+/// ```
 #[derive(Debug, Clone)]
 pub struct MicroVmap<F, S = Concat> {
     f: F,

@@ -23,8 +23,8 @@ mod norms;
 mod step;
 
 pub use grad_fn::{
-    GradFn, GradOut, Identity, LossAux, LossFn, LossOutput, MicroAux, MicroGradResult,
-    MicroGradTypes, ModuleLossAux, ModuleLossFn, NoMetrics, TreeFn,
+    GradFn, GradOut, Identity, LossAux, LossFn, LossOutput, MicroAux, MicroGradCall,
+    MicroGradResult, MicroGradTypes, ModuleLossAux, ModuleLossFn, NoMetrics, TreeFn,
 };
 pub use micro_grad::{ArgGrads, ArgNums, MicroGrad, ModuleParams, micro_grad};
 pub use micro_vmap::{MicroVmap, micro_vmap};

@@ -4,7 +4,7 @@ use burn::module::Module;
 
 use super::batches::Microbatching;
 use super::grad_fn::{
-    GradFn, Identity, MicroAux, MicroGradResult, MicroGradTypes, ModuleLossAux, ModuleLossFn,
+    GradFn, Identity, MicroAux, MicroGradCall, MicroGradTypes, ModuleLossAux, ModuleLossFn,
     NoMetrics,
 };
 use super::grad_run::{GradRun, loss_tree, with_unit_dims};
@@ -111,7 +111,7 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
         &self,
         model: &Mod,
         args: I,
-    ) -> Result<MicroGradResult<(S, T, M), ParamGrads, ModuleLossAux<F, Mod, A>>, VmapError>
+    ) -> MicroGradCall<S, T, M, ParamGrads, ModuleLossAux<F, Mod, A>>
     where
         Mod: Module,
         F: ModuleLossFn<Mod, A>,
@@ -147,7 +147,7 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
         model: &Mod,
         args: I,
         num_real_microbatches: Option<usize>,
-    ) -> Result<MicroGradResult<(S, T, M), ParamGrads, ModuleLossAux<F, Mod, A>>, VmapError>
+    ) -> MicroGradCall<S, T, M, ParamGrads, ModuleLossAux<F, Mod, A>>
     where
         Mod: Module,
         F: ModuleLossFn<Mod, A>,

@@ -8,8 +8,8 @@
 //! dense layer's `batch × d_in × d_out` gradient.
 
 use burn::tensor::{Bool, Tensor};
-use burn_backend::ops::{BoolTensorOps, FloatTensorOps};
 use burn_backend::TensorMetadata;
+use burn_backend::ops::{BoolTensorOps, FloatTensorOps};
 use burn_dispatch::{Dispatch, DispatchTensor};
 
 use crate::tree::{Leaf, Tree};

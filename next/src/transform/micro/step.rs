@@ -8,15 +8,15 @@
 //! over the examples on the engine (so a factored per-example weight gradient is reduced as
 //! one matrix product, never multiplied out per example), or unbatched into rows.
 
+use burn::tensor::Device;
 use burn_autodiff::Autodiff;
 use burn_backend::TensorMetadata;
 use burn_backend::backend::AutodiffBackend;
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
-use burn::tensor::Device;
 
+use super::grad_fn::sealed::GradProgram;
 use crate::Vmap;
 use crate::VmapError;
-use super::grad_fn::sealed::GradProgram;
 use crate::accumulate::Reduce;
 use crate::graph::Program;
 use crate::guard;
@@ -77,12 +77,7 @@ fn unit_axis<B: UserBackend>(v: Value<Vmap<B>>) -> Value<Vmap<B>> {
 /// An output leaving the batched run as `reduce` says: unbatched at axis 0 (`[m, ...]`), then,
 /// for a float leaf to be summed or averaged, reduced over that axis on the engine
 /// (`[1, ...]`; a factored product's sum over examples is one matrix product).
-fn hand_back<B: UserBackend>(
-    v: Value<Vmap<B>>,
-    reduce: Reduce,
-    level: Level,
-    size: usize,
-) -> Leaf {
+fn hand_back<B: UserBackend>(v: Value<Vmap<B>>, reduce: Reduce, level: Level, size: usize) -> Leaf {
     let rows = unbatch::<Vmap<B>>(v, level, size, 0);
     let out = match (reduce, rows) {
         (Reduce::Sum, Value::Float(t)) => Value::Float(Vmap::<B>::float_sum_dim(t, 0)),
@@ -238,7 +233,9 @@ impl Job for GradStep<'_> {
                 .zip(self.reduce)
                 .map(|(v, r)| hand_back::<B>(v, *r, level, size))
                 .collect();
-            let rows = std::iter::once(Value::Float(value)).chain(metrics).chain(aux);
+            let rows = std::iter::once(Value::Float(value))
+                .chain(metrics)
+                .chain(aux);
             out.extend(rows.map(|v| hand_back::<B>(v, Reduce::Rows, level, size)));
             Ok(out)
         })
