@@ -238,3 +238,28 @@ fn should_draw_dropout_per_example() {
         }
     }
 }
+
+/// An empty batch (Poisson sampling can draw one) never panics: zero gradients, no values.
+#[test]
+fn should_give_zero_gradients_for_an_empty_batch() {
+    let net = Net::new();
+    let (x, y) = (matrix(0, 4, 1), matrix(0, 2, 2));
+    for mb in [None, Some(2)] {
+        let (g, aux) = micro_grad_module(loss)
+            .microbatch_size(mb)
+            .transform_fn(|g| clip_by_global_norm(g, 1.0))
+            .call(&net, (x.clone(), y.clone()))
+            .unwrap();
+        assert_eq!(aux.values.dims(), [0]);
+        assert_eq!(g.len(), 4);
+        for (path, _, leaf) in g.iter() {
+            assert!(values(leaf).iter().all(|v| *v == 0.0), "{path}");
+        }
+        let (per, _) = micro_grad_module(loss)
+            .microbatch_size(mb)
+            .accumulator(Concat)
+            .call(&net, (x.clone(), y.clone()))
+            .unwrap();
+        assert_eq!(per.get::<3>("a.weight").unwrap().dims(), [0, 4, 5]);
+    }
+}
