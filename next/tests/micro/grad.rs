@@ -413,3 +413,33 @@ fn should_return_micro_grad_errors() {
         "{e}"
     );
 }
+
+/// A batched argument differentiated: every example's gradient with respect to its own row,
+/// with the unit dim `keep_batch_dim` gave it.
+#[test]
+fn should_differentiate_a_batched_argument() {
+    let (n, d) = (6, 3);
+    let xs = matrix(n, d, 60);
+    let w = Tensor::<1>::from_floats([1.0, -2.0, 0.5], &dev());
+    let loss = |(w, x): (Tensor<1>, Tensor<2>)| (x.clone() * x * w.unsqueeze()).sum();
+    for m in [None, Some(2)] {
+        let (per, _) = micro_grad(loss)
+            .argnums(1)
+            .batch_argnums(1)
+            .microbatch_size(m)
+            .accumulator(Concat)
+            .transform_fn(|g: Tensor<2>| g)
+            .call((w.clone(), xs.clone()))
+            .unwrap();
+        let want = xs.clone() * w.clone().unsqueeze::<2>() * 2.0;
+        close(per, want.clone().reshape([n, 1, d]));
+        let (sum, _) = micro_grad(loss)
+            .argnums(1)
+            .batch_argnums(1)
+            .microbatch_size(m)
+            .transform_fn(|g: Tensor<2>| g)
+            .call((w.clone(), xs.clone()))
+            .unwrap();
+        close(sum, want.sum_dim(0));
+    }
+}
