@@ -70,6 +70,7 @@ impl Program {
             .into_iter()
             .filter(|op| !matches!(op, OperationIr::Init(_) | OperationIr::Drop(_)))
             .collect();
+        let ops = super::rewrite::restore_linear(ops);
         let mut uses: HashMap<TensorId, usize> = HashMap::new();
         for op in &ops {
             for t in op.inputs() {
