@@ -30,8 +30,8 @@ mod runtime;
 mod value;
 
 pub mod accumulate;
-pub mod privacy;
 pub mod prelude;
+pub mod privacy;
 pub mod transform;
 pub mod tree;
 

@@ -32,6 +32,6 @@ pub use auto::auto_vmap;
 pub use axes::Axes;
 pub use chunked::chunked_vmap;
 pub use custom::{custom_vmap, sequential_vmap};
-pub use scan::{checkpoint_chunked_scan, scan, sliced_scan};
 pub use micro::{micro_grad, micro_grad_module, micro_vmap};
+pub use scan::{checkpoint_chunked_scan, scan, sliced_scan};
 pub use vmap::vmap;

@@ -125,6 +125,7 @@ macro_rules! with_rank_m1 {
 mod apis;
 mod case;
 mod compare;
+mod extra;
 mod io;
 mod programs;
 mod pytree;

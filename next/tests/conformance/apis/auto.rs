@@ -1,11 +1,5 @@
 //! jax_autovmap's `auto_vmap`.
 //!
-//! NOT BUILT YET: waits for `auto_vmap` (`burn_vmap::transform::auto_vmap`, `auto::Ranks`) in
-//! the 0.22 crate. Ported from the 0.21 runner as far as its APIs show, without backends; then
-//! declare `mod auto;` in `apis/mod.rs` and route `jax_autovmap.auto_vmap` to `api_auto_vmap`
-//! in `run_api`. The error checks (`check_auto_vmap_error`, `auto_vmap_param_names`) are built
-//! already, in `compare.rs`.
-//!
 //! What 0.22 changes here: the 0.21 runner wrapped a call with no batch dim in a `vmap` of size
 //! 1, because NdArray could not make the rank-0 result; Flex holds rank 0, so the call is
 //! direct (and an inner error could not travel out of a recorded function as a panic payload

@@ -1,12 +1,5 @@
 //! optax.microbatching: `micro_vmap` and `micro_grad`.
 //!
-//! NOT BUILT YET: waits for `micro_vmap`, `micro_grad` and the accumulators (`Acc`, `Sum`,
-//! `Mean`, `RunningMean`, `Concat`, the `Accumulator` trait) in the 0.22 crate. Ported from
-//! the 0.21 runner as far as the 0.21 APIs show, without backends (`Pt`, `Tensor<D, K>`);
-//! adjust to the 0.22 signatures when they land, then declare `mod micro;` in `apis/mod.rs`
-//! and route `optax.microbatching.micro_vmap` / `micro_grad` to `api_micro_vmap` /
-//! `api_micro_grad` in `run_api`.
-//!
 //! What 0.22 changes here: `transform_fn` and `metrics_fn` are recorded like the program (they
 //! read tensors only through their argument, one example's gradients: `clip` is an `f32`, not
 //! a tensor); the program's inputs are built on the default device (the transform records the

@@ -2,14 +2,13 @@
 //!
 //! - `mod.rs`: `vmap` and `value_and_grad`;
 //! - `vmap_grad.rs`: `vmap` of a gradient program, through `per_example_grads`;
-//! - `micro.rs`: optax.microbatching (`micro_vmap`, `micro_grad`), waiting for `micro_vmap` /
-//!   `micro_grad` in the 0.22 crate;
-//! - `auto.rs`: jax_autovmap's `auto_vmap`, waiting for `auto_vmap`;
-//! - `powerpax.rs`: `chunked_vmap`, `sliced_scan`, `checkpoint_chunked_scan`, waiting for them.
-//!
-//! The three files are ported as far as the 0.21 transforms show but not declared as modules
-//! yet: declare them here and route their apis in [`run_api`] when their transforms land.
+//! - `micro.rs`: optax.microbatching (`micro_vmap`, `micro_grad`);
+//! - `auto.rs`: jax_autovmap's `auto_vmap`;
+//! - `powerpax.rs`: `chunked_vmap`, `sliced_scan`, `checkpoint_chunked_scan`.
 
+mod auto;
+mod micro;
+mod powerpax;
 mod vmap_grad;
 
 use std::sync::{Arc, Mutex};
@@ -30,16 +29,12 @@ pub(crate) fn run_api(case: &Case) -> Option<Result<Run, String>> {
     Some(match case.api.as_str() {
         "jax.vmap" => api_vmap(case),
         "jax.value_and_grad" => api_value_and_grad(case),
-        // Their transforms are not in the 0.22 crate yet (apis/micro.rs, apis/auto.rs and
-        // apis/powerpax.rs hold the ported runners): `api_micro_vmap`, `api_micro_grad`,
-        // `api_auto_vmap`, `api_chunked_vmap`, `api_sliced_scan`,
-        // `api_checkpoint_chunked_scan`.
-        "optax.microbatching.micro_vmap"
-        | "optax.microbatching.micro_grad"
-        | "jax_autovmap.auto_vmap"
-        | "powerpax.chunked_vmap"
-        | "powerpax.sliced_scan"
-        | "powerpax.checkpoint_chunked_scan" => return None,
+        "optax.microbatching.micro_vmap" => micro::api_micro_vmap(case),
+        "optax.microbatching.micro_grad" => micro::api_micro_grad(case),
+        "jax_autovmap.auto_vmap" => auto::api_auto_vmap(case),
+        "powerpax.chunked_vmap" => powerpax::api_chunked_vmap(case),
+        "powerpax.sliced_scan" => powerpax::api_sliced_scan(case),
+        "powerpax.checkpoint_chunked_scan" => powerpax::api_checkpoint_chunked_scan(case),
         _ => return None,
     })
 }

@@ -1,12 +1,5 @@
 //! powerpax: `chunked_vmap`, `sliced_scan`, `checkpoint_chunked_scan`.
 //!
-//! NOT BUILT YET: waits for `chunked_vmap`, `sliced_scan` and `checkpoint_chunked_scan`
-//! (`burn_vmap::transform::{chunked_vmap, sliced_scan, checkpoint_chunked_scan}`) in the 0.22
-//! crate. Ported from the 0.21 runner as far as its APIs show, without backends; then declare
-//! `mod powerpax;` in `apis/mod.rs`, route the three `powerpax.*` apis to `api_chunked_vmap`,
-//! `api_sliced_scan` and `api_checkpoint_chunked_scan` in `run_api`, and declare `mod extra;`
-//! in `main.rs` (more powerpax cases against host loops).
-//!
 //! What 0.22 changes here: a recorded function reads tensors only through its arguments, so a
 //! `captured` input (`tanh_matmul_and_sqnorm`'s `w`) is passed as a trailing unmapped argument
 //! (`in_axes` `None`) instead of being closed over; the derivatives of `checkpoint_chunked_scan`
