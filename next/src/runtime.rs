@@ -200,11 +200,3 @@ pub(crate) fn is_capture(device: &Device) -> bool {
         DispatchDevice::Capture(_)
     )
 }
-
-/// The user's device for a backend device.
-pub(crate) fn user_device<B: UserBackend>(device: &B::Device) -> Device
-where
-    B::Device: Into<DispatchDevice>,
-{
-    Device::new(device.clone())
-}

@@ -95,14 +95,6 @@ impl Program {
         }
     }
 
-    /// The inputs' signatures, in order.
-    pub(crate) fn input_sigs(&self) -> impl Iterator<Item = TensorSig> + '_ {
-        self.inputs.iter().map(|t| TensorSig {
-            shape: t.shape.clone(),
-            dtype: t.dtype,
-        })
-    }
-
     /// The outputs' signatures, in order.
     pub(crate) fn output_sigs(&self) -> impl Iterator<Item = TensorSig> + '_ {
         self.outputs.iter().map(|t| TensorSig {
@@ -111,12 +103,8 @@ impl Program {
         })
     }
 
-    /// The number of recorded operations.
-    pub(crate) fn num_ops(&self) -> usize {
-        self.ops.len()
-    }
-
-    /// The recorded operations.
+    /// The recorded operations (for tests).
+    #[cfg(test)]
     pub(crate) fn ops(&self) -> &[OperationIr] {
         &self.ops
     }
