@@ -1,7 +1,7 @@
 //! The mechanism being accounted: one step of DP-SGD, and the trait both accountants implement.
 
 use crate::error::{check_range, AccountingError, Result};
-use crate::statement::PrivacyStatement;
+use crate::statement::{PrivacyStatement, StepGroup};
 
 /// One step of DP-SGD: the Poisson-subsampled Gaussian mechanism.
 ///
@@ -81,6 +81,21 @@ pub(crate) fn check_count(count: u64) -> Result<u64> {
         })
     } else {
         Ok(count)
+    }
+}
+
+/// Adds `count` steps of `event` to the group with the same parameters (composition is
+/// commutative), or starts a new group.
+pub(crate) fn push_group(groups: &mut Vec<StepGroup>, event: PoissonGaussian, count: u64) {
+    match groups.iter_mut().find(|g| {
+        g.sampling_rate == event.sampling_rate && g.noise_multiplier == event.noise_multiplier
+    }) {
+        Some(g) => g.steps = g.steps.saturating_add(count),
+        None => groups.push(StepGroup {
+            sampling_rate: event.sampling_rate,
+            noise_multiplier: event.noise_multiplier,
+            steps: count,
+        }),
     }
 }
 

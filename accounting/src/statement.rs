@@ -2,8 +2,6 @@
 
 use std::fmt;
 
-use crate::event::PoissonGaussian;
-
 /// A run of steps with the same sampling rate and noise multiplier.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepGroup {
@@ -13,21 +11,6 @@ pub struct StepGroup {
     pub noise_multiplier: f64,
     /// Number of steps.
     pub steps: u64,
-}
-
-/// Adds `count` steps of `event` to the group with the same parameters (composition is
-/// commutative), or starts a new group.
-pub(crate) fn push_group(groups: &mut Vec<StepGroup>, event: PoissonGaussian, count: u64) {
-    match groups.iter_mut().find(|g| {
-        g.sampling_rate == event.sampling_rate && g.noise_multiplier == event.noise_multiplier
-    }) {
-        Some(g) => g.steps = g.steps.saturating_add(count),
-        None => groups.push(StepGroup {
-            sampling_rate: event.sampling_rate,
-            noise_multiplier: event.noise_multiplier,
-            steps: count,
-        }),
-    }
 }
 
 /// Which accountant produced a statement, with its parameters.

@@ -29,6 +29,9 @@ mod guard;
 mod runtime;
 mod value;
 
+pub mod accumulate;
+pub mod prelude;
+pub mod privacy;
 pub mod transform;
 pub mod tree;
 
@@ -37,5 +40,8 @@ pub use batching::BatchOps;
 pub use error::VmapError;
 pub use level::Randomness;
 pub use transform::grad::{ParamGrads, per_example_grads};
+pub use transform::micro::{
+    MicroAux, clip_by_global_norm, global_norm, micro_grad, micro_grad_module, micro_vmap,
+};
 pub use transform::vmap::vmap;
 pub use tree::{Static, Tree};

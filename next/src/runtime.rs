@@ -9,11 +9,16 @@
 //! capture tensors, recording it into the enclosing graph.
 
 use burn::tensor::Device;
+use burn_autodiff::Autodiff;
+use burn_autodiff::checkpoint::strategy::{
+    BalancedCheckpointing, CheckpointStrategy, NoCheckpointing,
+};
 use burn_backend::TensorMetadata;
 use burn_backend::backend::{AutodiffBackend, Backend};
+use burn_dispatch::GradientCheckpointingStrategy;
 use burn_dispatch::{
     BackendTensor, Dispatch, DispatchAutodiffContext, DispatchDevice, DispatchKindConversion,
-    DispatchTensor,
+    DispatchTensor, DispatchTensorKind,
 };
 
 use crate::VmapError;
@@ -63,6 +68,25 @@ where
 pub(crate) fn detach(tensor: DispatchTensor) -> DispatchTensor {
     if tensor.autodiff == DispatchAutodiffContext::Disabled {
         tensor
+    } else if let DispatchTensorKind::Autodiff(inner) = &tensor.kind
+        && matches!(**inner, DispatchTensorKind::Capture(_))
+    {
+        // A float tensor recorded for gradients (`Autodiff<Capture>`): Burn's `inner` refuses
+        // capture tensors, so it is unwrapped here.
+        let DispatchTensorKind::Autodiff(inner) = tensor.kind else {
+            unreachable!()
+        };
+        let DispatchTensorKind::Capture(t) = *inner else {
+            unreachable!()
+        };
+        let t = match t {
+            BackendTensor::Autodiff(t) => BackendTensor::Float(t.into_primitive()),
+            other => other,
+        };
+        DispatchTensor {
+            kind: DispatchTensorKind::Capture(t),
+            autodiff: DispatchAutodiffContext::Disabled,
+        }
     } else if tensor.dtype().is_float() {
         Dispatch::inner(tensor)
     } else if tensor.dtype().is_bool() {
@@ -115,10 +139,64 @@ fn on_dispatch<J: Job>(
     }
 }
 
-/// The user's device for a backend device.
-pub(crate) fn user_device<B: UserBackend>(device: &B::Device) -> Device
-where
-    B::Device: Into<DispatchDevice>,
-{
-    Device::new(device.clone())
+/// Work generic over the autodiff backend behind the user's autodiff device: its inner backend
+/// `B` and its gradient-checkpointing strategy `C`.
+pub(crate) trait AutodiffJob {
+    /// What the work returns.
+    type Output;
+    /// Runs the work on `Autodiff<B, C>`, whose inner device is `device`.
+    fn run<B, C>(self, device: B::Device) -> Self::Output
+    where
+        B: UserBackend,
+        C: CheckpointStrategy,
+        DispatchTensor: DispatchKindConversion<Autodiff<B, C>>;
+}
+
+/// Runs `job` on the autodiff backend of `device`.
+///
+/// # Errors
+/// [`VmapError::Device`] when `device` is not an autodiff device of a backend burn-vmap runs on.
+pub(crate) fn on_autodiff_backend<J: AutodiffJob>(
+    transform: &'static str,
+    device: &Device,
+    job: J,
+) -> Result<J::Output, VmapError> {
+    let unsupported = |what: String| VmapError::Device {
+        transform,
+        why: format!(
+            "burn-vmap differentiates on Flex, wgpu and CUDA autodiff devices, not on {what}"
+        ),
+    };
+    let DispatchDevice::Autodiff(device) = device.as_dispatch().clone() else {
+        return Err(unsupported(format!("{device:?}")));
+    };
+    let balanced =
+        device.gradient_checkpointing_strategy() == GradientCheckpointingStrategy::Balanced;
+    /// `job` on `Autodiff<$b>` with the device's strategy.
+    macro_rules! run {
+        ($b:ty, $d:expr) => {
+            if balanced {
+                Ok(job.run::<$b, BalancedCheckpointing>($d))
+            } else {
+                Ok(job.run::<$b, NoCheckpointing>($d))
+            }
+        };
+    }
+    match device.inner() {
+        #[cfg(feature = "flex")]
+        DispatchDevice::Flex(d) => run!(burn_dispatch::backends::Flex, d),
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        DispatchDevice::Cube(d) => run!(burn_dispatch::backends::Cube, d),
+        #[allow(unreachable_patterns)]
+        other => Err(unsupported(format!("{other:?}"))),
+    }
+}
+
+/// Whether `device` is a capture device: a function given tensors on it is being recorded by a
+/// transform (the autodiff capture device of a recording made for gradients included).
+pub(crate) fn is_capture(device: &Device) -> bool {
+    matches!(
+        device.clone().without_autodiff().as_dispatch(),
+        DispatchDevice::Capture(_)
+    )
 }

@@ -179,3 +179,46 @@ fn should_reuse_the_recording_for_another_batch_size() {
         assert_eq!(values(out), expected);
     }
 }
+
+/// A rank-0 tensor of Burn 0.22 (`from_data` refuses rank 0): a `[1]` tensor reshaped.
+fn rank0(v: f32) -> Tensor<0> {
+    use burn_backend::Shape;
+    use burn_backend::ops::FloatTensorOps;
+    let one = Tensor::<1>::from_floats([v], &Device::default()).into_dispatch();
+    Tensor::from_dispatch(burn_dispatch::Dispatch::float_reshape(one, Shape::new([])))
+}
+
+#[test]
+fn should_combine_an_unmapped_rank0_argument_with_mapped_scalars() {
+    let device = Device::default();
+    let ys = Tensor::<1>::from_floats([1.0, 10.0], &device);
+    // Unmapped rank 0 on either side of a mapped rank-0 example: the result is rank 0 per
+    // example (`[2]`, not `[2, 1]`).
+    let left: Tensor<1> = vmap(|(x, y): (Tensor<0>, Tensor<0>)| x * y)
+        .in_axes([None, Some(0)])
+        .call((rank0(3.0), ys.clone()))
+        .unwrap();
+    assert_eq!(values(left), vec![3.0, 30.0]);
+    let right: Tensor<1> = vmap(|(y, x): (Tensor<0>, Tensor<0>)| y - x)
+        .in_axes([Some(0), None])
+        .call((ys.clone(), rank0(3.0)))
+        .unwrap();
+    assert_eq!(values(right), vec![-2.0, 7.0]);
+    // Returned unchanged, it is broadcast to the batch.
+    let same: Tensor<1> = vmap(|(_, x): (Tensor<0>, Tensor<0>)| x)
+        .in_axes([Some(0), None])
+        .call((ys.clone(), rank0(3.0)))
+        .unwrap();
+    assert_eq!(values(same), vec![3.0, 3.0]);
+    // Nested: the inner vmap sees the outer example's scalar as an unmapped rank-0 argument.
+    let xs = Tensor::<1>::from_floats([1.0, 2.0, 3.0], &device);
+    let outer = |(x, ys): (Tensor<0>, Tensor<1>)| -> Tensor<1> {
+        vmap(|(x, y): (Tensor<0>, Tensor<0>)| x * y)
+            .in_axes([None, Some(0)])
+            .call((x, ys))
+            .unwrap()
+    };
+    let out: Tensor<2> = vmap(outer).in_axes([Some(0), None]).call((xs, ys)).unwrap();
+    assert_eq!(out.dims(), [3, 2]);
+    assert_eq!(values(out), vec![1.0, 10.0, 2.0, 20.0, 3.0, 30.0]);
+}

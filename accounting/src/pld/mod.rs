@@ -20,8 +20,9 @@ mod pmf;
 use std::sync::{Arc, OnceLock};
 
 use crate::error::{check_delta, check_epsilon, check_range, Result};
+use crate::event::push_group;
 use crate::event::{check_count, Accountant, PoissonGaussian};
-use crate::statement::{push_group, AccountantDescription, PrivacyStatement, StepGroup};
+use crate::statement::{AccountantDescription, PrivacyStatement, StepGroup};
 use mechanism::{Direction, SubsampledGaussianLoss};
 use pmf::DensePmf;
 

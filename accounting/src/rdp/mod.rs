@@ -189,7 +189,7 @@ impl RdpAccountant {
             }
         }
         self.steps = self.steps.saturating_add(count);
-        crate::statement::push_group(&mut self.history, event, count);
+        crate::event::push_group(&mut self.history, event, count);
         Ok(())
     }
 

@@ -1,7 +1,7 @@
 //! The expansion of `#[derive(Tree)]`.
 
 use proc_macro2::{Span, TokenStream};
-use quote::{quote, quote_spanned};
+use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Data, DeriveInput, Fields, Member, Type, parse_quote};
 
@@ -177,12 +177,11 @@ pub(crate) fn derive_tree(input: &DeriveInput) -> syn::Result<TokenStream> {
     })
 }
 
-/// `Lift` for a struct whose tree fields are bare type parameters (`struct Stats<P, T> {
-/// per_example: P, total: T }`), so a transform returning it needs no annotation: `Stats<P, T>`
-/// lifts to `Stats<P::Lifted, T::Lifted>`. Other structs get none (their callers name results).
-///
-/// The 0.21 derive also derived `AccOutput` (how an accumulator struct maps an output struct)
-/// here; the accumulate module is not ported to Burn 0.22 yet, so that part generates nothing.
+/// `Lift` and `AccOutput` for a struct whose tree fields are bare type parameters
+/// (`struct Stats<P, T> { per_example: P, total: T }`), so a transform returning it, or
+/// accumulating with it, needs no annotation: `Stats<P, T>` lifts to `Stats<P::Lifted,
+/// T::Lifted>`, and as an accumulator tree maps `Stats<O0, O1>` to `Stats<P::Output,
+/// T::Output>`. Other structs get neither (their callers name results with `call_as`).
 fn type_maps(input: &DeriveInput, fields: &[Field], leaf_params: &[syn::Ident]) -> TokenStream {
     let name = &input.ident;
     let bare = |ty: &Type| match ty {
@@ -212,6 +211,7 @@ fn type_maps(input: &DeriveInput, fields: &[Field], leaf_params: &[syn::Ident]) 
         return TokenStream::new();
     }
     let params = leaf_params;
+    let outs: Vec<syn::Ident> = params.iter().map(|p| format_ident!("__Out{}", p)).collect();
     let where_extra = input
         .generics
         .where_clause
@@ -230,6 +230,18 @@ fn type_maps(input: &DeriveInput, fields: &[Field], leaf_params: &[syn::Ident]) 
             #name<#(<#params as ::burn_vmap::tree::Lift>::Lifted),*>: ::burn_vmap::Tree,
         {
             type Lifted = #name<#(<#params as ::burn_vmap::tree::Lift>::Lifted),*>;
+        }
+
+        #[automatically_derived]
+        impl<#(#params,)* #(#outs),*>
+            ::burn_vmap::accumulate::AccOutput<#name<#(#outs),*>> for #name<#(#params),*>
+        where
+            #where_extra
+            #(#params: ::burn_vmap::accumulate::AccOutput<#outs>,)*
+            #name<#(<#params as ::burn_vmap::accumulate::AccOutput<#outs>>::Output),*>:
+                ::burn_vmap::Tree,
+        {
+            type Output = #name<#(<#params as ::burn_vmap::accumulate::AccOutput<#outs>>::Output),*>;
         }
     }
 }

@@ -21,6 +21,9 @@
 //! `Dispatch::inner` before its id is read.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use burn::tensor::{Device, DeviceConfig};
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
@@ -29,6 +32,7 @@ use burn_dispatch::backends::Capture;
 use burn_dispatch::{BackendTensor, Dispatch, DispatchTensor, DispatchTensorKind};
 use burn_ir::TensorId;
 
+use super::custom::CustomHandler;
 use super::program::{Program, TensorSig};
 use crate::VmapError;
 use crate::guard;
@@ -39,6 +43,34 @@ thread_local! {
     static POOL: RefCell<Vec<Vec<(DeviceSettings, Device)>>> = const { RefCell::new(Vec::new()) };
     /// How many captures are open on this thread.
     static DEPTH: Cell<usize> = const { Cell::new(0) };
+    /// The custom operations recorded so far by each open capture (by depth), with their
+    /// handlers (`custom.rs`).
+    static CUSTOMS: RefCell<Vec<Vec<Pending>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A custom operation recorded by an open capture: its id and handler.
+type Pending = (String, Arc<dyn CustomHandler>);
+
+/// Ids of custom operations, unique in the process.
+static CUSTOM_IDS: AtomicU64 = AtomicU64::new(0);
+
+/// Gives `handler` to the open capture on `device` (a capture device of this thread's pool):
+/// the program it records will run `handler` for the custom operation of the returned id.
+/// `None` when no capture is open on `device`.
+pub(crate) fn register_custom(device: &Device, handler: Arc<dyn CustomHandler>) -> Option<String> {
+    let depth = POOL.with(|pool| {
+        pool.borrow()
+            .iter()
+            .take(DEPTH.get())
+            .position(|devices| devices.iter().any(|(_, d)| d == device))
+    })?;
+    let id = format!(
+        "burn_vmap/{}#{}",
+        handler.transform(),
+        CUSTOM_IDS.fetch_add(1, Ordering::Relaxed)
+    );
+    CUSTOMS.with(|c| c.borrow_mut()[depth].push((id.clone(), handler)));
+    Some(id)
 }
 
 /// What a capture closure records: the function's inputs and outputs (flattened, in order) and
@@ -63,6 +95,15 @@ pub(crate) fn placeholder(sig: &TensorSig, device: &Device) -> DispatchTensor {
     }
 }
 
+/// [`capture_with`] the default device's dtypes, for callers that know no user device.
+pub(crate) fn capture<R>(
+    transform: &'static str,
+    autodiff: bool,
+    record: impl FnOnce(&Device) -> Result<Recording<R>, VmapError>,
+) -> Result<(Program, R), VmapError> {
+    capture_with(transform, autodiff, Device::default().settings(), record)
+}
+
 /// Records `record` on a capture device (with autodiff on when `autodiff`, with the default
 /// dtypes of `settings`: the user's device's) and returns the program with the closure's extra
 /// result. `transform` names the caller in errors.
@@ -72,7 +113,7 @@ pub(crate) fn placeholder(sig: &TensorSig, device: &Device) -> DispatchTensor {
 /// - [`VmapError::ValueRead`]: the function read a recorded tensor's values;
 /// - [`VmapError::FunctionPanicked`]: any other panic of the function;
 /// - whatever error `record` returns.
-pub(crate) fn capture<R>(
+pub(crate) fn capture_with<R>(
     transform: &'static str,
     autodiff: bool,
     settings: DeviceSettings,
@@ -91,6 +132,11 @@ pub(crate) fn capture<R>(
         }
     });
     let _depth = DepthGuard::enter(depth);
+    CUSTOMS.with(|c| {
+        let mut c = c.borrow_mut();
+        c.resize_with(depth + 1, Vec::new);
+        c[depth].clear();
+    });
     let user_device = if autodiff {
         device.clone().autodiff()
     } else {
@@ -137,6 +183,10 @@ pub(crate) fn capture<R>(
         outcome = Some(result);
         scope.complete(inputs, outputs)
     });
+    let customs: HashMap<_, _> = CUSTOMS
+        .with(|c| std::mem::take(&mut c.borrow_mut()[depth]))
+        .into_iter()
+        .collect();
     let (_, outputs, extra) = outcome.expect("the capture closure ran")?;
     let captured = captured.map_err(|e| VmapError::FunctionPanicked {
         transform,
@@ -157,6 +207,7 @@ pub(crate) fn capture<R>(
         captured.graph.inputs,
         outputs,
         captured.values,
+        Arc::new(customs),
     );
     Ok((program, extra))
 }

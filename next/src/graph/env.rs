@@ -1,11 +1,13 @@
 //! [`Env`]: the values of a program's tensors while it runs, each freed after its last read.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use burn_backend::backend::Backend;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 use burn_ir::{TensorId, TensorIr};
 
+use super::custom::{CustomHandler, Customs};
 use crate::value::Value;
 
 /// The live tensors of one run of a program, keyed by their captured id. Each tensor knows how
@@ -16,16 +18,25 @@ pub(crate) struct Env<B: Backend> {
     uses: HashMap<TensorId, usize>,
     /// The device every tensor created by the program goes to.
     pub(crate) device: B::Device,
+    /// The handlers of the program's custom operations.
+    customs: Customs,
 }
 
 impl<B: Backend> Env<B> {
-    /// An empty environment whose tensors will be read `uses[id]` times.
-    pub(crate) fn new(device: B::Device, uses: HashMap<TensorId, usize>) -> Self {
+    /// An empty environment whose tensors will be read `uses[id]` times, for a program whose
+    /// custom operations run `customs`.
+    pub(crate) fn new(device: B::Device, uses: HashMap<TensorId, usize>, customs: Customs) -> Self {
         Self {
             values: HashMap::with_capacity(uses.len()),
             uses,
             device,
+            customs,
         }
+    }
+
+    /// The handler of custom operation `id`.
+    pub(crate) fn custom(&self, id: &str) -> Option<Arc<dyn CustomHandler>> {
+        self.customs.get(id).cloned()
     }
 
     /// Binds `id` (a program input, a constant or an op's output). A tensor nothing reads is

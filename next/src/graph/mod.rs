@@ -9,14 +9,19 @@
 //! | `capture.rs` | recording a function on the capture device; panics and foreign tensors as errors |
 //! | `program.rs` | [`Program`]: operations, inputs, outputs, constants; running it |
 //! | `env.rs` | the live tensors of one run, each freed after its last read |
+//! | `custom.rs` | custom operations (`custom_vmap`): recorded as one node, batched by their rule when run |
 //! | `ops.rs` | the one match over Burn's `OperationIr` |
+//! | `rewrite.rs` | rewrites of a captured graph before it runs (`linear`, which Burn 0.22.1 records decomposed) |
 
 mod capture;
+mod custom;
 mod env;
 mod ops;
 mod program;
+mod rewrite;
 
-pub(crate) use capture::{Recording, capture, placeholder};
+pub(crate) use capture::{Recording, capture, capture_with, placeholder};
+pub(crate) use custom::{CustomHandler, RuleProgram, record_call};
 pub(crate) use program::{Program, TensorSig};
 
 #[cfg(test)]

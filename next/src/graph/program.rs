@@ -6,6 +6,7 @@ use burn_backend::backend::Backend;
 use burn_backend::{DType, Shape, TensorData};
 use burn_ir::{OperationIr, TensorId, TensorIr};
 
+use super::custom::Customs;
 use super::env::Env;
 use super::ops::execute;
 use crate::VmapError;
@@ -26,6 +27,8 @@ pub(crate) struct Program {
     constants: Vec<(TensorId, TensorData)>,
     /// How many times each tensor is read (by ops, and once per output position).
     uses: HashMap<TensorId, usize>,
+    /// The handlers of its custom operations (`custom_vmap`), by operation id.
+    customs: Customs,
 }
 
 /// The signature of one tensor of a program: its shape and dtype for one example.
@@ -38,12 +41,14 @@ pub(crate) struct TensorSig {
 impl Program {
     /// Builds the program from a captured graph: `inputs` and `outputs` are the graph's
     /// boundary as the caller declared it (outputs may repeat), `values` the captured tensor
-    /// data (the inputs' placeholders among them, which are dropped).
+    /// data (the inputs' placeholders among them, which are dropped), `customs` the handlers of
+    /// its custom operations.
     pub(crate) fn new(
         operations: Vec<OperationIr>,
         inputs: Vec<TensorId>,
         outputs: Vec<TensorId>,
         mut values: std::collections::BTreeMap<TensorId, TensorData>,
+        customs: Customs,
     ) -> Self {
         let mut irs: HashMap<TensorId, TensorIr> = HashMap::new();
         for op in &operations {
@@ -65,6 +70,7 @@ impl Program {
             .into_iter()
             .filter(|op| !matches!(op, OperationIr::Init(_) | OperationIr::Drop(_)))
             .collect();
+        let ops = super::rewrite::restore_linear(ops);
         let mut uses: HashMap<TensorId, usize> = HashMap::new();
         for op in &ops {
             for t in op.inputs() {
@@ -85,15 +91,8 @@ impl Program {
             outputs,
             constants,
             uses,
+            customs,
         }
-    }
-
-    /// The inputs' signatures, in order.
-    pub(crate) fn input_sigs(&self) -> impl Iterator<Item = TensorSig> + '_ {
-        self.inputs.iter().map(|t| TensorSig {
-            shape: t.shape.clone(),
-            dtype: t.dtype,
-        })
     }
 
     /// The outputs' signatures, in order.
@@ -104,12 +103,8 @@ impl Program {
         })
     }
 
-    /// The number of recorded operations.
-    pub(crate) fn num_ops(&self) -> usize {
-        self.ops.len()
-    }
-
-    /// The recorded operations.
+    /// The recorded operations (for tests).
+    #[cfg(test)]
     pub(crate) fn ops(&self) -> &[OperationIr] {
         &self.ops
     }
@@ -135,7 +130,7 @@ impl Program {
             self.inputs.len(),
             inputs.len()
         );
-        let mut env = Env::new(device.clone(), self.uses.clone());
+        let mut env = Env::new(device.clone(), self.uses.clone(), self.customs.clone());
         for (t, value) in self.inputs.iter().zip(inputs) {
             env.bind(t.id, value);
         }

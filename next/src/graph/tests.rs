@@ -66,7 +66,7 @@ fn should_replay_a_model_and_its_gradients_as_burn_computes_them() {
         dtype: t.dtype(),
     });
 
-    let (program, ()) = capture("test", false, Device::default().settings(), |cap| {
+    let (program, ()) = capture("test", false, |cap| {
         let m = model.clone().to_device(cap);
         let xs: Vec<DispatchTensor> = sigs.iter().map(|s| placeholder(s, cap)).collect();
         let loss = m.loss(
@@ -170,7 +170,7 @@ fn should_give_per_example_gradients_equal_to_the_loop_of_burns_backward() {
             dtype: ys.dtype(),
         },
     ];
-    let (program, ()) = capture("test", true, Device::default().settings(), |cap| {
+    let (program, ()) = capture("test", true, |cap| {
         let m = model.clone().to_device(cap);
         let args: Vec<DispatchTensor> = sigs.iter().map(|s| placeholder(s, cap)).collect();
         let loss = m.loss(
@@ -206,7 +206,7 @@ fn should_give_per_example_gradients_equal_to_the_loop_of_burns_backward() {
         .iter()
         .map(|t| {
             let g = V::float_unbatch(AD::grad(t, &grads).unwrap(), level, batch, 0);
-            let g = crate::ops::into_unbatched::<Flex, _>(g, Flex::float_reshape);
+            let g = crate::ops::into_unbatched(g, Flex::float_reshape);
             let g = Tensor::<3>::from_dispatch(Flex::tensor(Value::Float(
                 match g.shape().num_dims() {
                     2 => Flex::float_reshape(g.clone(), [g.shape()[0], 1, g.shape()[1]].into()),

@@ -87,15 +87,29 @@ pub(crate) fn assert_unbatched<P>(t: &VmapTensor<P>, op: &str) {
     );
 }
 
+/// An inner backend's primitive as an unbatched tensor of `Vmap<B>`: the inverse of
+/// [`into_unbatched`]. A rank-0 tensor is held as `[1]` marked rank 0, as every logical rank-0
+/// tensor of the engine is (see `VmapTensor`'s physical layout), so it combines with batched
+/// scalars.
+pub(crate) fn from_inner<P>(t: P, reshape: fn(P, burn_backend::Shape) -> P) -> VmapTensor<P>
+where
+    P: burn_backend::TensorMetadata,
+{
+    if t.shape().num_dims() == 0 {
+        let one = reshape(t, burn_backend::Shape::from(vec![1]));
+        return VmapTensor::from_physical_scalar(one, crate::tensor::BatchDims::none());
+    }
+    VmapTensor::unbatched(t)
+}
+
 /// An unbatched tensor of `Vmap<B>` as the inner backend's primitive: a lazy form computed, a
 /// logical rank-0 tensor (held as `[1]`) reshaped to rank 0 with `reshape`.
 ///
 /// # Panics
 /// If the tensor is batched (see [`assert_unbatched`]).
 #[track_caller]
-pub(crate) fn into_unbatched<B, P>(t: VmapTensor<P>, reshape: fn(P, burn_backend::Shape) -> P) -> P
+pub(crate) fn into_unbatched<P>(t: VmapTensor<P>, reshape: fn(P, burn_backend::Shape) -> P) -> P
 where
-    B: burn_backend::backend::Backend,
     P: burn_backend::TensorMetadata + Clone,
 {
     assert_unbatched(&t, "leaving vmap");

@@ -23,7 +23,7 @@ use crate::runtime::{Job, UserBackend, on_backend};
 use crate::transform::axes::{Axes, map_inputs};
 use crate::transform::module::{ModuleParams, record_module_fn};
 use crate::transform::run::{batch, common_device, example_sigs, lift, lower, unbatch};
-use crate::tree::{Key, Leaf, Leaves, NodeKind, Tree, TreeDef};
+use crate::tree::{Key, Leaf, Leaves, Lift, NodeKind, Tree, TreeDef};
 use crate::value::Value;
 
 /// Gradients of a module's float parameters, keyed by parameter path (`"fc1.weight"`) and
@@ -70,6 +70,19 @@ impl ParamGrads {
     /// The gradients as tensors of any rank: `(path, id, gradient)`.
     pub fn iter(&self) -> impl Iterator<Item = (&str, ParamId, &Leaf)> {
         self.entries.iter().map(|(p, i, g)| (p.as_str(), *i, g))
+    }
+
+    /// Applies `f(path, gradient)` to every gradient.
+    pub fn map(self, mut f: impl FnMut(&str, Leaf) -> Leaf) -> Self {
+        let entries = self
+            .entries
+            .into_iter()
+            .map(|(p, i, g)| {
+                let g = f(&p, g);
+                (p, i, g)
+            })
+            .collect();
+        Self { entries }
     }
 
     /// Each example's global L2 norm over every parameter: per-example gradients in, `[batch]`
@@ -202,6 +215,12 @@ impl Tree for ParamGrads {
         }
         Ok(Self { entries })
     }
+}
+
+/// Per-example gradients are `ParamGrads` too (their ranks live at run time), so a transform
+/// returning `ParamGrads` for one example returns `ParamGrads` for the batch.
+impl Lift for ParamGrads {
+    type Lifted = ParamGrads;
 }
 
 /// Per-example gradients of `loss_fn` with respect to every trainable float parameter of

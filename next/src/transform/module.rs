@@ -11,7 +11,7 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::tensor::{Float, Tensor};
 
 use crate::VmapError;
-use crate::graph::{Recording, TensorSig, capture, placeholder};
+use crate::graph::{Recording, TensorSig, capture_with, placeholder};
 use crate::transform::run::Recorded;
 use crate::tree::{Leaf, Tree, TreeDef};
 
@@ -163,7 +163,7 @@ pub(crate) fn record_module_fn<M: Module, A: Tree, R: Tree>(
     // (and the user's model then panics: "Cannot move a tensor from a capture device"). Their
     // values are put back once the recording is made.
     let saved = Saved::of(module);
-    let recorded = capture(transform, true, settings, |device| {
+    let recorded = capture_with(transform, true, settings, |device| {
         // Burn refuses to move an autodiff tensor to a capture device: a module in training
         // mode (on an autodiff device, as an optimizer holds it) is recorded from its values.
         let recorded_module = module.clone().map(&mut WithoutAutodiff).to_device(device);

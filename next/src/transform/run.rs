@@ -16,16 +16,15 @@
 use std::sync::{Arc, Mutex};
 
 use burn::tensor::Device;
-use burn_backend::{Shape, TensorMetadata};
+use burn_backend::Shape;
 
 use crate::Vmap;
 use crate::VmapError;
 use crate::batching::BatchOps;
-use crate::graph::{Program, Recording, TensorSig, capture, placeholder};
+use crate::graph::{Program, Recording, TensorSig, capture_with, placeholder};
 use crate::guard;
 use crate::level::{Level, Randomness, VmapScope};
 use crate::runtime::{Job, UserBackend, on_backend};
-use crate::tensor::{BatchDims, VmapTensor};
 use crate::tree::{Leaf, Tree, TreeDef};
 use crate::value::Value;
 
@@ -86,8 +85,20 @@ pub(crate) fn any_autodiff(leaves: &[Leaf]) -> bool {
 }
 
 /// Records `f` for arguments of structure `def` and signature `sigs`, with the default dtypes of
-/// the arguments' `device`.
+/// the default device (see [`record_on`]).
 pub(crate) fn record<A: Tree, R: Tree>(
+    transform: &'static str,
+    f: &impl Fn(A) -> R,
+    def: &TreeDef,
+    sigs: &[TensorSig],
+    autodiff: bool,
+) -> Result<Recorded, VmapError> {
+    record_on(transform, f, def, sigs, autodiff, &Device::default())
+}
+
+/// Records `f` for arguments of structure `def` and signature `sigs`, with the default dtypes of
+/// the arguments' `device`: a tensor `f` creates gets the dtype it gets there.
+pub(crate) fn record_on<A: Tree, R: Tree>(
     transform: &'static str,
     f: &impl Fn(A) -> R,
     def: &TreeDef,
@@ -95,7 +106,7 @@ pub(crate) fn record<A: Tree, R: Tree>(
     autodiff: bool,
     device: &Device,
 ) -> Result<Recorded, VmapError> {
-    let (program, out_def) = capture(transform, autodiff, device.settings(), |device| {
+    let (program, out_def) = capture_with(transform, autodiff, device.settings(), |device| {
         let inputs: Vec<_> = sigs.iter().map(|s| placeholder(s, device)).collect();
         let leaves = inputs.iter().cloned().map(Leaf).collect();
         let args = A::unflatten_named(def, leaves, "args")?;
@@ -225,6 +236,12 @@ impl Job for Batched<'_> {
 }
 
 /// A user's tensor as an (unbatched) tensor of `Vmap<B>`.
+///
+/// A rank-0 tensor is held as `[1]` marked rank 0, the engine's layout of every logical rank-0
+/// tensor (`[batch sizes.., 1]`, see [`VmapTensor::from_physical_scalar`]): held as `[]`, an
+/// unmapped rank-0 argument would meet a batched rank-0 tensor with one physical dim too few
+/// (the binary rules align it to `[1]` against `[batch, 1]`, giving a rank-1 result, or a rank
+/// mismatch on backends that do not broadcast across ranks, such as capture).
 pub(crate) fn lift<B: UserBackend>(
     transform: &'static str,
     leaf: Leaf,
@@ -234,21 +251,10 @@ pub(crate) fn lift<B: UserBackend>(
         why: format!("an argument is not on the backend of the others: {why}"),
     })?;
     Ok(match value {
-        Value::Float(t) => Value::Float(unbatched(t, B::float_reshape)),
-        Value::Int(t) => Value::Int(unbatched(t, B::int_reshape)),
-        Value::Bool(t) => Value::Bool(unbatched(t, B::bool_reshape)),
+        Value::Float(t) => Value::Float(crate::ops::from_inner(t, B::float_reshape)),
+        Value::Int(t) => Value::Int(crate::ops::from_inner(t, B::int_reshape)),
+        Value::Bool(t) => Value::Bool(crate::ops::from_inner(t, B::bool_reshape)),
     })
-}
-
-/// An inner primitive as an unbatched tensor of `Vmap<B>`; a rank-0 one is held as `[1]`, the
-/// engine's layout of logical rank 0 (a binary op of a physical rank-0 operand and a batched
-/// rank-0 one otherwise came out of rank 1).
-fn unbatched<P: TensorMetadata>(t: P, reshape: fn(P, Shape) -> P) -> VmapTensor<P> {
-    if t.shape().num_dims() == 0 {
-        VmapTensor::from_physical_scalar(reshape(t, Shape::from(vec![1])), BatchDims::none())
-    } else {
-        VmapTensor::unbatched(t)
-    }
 }
 
 /// An unbatched tensor of `Vmap<B>` as a tensor of `B` (a lazy form computed).
@@ -257,9 +263,9 @@ fn unbatched<P: TensorMetadata>(t: P, reshape: fn(P, Shape) -> P) -> VmapTensor<
 /// If the tensor is still batched (an internal error: outputs are unbatched first).
 pub(crate) fn lower<B: UserBackend>(value: Value<Vmap<B>>) -> Value<B> {
     match value {
-        Value::Float(t) => Value::Float(crate::ops::into_unbatched::<B, _>(t, B::float_reshape)),
-        Value::Int(t) => Value::Int(crate::ops::into_unbatched::<B, _>(t, B::int_reshape)),
-        Value::Bool(t) => Value::Bool(crate::ops::into_unbatched::<B, _>(t, B::bool_reshape)),
+        Value::Float(t) => Value::Float(crate::ops::into_unbatched(t, B::float_reshape)),
+        Value::Int(t) => Value::Int(crate::ops::into_unbatched(t, B::int_reshape)),
+        Value::Bool(t) => Value::Bool(crate::ops::into_unbatched(t, B::bool_reshape)),
     }
 }
 

@@ -3,7 +3,7 @@
 use crate::VmapError;
 use crate::level::Randomness;
 use crate::transform::axes::{AxesOptions, Mapped, axes_setters, map_inputs, normalize_axis};
-use crate::transform::run::{Batched, Cache, any_autodiff, common_device, example_sigs, record};
+use crate::transform::run::{Batched, Cache, any_autodiff, common_device, example_sigs, record_on};
 use crate::tree::{Leaf, Lift, Tree, TreeDef};
 
 /// Vectorizes `f` over a batch axis: JAX's `jax.vmap`.
@@ -179,7 +179,7 @@ pub(crate) fn run_vmap<A: Tree, R: Tree>(
     let sigs = example_sigs(&leaves, &axes);
     let autodiff = any_autodiff(&leaves);
     let recorded = cache.get_or_record(&def, &sigs, autodiff, || {
-        record::<A, R>(transform, f, &def, &sigs, autodiff, &device)
+        record_on::<A, R>(transform, f, &def, &sigs, autodiff, &device)
     })?;
     let out_def = recorded.out_def.clone();
     let given = out_axes.broadcast_to(&out_def, "out_axes", "out")?;
