@@ -385,7 +385,8 @@ pub const ALLOWED: &[(&str, &str)] = &[
     (
         "Module::Linear*",
         "burn-dispatch 0.22.1 does not forward linear and its backward ops (a TODO in its \
-         ModuleOps): the default's matmul and add are recorded",
+         ModuleOps): the default's matmul and add are recorded (graph/rewrite.rs runs a \
+         recorded matmul of a matrix as Module::Linear: cases linear, float_matmul)",
     ),
     (
         "Module::CtcLoss*",
