@@ -195,7 +195,7 @@ fn reading_values_inside_the_recording_is_a_typed_error() {
 
 /// Reading an argument itself (not a tensor computed from it) should be `ValueRead` too: the
 /// placeholders the recording runs on are created from data (zeros), so the read succeeds and
-/// the function silently sees zeros.
+/// the function silently sees zeros (and `argwhere` of a mapped mask returns nothing).
 #[test]
 #[ignore = "library bug: reading an argument's values inside the recording returns the \
             placeholder's zeros instead of VmapError::ValueRead (graph/capture.rs placeholder)"]
@@ -207,6 +207,16 @@ fn reading_an_argument_inside_the_recording_is_a_typed_error() {
     })
     .call(xs)
     .unwrap_err();
+    assert!(matches!(err, VmapError::ValueRead { .. }), "{err}");
+    // `argwhere` reads its argument to size its result: it sees the zeros and returns no row
+    // for every example, where the loop finds [[0], [2]] and [[1], [2]].
+    let ms = Tensor::<2, Bool>::from_data(
+        TensorData::from([[true, false, true], [false, true, true]]),
+        &dev(),
+    );
+    let err = vmap(|m: Tensor<1, Bool>| m.argwhere())
+        .call_as::<_, _, _, Tensor<3, Int>>(ms)
+        .unwrap_err();
     assert!(matches!(err, VmapError::ValueRead { .. }), "{err}");
 }
 
