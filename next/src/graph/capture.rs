@@ -46,6 +46,9 @@ thread_local! {
     /// The custom operations recorded so far by each open capture (by depth), with their
     /// handlers (`custom.rs`).
     static CUSTOMS: RefCell<Vec<Vec<Pending>>> = const { RefCell::new(Vec::new()) };
+    /// The placeholders of each open capture (by depth): the id of the view the function gets
+    /// -> the id of the value Burn records as the graph's input.
+    static VIEWS: RefCell<Vec<HashMap<TensorId, TensorId>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A custom operation recorded by an open capture: its id and handler.
@@ -84,15 +87,34 @@ pub(crate) struct Recording<R> {
 /// A placeholder input of signature `sig` on the capture device `device` (zeros: its values are
 /// never read, only its shape and dtype are recorded).
 pub(crate) fn placeholder(sig: &TensorSig, device: &Device) -> DispatchTensor {
-    let data = TensorData::full_dtype(sig.shape.clone(), 0, sig.dtype);
+    // The function gets a view of the recorded input, not the input itself: Burn's capture keeps
+    // the data of a tensor created from data and would hand it to a read (zeros, a silently
+    // wrong control flow), while a view has no value, so a read is `VmapError::ValueRead`. The
+    // view is one `expand` of a value of ones-shape; the program takes the view as its input
+    // and drops the `expand` (`Program::new`).
+    let unit = vec![1; sig.shape.num_dims()];
+    let data = TensorData::full_dtype(unit, 0, sig.dtype);
+    let shape = sig.shape.clone();
     let device = device.as_dispatch();
-    if sig.dtype.is_float() {
-        Dispatch::float_from_data(data, device)
+    let (value, view) = if sig.dtype.is_float() {
+        let v = Dispatch::float_from_data(data, device);
+        (v.clone(), Dispatch::float_expand(v, shape))
     } else if sig.dtype.is_bool() {
-        Dispatch::bool_from_data(data, device)
+        let v = Dispatch::bool_from_data(data, device);
+        (v.clone(), Dispatch::bool_expand(v, shape))
     } else {
-        Dispatch::int_from_data(data, device)
+        let v = Dispatch::int_from_data(data, device);
+        (v.clone(), Dispatch::int_expand(v, shape))
+    };
+    if let (Ok(value), Ok(view_id)) = (id("vmap", value), id("vmap", view.clone())) {
+        let depth = DEPTH.get().saturating_sub(1);
+        VIEWS.with(|v| {
+            let mut v = v.borrow_mut();
+            v.resize_with(depth + 1, HashMap::new);
+            v[depth].insert(view_id, value);
+        });
     }
+    view
 }
 
 /// [`capture_with`] the default device's dtypes, for callers that know no user device.
@@ -137,6 +159,11 @@ pub(crate) fn capture_with<R>(
         c.resize_with(depth + 1, Vec::new);
         c[depth].clear();
     });
+    VIEWS.with(|v| {
+        let mut v = v.borrow_mut();
+        v.resize_with(depth + 1, HashMap::new);
+        v[depth].clear();
+    });
     let user_device = if autodiff {
         device.clone().autodiff()
     } else {
@@ -176,8 +203,19 @@ pub(crate) fn capture_with<R>(
                 let outputs = ids(transform, recording.outputs)?;
                 Ok((inputs, outputs, recording.extra))
             });
+        // Burn records a placeholder's value as the input; the program takes its view.
         let (inputs, outputs) = match &result {
-            Ok((inputs, outputs, _)) => (inputs.clone(), unique(outputs)),
+            Ok((inputs, outputs, _)) => {
+                let declared = VIEWS.with(|v| {
+                    let v = v.borrow();
+                    let views = v.get(depth);
+                    inputs
+                        .iter()
+                        .map(|id| views.and_then(|m| m.get(id)).copied().unwrap_or(*id))
+                        .collect()
+                });
+                (declared, unique(outputs))
+            }
             Err(_) => (Vec::new(), Vec::new()),
         };
         outcome = Some(result);
@@ -187,7 +225,7 @@ pub(crate) fn capture_with<R>(
         .with(|c| std::mem::take(&mut c.borrow_mut()[depth]))
         .into_iter()
         .collect();
-    let (_, outputs, extra) = outcome.expect("the capture closure ran")?;
+    let (inputs, outputs, extra) = outcome.expect("the capture closure ran")?;
     let captured = captured.map_err(|e| VmapError::FunctionPanicked {
         transform,
         message: format!("Burn rejected the recorded graph: {e}"),
@@ -202,9 +240,23 @@ pub(crate) fn capture_with<R>(
         captured.graph.outputs[pos]
     };
     let outputs = outputs.iter().map(resolve).collect();
+    // Placeholders are their views; other inputs (a module's parameters) as Burn resolved them.
+    let inputs = VIEWS.with(|v| {
+        let v = v.borrow();
+        inputs
+            .iter()
+            .zip(&captured.graph.inputs)
+            .map(
+                |(ours, burns)| match v.get(depth).is_some_and(|m| m.contains_key(ours)) {
+                    true => *ours,
+                    false => *burns,
+                },
+            )
+            .collect()
+    });
     let program = Program::new(
         captured.graph.operations,
-        captured.graph.inputs,
+        inputs,
         outputs,
         captured.values,
         Arc::new(customs),

@@ -66,9 +66,13 @@ impl Program {
         for input in &inputs {
             values.remove(&input.id);
         }
+        // An op producing an input is a placeholder's view (`capture::placeholder`): the input
+        // is bound directly.
+        let is_input = |op: &OperationIr| op.outputs().any(|t| inputs.iter().any(|i| i.id == t.id));
         let ops: Vec<OperationIr> = operations
             .into_iter()
             .filter(|op| !matches!(op, OperationIr::Init(_) | OperationIr::Drop(_)))
+            .filter(|op| !is_input(op))
             .collect();
         let ops = super::rewrite::restore_linear(ops);
         let mut uses: HashMap<TensorId, usize> = HashMap::new();

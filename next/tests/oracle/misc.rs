@@ -193,12 +193,10 @@ fn reading_values_inside_the_recording_is_a_typed_error() {
     }
 }
 
-/// Reading an argument itself (not a tensor computed from it) should be `ValueRead` too: the
-/// placeholders the recording runs on are created from data (zeros), so the read succeeds and
-/// the function silently sees zeros (and `argwhere` of a mapped mask returns nothing).
+/// Reading an argument itself (not a tensor computed from it) is `ValueRead` too: the function
+/// gets views of the recorded inputs, which hold no value (were it the placeholders' data, the
+/// read would silently see zeros, and `argwhere` of a mapped mask would return nothing).
 #[test]
-#[ignore = "library bug: reading an argument's values inside the recording returns the \
-            placeholder's zeros instead of VmapError::ValueRead (graph/capture.rs placeholder)"]
 fn reading_an_argument_inside_the_recording_is_a_typed_error() {
     let xs = Tensor::<2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &dev());
     let err = vmap(|x: Tensor<1>| {
