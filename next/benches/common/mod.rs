@@ -1,0 +1,92 @@
+//! What the benches share: the MLP and CNN bench models, and criterion's estimates read back
+//! for the ratios printed at the end of a run.
+
+// Each bench uses part of this module.
+#![allow(dead_code)]
+
+use burn::module::Module;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::tensor::{Device, Int, Tensor};
+
+/// Reads criterion's mean estimate (ns) of `group/id` from this run's JSON (criterion stores a
+/// function id `a/b` of `bench_function` as `a_b`, a `BenchmarkId` as `a/b`).
+pub fn mean_ns(group: &str, id: &str) -> Option<f64> {
+    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let path = format!("{dir}/criterion/{group}/{id}/new/estimates.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["mean"]["point_estimate"].as_f64()
+}
+
+/// The MLP bench model: 784-512-512-10 with softmax cross-entropy.
+pub const MLP_SIZES: [usize; 4] = [784, 512, 512, 10];
+
+/// The MLP bench model.
+#[derive(Module, Debug)]
+pub struct Mlp {
+    fc1: Linear,
+    fc2: Linear,
+    fc3: Linear,
+    act: Relu,
+}
+
+impl Mlp {
+    /// A fresh model.
+    pub fn new(device: &Device) -> Self {
+        Self {
+            fc1: LinearConfig::new(MLP_SIZES[0], MLP_SIZES[1]).init(device),
+            fc2: LinearConfig::new(MLP_SIZES[1], MLP_SIZES[2]).init(device),
+            fc3: LinearConfig::new(MLP_SIZES[2], MLP_SIZES[3]).init(device),
+            act: Relu::new(),
+        }
+    }
+
+    /// Logits of a batch `[n, 784]`.
+    pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        let h = self.act.forward(self.fc1.forward(x));
+        let h = self.act.forward(self.fc2.forward(h));
+        self.fc3.forward(h)
+    }
+
+    /// Mean softmax cross-entropy of a batch `[n, 784]` with labels `[n]`: shape `[1]`.
+    pub fn loss(&self, x: Tensor<2>, y: Tensor<1, Int>) -> Tensor<1> {
+        let logp = burn::tensor::activation::log_softmax(self.forward(x), 1);
+        logp.gather(1, y.unsqueeze_dim(1)).mean().neg()
+    }
+}
+
+/// The CNN bench model: conv 3×3 1→16 on 28×28, relu, conv 3×3 16→32, relu, mean over the
+/// spatial dims, linear 32→10, softmax cross-entropy.
+#[derive(Module, Debug)]
+pub struct Cnn {
+    /// The first convolution.
+    pub conv1: Conv2d,
+    /// The second convolution.
+    pub conv2: Conv2d,
+    /// The head.
+    pub fc: Linear,
+    act: Relu,
+}
+
+impl Cnn {
+    /// A fresh model.
+    pub fn new(device: &Device) -> Self {
+        Self {
+            conv1: Conv2dConfig::new([1, 16], [3, 3]).init(device),
+            conv2: Conv2dConfig::new([16, 32], [3, 3]).init(device),
+            fc: LinearConfig::new(32, 10).init(device),
+            act: Relu::new(),
+        }
+    }
+
+    /// Mean softmax cross-entropy of a batch `[n, 1, 28, 28]`.
+    pub fn loss(&self, x: Tensor<4>, y: Tensor<1, Int>) -> Tensor<1> {
+        let h = self.act.forward(self.conv1.forward(x));
+        let h = self.act.forward(self.conv2.forward(h));
+        let [n, c, hh, ww] = h.dims();
+        let pooled = h.reshape([n, c, hh * ww]).mean_dim(2).reshape([n, c]);
+        let logp = burn::tensor::activation::log_softmax(self.fc.forward(pooled), 1);
+        logp.gather(1, y.unsqueeze_dim(1)).mean().neg()
+    }
+}
