@@ -8,7 +8,7 @@
 use std::any::{Any, TypeId};
 use std::sync::Arc;
 
-use burn::module::{Flag, Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
 use burn_backend::ops::FloatTensorOps;
 use burn_dispatch::Dispatch;
@@ -166,111 +166,6 @@ where
         }
         Ok(sum.expect("a part ran"))
     })
-}
-
-/// Zeros in the shape of every trainable float parameter of `model`, keyed as
-/// [`micro_grad_module`] keys its gradients: the clipped sum of an empty batch.
-///
-/// # Errors
-/// [`VmapError::MixesExamples`] for a layer that mixes the examples of a batch (BatchNorm in
-/// training mode), as a batch would be refused.
-pub(super) fn zeros<M: Module>(
-    transform: &'static str,
-    model: &M,
-) -> Result<ParamGrads, VmapError> {
-    let mut mixing = Mixing::default();
-    model.visit(&mut mixing);
-    if let Some((path, layer)) = mixing.found {
-        return Err(VmapError::MixesExamples {
-            transform,
-            path,
-            layer,
-        });
-    }
-    // Burn applies a parameter's configured trainability when the module enters training mode.
-    let mut zeros = Zeros::default();
-    model.clone().train().visit(&mut zeros);
-    Ok(ParamGrads::new(zeros.out))
-}
-
-/// The layers whose training-mode forward pass mixes the examples of a batch, as
-/// `micro_grad_module` refuses them (`transform/module.rs`).
-const MIXES_EXAMPLES: &[&str] = &["Struct:BatchNorm"];
-
-/// Finds the first layer of [`MIXES_EXAMPLES`] in training mode, and its path.
-#[derive(Default)]
-struct Mixing {
-    path: Vec<String>,
-    containers: Vec<String>,
-    found: Option<(String, &'static str)>,
-}
-
-impl ModuleVisitor for Mixing {
-    fn enter_module(&mut self, name: &str, container_type: &str) {
-        self.path.push(name.to_string());
-        self.containers.push(container_type.to_string());
-    }
-
-    fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-        self.containers.pop();
-    }
-
-    fn visit_flag(&mut self, flag: &Param<Flag>) {
-        // Entering a field passes the type of the struct holding it: the flag's layer.
-        let owner = self.containers.last().map(String::as_str);
-        if flag.val().is_enabled()
-            && self.found.is_none()
-            && let Some(layer) = MIXES_EXAMPLES.iter().find(|l| Some(**l) == owner)
-        {
-            let path = self.path[..self.path.len().saturating_sub(1)].join(".");
-            self.found = Some((path, layer.trim_start_matches("Struct:")));
-        }
-    }
-}
-
-/// Zeros of every trainable float parameter, with its path and id.
-#[derive(Default)]
-struct Zeros {
-    path: Vec<String>,
-    out: Vec<(String, ParamId, Leaf)>,
-}
-
-impl ModuleVisitor for Zeros {
-    fn enter_module(&mut self, name: &str, _container_type: &str) {
-        self.path.push(name.to_string());
-    }
-
-    fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-    }
-
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        let value = param.val();
-        if value.is_require_grad() {
-            let zeros = value.zeros_like();
-            self.out
-                .push((self.path.join("."), param.id, Leaf::new(zeros)));
-        }
-    }
-}
-
-/// `model` with every float parameter off autodiff (Burn's optimizers step a model in training
-/// mode, whose parameters are autodiff tensors; the transform records a plain one). Ids,
-/// trainability and flags (dropout, BatchNorm's training mode) are kept.
-pub(super) fn without_autodiff<M: Module>(model: M) -> M {
-    struct Plain;
-    impl ModuleMapper for Plain {
-        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-            // `Param::map` keeps the configured trainability (what `train()` restores).
-            param.map(|t| t.without_autodiff())
-        }
-    }
-    if is_autodiff(&model) {
-        model.map(&mut Plain)
-    } else {
-        model
-    }
 }
 
 /// Whether any float parameter of `model` is an autodiff tensor (the model is in training

@@ -265,12 +265,9 @@ impl DpSgd {
         A: Tree + 'static,
         F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
     {
-        // The transform records a plain model: a model in training mode loses its autodiff
-        // (not its flags nor its trainability) for the per-example gradients.
-        let plain = clipped::without_autodiff(model.clone());
         let sum = match batch {
-            None => clipped::zeros(NAME, &plain)?,
-            Some(batch) => self.sums.sum(self.clipping(), &plain, loss_fn, batch)?,
+            None => ParamGrads::zeros(NAME, model)?,
+            Some(batch) => self.sums.sum(self.clipping(), model, loss_fn, batch)?,
         };
         self.privatize(sum)
     }

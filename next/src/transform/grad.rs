@@ -39,6 +39,29 @@ impl ParamGrads {
         Self { entries }
     }
 
+    /// Zeros in the shape of every trainable float parameter of `module`, keyed as the
+    /// module transforms key their gradients: the gradient sum of an empty batch.
+    ///
+    /// # Errors
+    /// [`VmapError::MixesExamples`] for a layer that mixes the examples of a batch (BatchNorm
+    /// in training mode), as a batch would be refused.
+    pub(crate) fn zeros<M: Module>(transform: &'static str, module: &M) -> Result<Self, VmapError> {
+        let (params, _) = ModuleParams::of(transform, module)?;
+        let entries = params
+            .paths
+            .into_iter()
+            .zip(params.ids)
+            .zip(params.tensors)
+            .zip(params.trainable)
+            .filter(|(_, trainable)| *trainable)
+            .map(|(((p, i), t), _)| {
+                let zeros = t.zeros_like(t.shape());
+                (p, i, zeros)
+            })
+            .collect();
+        Ok(Self { entries })
+    }
+
     /// Number of parameters with a gradient.
     pub fn len(&self) -> usize {
         self.entries.len()
