@@ -4,6 +4,8 @@
 // Each bench uses part of this module.
 #![allow(dead_code)]
 
+pub mod alloc;
+
 use burn::module::Module;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::{Linear, LinearConfig, Relu};
@@ -12,11 +14,18 @@ use burn::tensor::{Device, Int, Tensor};
 /// Reads criterion's mean estimate (ns) of `group/id` from this run's JSON (criterion stores a
 /// function id `a/b` of `bench_function` as `a_b`, a `BenchmarkId` as `a/b`).
 pub fn mean_ns(group: &str, id: &str) -> Option<f64> {
-    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let path = format!("{dir}/criterion/{group}/{id}/new/estimates.json");
-    let text = std::fs::read_to_string(path).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v["mean"]["point_estimate"].as_f64()
+    // Criterion writes under the workspace's target directory; a bench runs in its package's.
+    let dirs = [
+        std::env::var("CARGO_TARGET_DIR").ok(),
+        Some("target".into()),
+        Some("../target".into()),
+    ];
+    dirs.into_iter().flatten().find_map(|dir| {
+        let path = format!("{dir}/criterion/{group}/{id}/new/estimates.json");
+        let text = std::fs::read_to_string(path).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        v["mean"]["point_estimate"].as_f64()
+    })
 }
 
 /// The MLP bench model: 784-512-512-10 with softmax cross-entropy.
