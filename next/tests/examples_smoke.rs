@@ -160,7 +160,7 @@ fn should_load_the_shipped_digits() {
     let xs = common::to_vec(x);
     assert!((xs[2] - 5.0 / 16.0).abs() < 1e-6);
     assert_eq!(
-        y.into_data().convert::<i64>().into_vec::<i64>().unwrap(),
+        y.into_data().convert::<i64>().try_into_vec::<i64>().unwrap(),
         vec![0, 1]
     );
     // The file is found from the package root (`data/`, or `../data/` while the crate grows in

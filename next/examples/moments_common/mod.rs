@@ -331,7 +331,7 @@ pub fn flat_params(grads: &ParamGrads) -> Vec<(String, Tensor<1>)> {
 pub fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.into_data()
         .convert::<f32>()
-        .into_vec::<f32>()
+        .try_into_vec::<f32>()
         .expect("float data")
 }
 
