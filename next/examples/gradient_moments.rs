@@ -143,8 +143,11 @@ fn layer_norms(g: ParamGrads) -> Vec<Tensor<1>> {
 /// batch shape; `transform_fn` and `metrics_fn` once per gradient signature), so every step
 /// after the first only runs them.
 pub struct MomentsFn {
-    call: Box<dyn Fn(&Mlp, Tensor<2>, Tensor<1, Int>) -> Result<Moments, VmapError>>,
+    call: Box<MomentsCall>,
 }
+
+/// What [`MomentsFn`] holds: the moments of a batch `(x, y)` at a model.
+type MomentsCall = dyn Fn(&Mlp, Tensor<2>, Tensor<1, Int>) -> Result<Moments, VmapError>;
 
 impl Default for MomentsFn {
     fn default() -> Self {

@@ -21,7 +21,9 @@ use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use burn_vmap::accumulate::{Concat, Mean};
-use burn_vmap::{ParamGrads, clip_by_global_norm, global_norm, micro_grad_module, per_example_grads};
+use burn_vmap::{
+    ParamGrads, clip_by_global_norm, global_norm, micro_grad_module, per_example_grads,
+};
 
 #[derive(Module, Debug)]
 struct Classifier {
@@ -59,7 +61,9 @@ impl ModuleVisitor for Touch {
 }
 
 fn values(data: TensorData) -> Vec<f32> {
-    data.convert::<f32>().try_into_vec::<f32>().expect("float data")
+    data.convert::<f32>()
+        .try_into_vec::<f32>()
+        .expect("float data")
 }
 
 /// Burn's gradient of parameter `id` (of rank `rank`), as flat values.
@@ -115,9 +119,8 @@ pub fn main() {
 
     // 1. `per_example_grads`: the loss of ONE example (a batch of one), vectorized over the
     //    batch. It records the loss at every call.
-    let loss_one = |m: &Classifier, (xi, yi): (Tensor<1>, Tensor<1, Int>)| {
-        m.loss(xi.unsqueeze(), yi)
-    };
+    let loss_one =
+        |m: &Classifier, (xi, yi): (Tensor<1>, Tensor<1, Int>)| m.loss(xi.unsqueeze(), yi);
     let y_rows = y.clone().reshape([n, 1]);
     let start = Instant::now();
     let per_example = per_example_grads(&model, (x.clone(), y_rows.clone()), loss_one)
@@ -256,7 +259,9 @@ pub fn main() {
         "  per_example_grads (records at every call):           {:>8.1} ms",
         ms(t_per_example_grads)
     );
-    println!("  (micro_grad_module with Concat returns the stacked gradients; with a Mean of clipped");
+    println!(
+        "  (micro_grad_module with Concat returns the stacked gradients; with a Mean of clipped"
+    );
     println!("   gradients a dense layer's per-example weight gradient stays factored)");
     println!(
         "  micro_grad_module (Concat), first call (records):    {:>8.1} ms",

@@ -160,12 +160,19 @@ fn should_load_the_shipped_digits() {
     let xs = common::to_vec(x);
     assert!((xs[2] - 5.0 / 16.0).abs() < 1e-6);
     assert_eq!(
-        y.into_data().convert::<i64>().try_into_vec::<i64>().unwrap(),
+        y.into_data()
+            .convert::<i64>()
+            .try_into_vec::<i64>()
+            .unwrap(),
         vec![0, 1]
     );
     // The file is found from the package root (`data/`, or `../data/` while the crate grows in
     // `next/`).
-    assert!(common::digits_path().unwrap().ends_with("data/digits.csv.gz"));
+    assert!(
+        common::digits_path()
+            .unwrap()
+            .ends_with("data/digits.csv.gz")
+    );
 }
 
 #[test]
@@ -425,7 +432,10 @@ fn should_train_and_plot_the_gradient_moments() {
         .map(|s| s.to_string())
         .collect();
     let e = gradient_moments::run_with(&bad).unwrap_err();
-    assert!(e.to_string().contains("--epochs: cannot parse `ten`"), "{e}");
+    assert!(
+        e.to_string().contains("--epochs: cannot parse `ten`"),
+        "{e}"
+    );
 }
 
 #[test]
