@@ -437,11 +437,20 @@ fn main() {
     }
 }
 
+/// `gradient_moments/` in Cargo's target directory: `$CARGO_TARGET_DIR`, else the one this
+/// binary was built in (`<target>/release/examples/gradient_moments`), else `target/` beside
+/// the package.
 fn default_out_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(t) => PathBuf::from(t).join("gradient_moments"),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("target/gradient_moments"),
+    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(t).join("gradient_moments");
     }
+    let built_in = std::env::current_exe().ok().and_then(|exe| {
+        let examples = exe.parent()?;
+        let target = examples.parent()?.parent()?;
+        (examples.file_name()? == "examples").then(|| target.join("gradient_moments"))
+    });
+    built_in
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/gradient_moments"))
 }
 
 fn run() -> Result<(), Box<dyn Error>> {
