@@ -29,7 +29,9 @@ mod common;
 use std::time::Duration;
 
 use burn::module::Module;
-use burn::nn::transformer::{TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput};
+use burn::nn::transformer::{
+    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
+};
 use burn::nn::{
     Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig, Lstm, LstmConfig,
 };
@@ -327,7 +329,10 @@ fn main() {
     }
     c.final_summary();
 
-    println!("\n== ratios to Burn's batch gradient (same run, {:?}) ==", Device::default());
+    println!(
+        "\n== ratios to Burn's batch gradient (same run, {:?}) ==",
+        Device::default()
+    );
     println!(
         "| model | standard | clipped sum | (g, g²) | Burn's per-example loop | recording (one-time) | peak memory: standard / clipped sum |"
     );

@@ -383,11 +383,10 @@ impl MomentOptimizer {
     /// One step: `w ← w − lr·u` for every parameter, through Burn's plain SGD `sgd`.
     ///
     /// Burn's optimizers step a model in training mode (its parameters on the autodiff
-    /// device); the transforms take the model on its plain device (they record it on a capture
-    /// device, and a tensor with autodiff cannot move there). So the model is put in training
-    /// mode for the step and handed back in evaluation mode: the same parameters (ids kept, so
-    /// the recording is reused), no autodiff graph. The MLP has no training-mode layer
-    /// (dropout), so nothing else changes.
+    /// device), and `train()` cannot be applied twice; the transforms take a model in either
+    /// mode. So the model is put in training mode for the step and handed back in evaluation
+    /// mode: the same parameters (ids kept, so the recording is reused), no autodiff graph. The
+    /// MLP has no training-mode layer (dropout), so nothing else changes.
     pub fn step(&mut self, sgd: &mut ModuleOptimizer, lr: f64, model: Mlp, s: &Moments) -> Mlp {
         let u = self.direction(s);
         sgd.step(lr, model.train(), u.into_gradients_params())

@@ -179,9 +179,7 @@ pub enum VmapError {
              need a choice: `{transform}(f).randomness(Randomness::Different)` gives every \
              example its own draw (as a loop over the examples would; dropout), \
              `Randomness::Same` shares one draw across the batch; the default, \
-             `Randomness::Error`, refuses to guess. If the draw comes from a Burn module \
-             parameter that is initialized lazily on first use, initialize the model outside \
-             the transform first (`burn_vmap::transform::grad::init_params(&model)`)"
+             `Randomness::Error`, refuses to guess"
     )]
     Randomness {
         /// The transform whose `.randomness(..)` setting applies (`vmap`, `micro_grad`, ...).
