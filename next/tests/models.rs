@@ -27,12 +27,12 @@ fn burn_grad(grads: &GradientsParams, id: ParamId, rank: usize) -> Vec<f32> {
     };
     data.expect("Burn gives every parameter a gradient")
         .convert::<f32>()
-        .into_vec::<f32>()
+        .try_into_vec::<f32>()
         .unwrap()
 }
 
 fn values(data: TensorData) -> Vec<f32> {
-    data.convert::<f32>().into_vec::<f32>().unwrap()
+    data.convert::<f32>().try_into_vec::<f32>().unwrap()
 }
 
 /// Checks `per_example_grads` against the loop: for every example `i`, Burn's own backward of

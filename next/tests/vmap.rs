@@ -5,7 +5,10 @@ use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use burn_vmap::{Randomness, VmapError, vmap};
 
 fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().convert::<f32>().into_vec::<f32>().unwrap()
+    t.into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .unwrap()
 }
 
 fn assert_close(a: &[f32], b: &[f32]) {

@@ -170,7 +170,7 @@ pub(crate) fn capture_with<R>(
         device.clone()
     };
 
-    let mut outcome: Option<Result<(Vec<TensorId>, Vec<TensorId>, R), VmapError>> = None;
+    let mut outcome: Option<Result<Boundary<R>, VmapError>> = None;
     let captured = device.capture_scope(|scope| {
         // A new device takes the user's default dtypes in its first scope (Burn checks them
         // against the capture client, which exists only inside a scope).
@@ -263,6 +263,9 @@ pub(crate) fn capture_with<R>(
     );
     Ok((program, extra))
 }
+
+/// A recording's boundary as the closure gave it: input ids, output ids, and its extra result.
+type Boundary<R> = (Vec<TensorId>, Vec<TensorId>, R);
 
 /// Marks one more capture open on this thread while it lives.
 struct DepthGuard(usize);

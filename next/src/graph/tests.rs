@@ -207,13 +207,10 @@ fn should_give_per_example_gradients_equal_to_the_loop_of_burns_backward() {
         .map(|t| {
             let g = V::float_unbatch(AD::grad(t, &grads).unwrap(), level, batch, 0);
             let g = crate::ops::into_unbatched(g, Flex::float_reshape);
-            let g = Tensor::<3>::from_dispatch(Flex::tensor(Value::Float(
-                match g.shape().num_dims() {
-                    2 => Flex::float_reshape(g.clone(), [g.shape()[0], 1, g.shape()[1]].into()),
-                    _ => g,
-                },
-            )));
-            g
+            Tensor::<3>::from_dispatch(Flex::tensor(Value::Float(match g.shape().num_dims() {
+                2 => Flex::float_reshape(g.clone(), [g.shape()[0], 1, g.shape()[1]].into()),
+                _ => g,
+            })))
         })
         .collect();
     drop(scope);

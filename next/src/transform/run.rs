@@ -127,8 +127,11 @@ pub(crate) fn record_on<A: Tree, R: Tree>(
 /// reads through a `Cell` or a global is read once, when it is recorded.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Cache {
-    entries: Arc<Mutex<Vec<(Key, Arc<Recorded>)>>>,
+    entries: Arc<Mutex<Vec<Entry>>>,
 }
+
+/// A recording and what it was made for.
+type Entry = (Key, Arc<Recorded>);
 
 #[derive(Debug)]
 struct Key {
