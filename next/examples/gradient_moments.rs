@@ -32,7 +32,7 @@
 //! Writes `snr.svg`, `norms.svg` and `loss.svg` to `target/gradient_moments/` (or `--out DIR`)
 //! and prints a table.
 
-#[path = "moments_common/mod.rs"]
+#[path = "common/mod.rs"]
 pub mod common;
 
 use std::error::Error;

@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn_vmap::ParamGrads;
+use burn_vmap::Tree;
+use burn_vmap::tree::TensorVisitor;
 use flate2::read::GzDecoder;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -156,25 +159,38 @@ pub fn parse_digits_csv<R: BufRead>(reader: R) -> io::Result<Dataset> {
     })
 }
 
+/// Where `data/digits.csv.gz` is: the repository's `data/` beside the crate's manifest (see
+/// [`DIGITS_PATHS`]).
+///
+/// # Errors
+/// If the file is in neither place.
+pub fn digits_path() -> io::Result<PathBuf> {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let candidates: Vec<PathBuf> = DIGITS_PATHS.iter().map(|p| crate_dir.join(p)).collect();
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "digits: neither {} nor {} exists",
+                    candidates[0].display(),
+                    candidates[1].display()
+                ),
+            )
+        })
+}
+
 /// The UCI digits from `data/digits.csv.gz` (see [`DIGITS_PATHS`]): 1,797 images of 8×8
 /// pixels.
 ///
 /// # Errors
 /// If the file is in neither place, or corrupt.
 pub fn load_digits() -> io::Result<Dataset> {
-    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let candidates: Vec<PathBuf> = DIGITS_PATHS.iter().map(|p| crate_dir.join(p)).collect();
-    let Some(path) = candidates.iter().find(|p| p.is_file()) else {
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!(
-                "digits: neither {} nor {} exists",
-                candidates[0].display(),
-                candidates[1].display()
-            ),
-        ));
-    };
-    let file = File::open(path)?;
+    let path = digits_path()?;
+    let file = File::open(&path)?;
     parse_digits_csv(BufReader::new(GzDecoder::new(BufReader::new(file))))
 }
 
@@ -368,6 +384,37 @@ impl Mlp {
         let correct: i64 = pred.equal(y).int().sum().into_scalar::<i64>();
         correct as f64 / n.max(1) as f64
     }
+}
+
+// -------------------------------------------------------------------------------------------------
+// Gradients as flat vectors
+// -------------------------------------------------------------------------------------------------
+
+/// Every float tensor of a tree, flattened, in leaf order.
+struct Flatten(Vec<Tensor<1>>);
+
+impl TensorVisitor for Flatten {
+    fn visit_float<const D: usize>(&mut self, _path: &str, t: &Tensor<D>) {
+        let n = t.shape().num_elements();
+        self.0.push(t.clone().reshape([n]));
+    }
+}
+
+/// Every gradient of `grads` as `(path, flat vector)`, in order.
+pub fn flat_params(grads: &ParamGrads) -> Vec<(String, Tensor<1>)> {
+    let mut flat = Flatten(Vec::with_capacity(grads.len()));
+    grads
+        .visit_tensors(&mut flat)
+        .expect("parameters of rank at most 8");
+    grads.paths().map(str::to_string).zip(flat.0).collect()
+}
+
+/// A tensor's values, flattened.
+pub fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .expect("float data")
 }
 
 // -------------------------------------------------------------------------------------------------
