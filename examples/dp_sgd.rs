@@ -4,7 +4,7 @@
 //! privacy (outside the guarantee).
 //!
 //! ```text
-//! cargo run --release --example dp_sgd                          # UCI digits, shipped in data/
+//! cargo run --release --example dp_sgd                          # UCI digits, in data/
 //! cargo run --release --example dp_sgd -- --target-epsilon 2    # σ calibrated to ε = 2
 //! cargo run --release --example dp_sgd -- --mnist DIR           # MNIST IDX files in DIR
 //! ```
@@ -25,29 +25,25 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use burn::backend::Autodiff;
 use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::DatasetError;
+use burn::module::Module;
 use burn::optim::momentum::MomentumConfig;
-use burn::optim::{GradientsParams, Optimizer, SgdConfig};
-use burn::tensor::Tensor;
-use burn::tensor::backend::Backend;
-use burn_vmap::Vmap;
+use burn::optim::{GradientsParams, ModuleOptimizer, SgdConfig};
+use burn::tensor::{Device, Tensor};
 use burn_vmap::privacy::accounting::{AccountantKind, calibrate_noise_multiplier};
 use burn_vmap::privacy::{DpSgd, DpSgdConfig, PoissonLoader};
-use burn_vmap::testing::TestBackend;
 
 use common::{Batch, Dataset, Mlp, SplitMix64, epoch_batches, progress};
-
-type I = Vmap<TestBackend>;
-type AD = Autodiff<I>;
 
 /// The examples of a [`Dataset`] as a `burn::data` dataset: item `i` is the index `i`, and the
 /// batcher reads the rows.
 pub struct Indices(pub usize);
 
 impl burn::data::dataset::Dataset<usize> for Indices {
-    fn get(&self, index: usize) -> Option<usize> {
-        (index < self.0).then_some(index)
+    fn get(&self, index: usize) -> Result<usize, DatasetError> {
+        assert!(index < self.0, "index {index} out of {}", self.0);
+        Ok(index)
     }
 
     fn len(&self) -> usize {
@@ -58,39 +54,40 @@ impl burn::data::dataset::Dataset<usize> for Indices {
 /// The batcher: the rows of the given indices.
 pub struct Rows(pub Arc<Dataset>);
 
-impl<B: Backend> Batcher<B, usize, Batch<B>> for Rows {
-    fn batch(&self, items: Vec<usize>, device: &B::Device) -> Batch<B> {
+impl Batcher<usize, Batch> for Rows {
+    fn batch(&self, items: Vec<usize>, device: &Device) -> Batch {
         self.0.batch(&items, device)
     }
 }
 
 /// The loss of a batch (one example is a batch of one).
-pub fn loss(model: &Mlp<AD>, (x, y): Batch<AD>) -> Tensor<AD, 1> {
+pub fn loss(model: &Mlp, (x, y): Batch) -> Tensor<1> {
     model.loss(x, y)
 }
 
 /// The optimizer both runs use.
-fn sgd() -> impl Optimizer<Mlp<AD>, AD> {
+fn sgd() -> ModuleOptimizer {
     SgdConfig::new()
         .with_momentum(Some(MomentumConfig::new().with_momentum(0.9)))
-        .init::<AD, Mlp<AD>>()
+        .init()
 }
 
 /// The standard Burn training loop: shuffled fixed-size batches, no privacy.
 pub fn fit_baseline(
-    mut model: Mlp<AD>,
+    model: Mlp,
     data: &Dataset,
     epochs: usize,
     batch_size: usize,
     lr: f64,
     rng: &mut SplitMix64,
-) -> Mlp<AD> {
-    let device = Default::default();
+) -> Mlp {
+    let device = Device::default();
+    let mut model = model.train();
     let mut optim = sgd();
     let bar = progress(epochs * data.len() / batch_size, "baseline");
     for _ in 0..epochs {
         for idx in epoch_batches(data.len(), batch_size, rng) {
-            let (x, y) = data.batch::<AD>(&idx, &device);
+            let (x, y) = data.batch(&idx, &device);
             let grads = GradientsParams::from_grads(model.loss(x, y).backward(), &model);
             model = optim.step(lr, model, grads);
             bar.inc(1);
@@ -105,20 +102,20 @@ pub fn fit_baseline(
 ///
 /// # Errors
 /// A refused model or setting (see `burn_vmap::privacy::PrivacyError`).
-#[allow(clippy::type_complexity)]
 pub fn fit_private(
-    mut model: Mlp<AD>,
+    model: Mlp,
     data: Arc<Dataset>,
     steps: usize,
     lr: f64,
     config: DpSgdConfig,
-) -> Result<(Mlp<AD>, DpSgd<impl Optimizer<Mlp<AD>, AD>>), Box<dyn Error>> {
+) -> Result<(Mlp, DpSgd), Box<dyn Error>> {
     let n = data.len();
-    let mut loader = PoissonLoader::<AD, _, _>::new(
+    let mut model = model.train();
+    let mut loader = PoissonLoader::new(
         Arc::new(Indices(n)),
         Arc::new(Rows(data)),
         config.sampling_rate,
-        Default::default(),
+        Device::default(),
     )?;
     let mut dp = DpSgd::new(sgd(), config)?;
     let bar = progress(steps, "DP-SGD");
@@ -192,9 +189,9 @@ fn run() -> Result<(), Box<dyn Error>> {
         }
     );
 
-    let device = Default::default();
-    I::seed(&device, seed);
-    let init = Mlp::<AD>::new(&[train.dim, hidden, 10], &device);
+    let device = Device::default();
+    device.seed(seed);
+    let init = Mlp::new(&[train.dim, hidden, 10], &device);
 
     let start = Instant::now();
     let baseline = fit_baseline(init.clone(), &train, epochs, expected_batch, lr, &mut rng);
@@ -206,7 +203,8 @@ fn run() -> Result<(), Box<dyn Error>> {
     let (private, dp) = fit_private(init, Arc::new(train), steps, lr, config)?;
     let t_private = start.elapsed();
 
-    let (xt, yt) = test.all::<AD>(&device);
+    let (xt, yt) = test.all(&device);
+    let (baseline, private) = (baseline.valid(), private.valid());
     println!();
     println!("{:<44} {:>14} {:>8}", "", "test accuracy", "time");
     println!(

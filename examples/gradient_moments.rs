@@ -10,11 +10,16 @@
 //! at the one with the lowest final training loss: the three updates have different scales
 //! (E[g²] ≥ E[g]² shrinks Adam-MSQ's steps; |E[sign g]| is small where examples disagree).
 //!
-//! Every step, ONE `micro_grad` pass over the batch gives, per parameter, the per-example
-//! moments E[g], E[g²] and E[sign g] (a `transform_fn` `g -> (g, g², sign g)` with the `Mean`
-//! accumulator) and, per example, the gradient norm of every layer (a `metrics_fn` on the raw
-//! gradient). From them: the variance Var = E[g²] − E[g]² and the per-layer signal-to-noise
-//! ratio SNR = ‖E[g]‖² / ΣVar (how much of a single example's gradient is signal).
+//! Every step, ONE `micro_grad_module` pass over the batch gives, per parameter, the
+//! per-example moments E[g], E[g²] and E[sign g] (a `transform_fn` `g -> (g, g², sign g)` with
+//! the `Mean` accumulator, as optax's `micro_grad(transform_fn=lambda g: (g, g**2))`) and, per
+//! example, the gradient norm of every layer (a `metrics_fn` on the raw gradient). From them:
+//! the variance Var = E[g²] − E[g]² and the per-layer signal-to-noise ratio
+//! SNR = ‖E[g]‖² / ΣVar (how much of a single example's gradient is signal).
+//!
+//! The model is an unmodified Burn 0.22 module; the loss is written for a batch (a single
+//! example is a batch of one) and recorded once, by the builder that the training loop keeps
+//! ([`MomentsFn`]): every step feeds the current parameters to the same recording.
 //!
 //! It trains the same MLP on UCI digits (shipped in `data/`) with three optimizers fed by those
 //! moments:
@@ -34,38 +39,32 @@ use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::backend::Autodiff;
-use burn::optim::{Optimizer, SgdConfig};
-use burn::tensor::backend::Backend;
-use burn::tensor::ops::FloatTensorOps;
-use burn::tensor::{Int, Tensor, TensorMetadata, TensorPrimitive};
-use burn_vmap::VmapError;
+use burn::module::Module;
+use burn::optim::{ModuleOptimizer, SgdConfig};
+use burn::tensor::{Device, Int, Tensor};
 use burn_vmap::accumulate::Mean;
-use burn_vmap::testing::TestBackend;
-use burn_vmap::{ParamGrads, Vmap, global_norm, micro_grad_module};
+use burn_vmap::tree::{TensorMapper, TensorVisitor};
+use burn_vmap::{ParamGrads, Tree, VmapError, global_norm, micro_grad_module};
 use plotters::prelude::*;
 
 use common::{Mlp, SplitMix64, epoch_batches, flat_params, progress, to_vec};
 
-type I = Vmap<TestBackend>;
-type AD = Autodiff<I>;
-
 // -------------------------------------------------------------------------------------------------
-// The moments: one micro_grad pass
+// The moments: one micro_grad_module pass
 // -------------------------------------------------------------------------------------------------
 
 /// Per-example gradient statistics of one batch.
 #[derive(Debug, Clone)]
 pub struct Moments {
     /// E[g]: the mean per-example gradient (= the batch gradient of the mean loss).
-    pub mean: ParamGrads<I>,
+    pub mean: ParamGrads,
     /// E[g²]: the per-example mean square, elementwise.
-    pub mean_sq: ParamGrads<I>,
+    pub mean_sq: ParamGrads,
     /// E[sign g]: the per-example signs averaged, in `[-1, 1]`.
-    pub mean_sign: ParamGrads<I>,
+    pub mean_sign: ParamGrads,
     /// Per-example gradient norms `[B]`: one tensor per layer (in [`Moments::layers`] order),
     /// then the global norm over all parameters.
-    pub norms: Vec<Tensor<I, 1>>,
+    pub norms: Vec<Tensor<1>>,
     /// The layer names (parameter paths without `.weight` / `.bias`).
     pub layers: Vec<String>,
     /// The mean loss of the batch.
@@ -77,7 +76,7 @@ fn layer_of(path: &str) -> &str {
     path.rsplit_once('.').map_or(path, |(layer, _)| layer)
 }
 
-/// The layers of `grads`, in order, each with the indices of its parameters.
+/// The layers of `paths`, in order, each with the indices of its parameters.
 fn layer_groups(paths: &[String]) -> Vec<(String, Vec<usize>)> {
     let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
     for (i, p) in paths.iter().enumerate() {
@@ -90,15 +89,46 @@ fn layer_groups(paths: &[String]) -> Vec<(String, Vec<usize>)> {
     groups
 }
 
-/// One example's gradient norm per layer, then over all parameters (a `metrics_fn`).
-fn layer_norms(g: ParamGrads<I>) -> Vec<Tensor<I, 1>> {
-    let flat = flat_params(&g);
-    let paths: Vec<String> = flat.iter().map(|(p, _)| p.clone()).collect();
-    let mut out: Vec<Tensor<I, 1>> = layer_groups(&paths)
+/// `g ↦ g²`, elementwise, on every parameter's gradient.
+struct Square;
+
+impl TensorMapper for Square {
+    fn map_float<const D: usize>(&mut self, _path: &str, t: Tensor<D>) -> Tensor<D> {
+        t.clone() * t
+    }
+}
+
+/// `g ↦ sign g`, elementwise.
+struct Sign;
+
+impl TensorMapper for Sign {
+    fn map_float<const D: usize>(&mut self, _path: &str, t: Tensor<D>) -> Tensor<D> {
+        t.sign()
+    }
+}
+
+/// Every parameter's `Σ g²`, a one-element tensor each, in order.
+struct SumSquares(Vec<Tensor<1>>);
+
+impl TensorVisitor for SumSquares {
+    fn visit_float<const D: usize>(&mut self, _path: &str, t: &Tensor<D>) {
+        // `g * g` summed: of a dense layer's factored per-example weight gradient, the engine
+        // takes the sum from the factors.
+        self.0.push((t.clone() * t.clone()).sum());
+    }
+}
+
+/// One example's gradient norm per layer, then over all parameters (the `metrics_fn`).
+fn layer_norms(g: ParamGrads) -> Vec<Tensor<1>> {
+    let mut squares = SumSquares(Vec::with_capacity(g.len()));
+    g.visit_tensors(&mut squares)
+        .expect("parameters of rank at most 8");
+    let paths: Vec<String> = g.paths().map(str::to_string).collect();
+    let mut out: Vec<Tensor<1>> = layer_groups(&paths)
         .into_iter()
         .map(|(_, idx)| {
             idx.iter()
-                .map(|&i| flat[i].1.clone().powi_scalar(2).sum())
+                .map(|&i| squares.0[i].clone())
                 .reduce(|a, b| a + b)
                 .expect("a layer has a parameter")
                 .sqrt()
@@ -108,46 +138,77 @@ fn layer_norms(g: ParamGrads<I>) -> Vec<Tensor<I, 1>> {
     out
 }
 
-/// E[g], E[g²], E[sign g] and the per-example norms of a batch, from ONE vectorized
-/// per-example pass (`micro_grad_module` with the `Mean` accumulator).
-///
-/// # Errors
-/// As `micro_grad`.
-pub fn moments(
-    model: &Mlp<AD>,
-    x: Tensor<AD, 2>,
-    y: Tensor<AD, 1, Int>,
-) -> Result<Moments, VmapError> {
-    let ((mean, mean_sq, mean_sign), aux) =
-        micro_grad_module(|m: &Mlp<AD>, (x, y): (Tensor<AD, 2>, Tensor<AD, 1, Int>)| m.loss(x, y))
+/// The moments of a batch, as a function that a training loop keeps: it holds the
+/// `micro_grad_module` builder, whose cache keeps the recordings (the loss once per module and
+/// batch shape; `transform_fn` and `metrics_fn` once per gradient signature), so every step
+/// after the first only runs them.
+pub struct MomentsFn {
+    call: Box<MomentsCall>,
+}
+
+/// What [`MomentsFn`] holds: the moments of a batch `(x, y)` at a model.
+type MomentsCall = dyn Fn(&Mlp, Tensor<2>, Tensor<1, Int>) -> Result<Moments, VmapError>;
+
+impl Default for MomentsFn {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MomentsFn {
+    /// The builder: `micro_grad_module` of the mean cross-entropy, the `Mean` accumulator over
+    /// `(g, g², sign g)`, the per-layer norms as metrics.
+    pub fn new() -> Self {
+        let grad = micro_grad_module(|m: &Mlp, (x, y): (Tensor<2>, Tensor<1, Int>)| m.loss(x, y))
             .accumulator(Mean)
             // Written for ONE example's gradient g; run vectorized, then averaged over the batch.
-            .transform_fn(|g: ParamGrads<I>| {
-                (
-                    g.clone(),
-                    g.clone().map_flat(|t| t.clone() * t),
-                    g.map_flat(|t| t.sign()),
-                )
+            .transform_fn(|g: ParamGrads| {
+                let sq = g.clone().map_tensors(&mut Square).expect("rank <= 8");
+                let sign = g.clone().map_tensors(&mut Sign).expect("rank <= 8");
+                (g, sq, sign)
             })
             // On the raw per-example gradient: its norm per layer and in total.
-            .metrics_fn(layer_norms)
-            .call(model, (x, y))?;
-    let paths: Vec<String> = mean.paths().map(str::to_string).collect();
-    let layers = layer_groups(&paths).into_iter().map(|(l, _)| l).collect();
-    let norms = aux
-        .metrics
-        .into_iter()
-        .map(|t| t.squeeze_dim::<1>(1))
-        .collect();
-    let loss = aux.values.mean().into_scalar() as f64;
-    Ok(Moments {
-        mean,
-        mean_sq,
-        mean_sign,
-        norms,
-        layers,
-        loss,
-    })
+            .metrics_fn(layer_norms);
+        let call = move |model: &Mlp, x: Tensor<2>, y: Tensor<1, Int>| {
+            let ((mean, mean_sq, mean_sign), aux) = grad.call(model, (x, y))?;
+            let paths: Vec<String> = mean.paths().map(str::to_string).collect();
+            let layers = layer_groups(&paths).into_iter().map(|(l, _)| l).collect();
+            let norms = aux
+                .metrics
+                .into_iter()
+                .map(|t| t.squeeze_dim::<1>(1))
+                .collect();
+            let loss = aux.values.mean().into_scalar::<f32>() as f64;
+            Ok(Moments {
+                mean,
+                mean_sq,
+                mean_sign,
+                norms,
+                layers,
+                loss,
+            })
+        };
+        Self {
+            call: Box::new(call),
+        }
+    }
+
+    /// E[g], E[g²], E[sign g] and the per-example norms of the batch `(x, y)` at `model`'s
+    /// current parameters, from ONE vectorized per-example pass.
+    ///
+    /// # Errors
+    /// As `micro_grad_module`.
+    pub fn call(&self, model: &Mlp, x: Tensor<2>, y: Tensor<1, Int>) -> Result<Moments, VmapError> {
+        (self.call)(model, x, y)
+    }
+}
+
+/// [`MomentsFn::call`] with a fresh builder (it records; a loop keeps a [`MomentsFn`]).
+///
+/// # Errors
+/// As `micro_grad_module`.
+pub fn moments(model: &Mlp, x: Tensor<2>, y: Tensor<1, Int>) -> Result<Moments, VmapError> {
+    MomentsFn::new().call(model, x, y)
 }
 
 /// Statistics of one layer.
@@ -167,21 +228,23 @@ pub struct LayerStats {
 
 /// Per-layer signal, noise, SNR and sign agreement.
 pub fn layer_stats(m: &Moments) -> Vec<LayerStats> {
-    let mean = flat_params(&m.mean);
-    let sq = flat_params(&m.mean_sq);
-    let sign = flat_params(&m.mean_sign);
-    let paths: Vec<String> = mean.iter().map(|(p, _)| p.clone()).collect();
+    let read = |g: &ParamGrads| -> Vec<Vec<f32>> {
+        flat_params(g).into_iter().map(|(_, t)| to_vec(t)).collect()
+    };
+    let (mean, sq, sign) = (read(&m.mean), read(&m.mean_sq), read(&m.mean_sign));
+    let paths: Vec<String> = m.mean.paths().map(str::to_string).collect();
     layer_groups(&paths)
         .into_iter()
         .map(|(name, idx)| {
             let (mut signal, mut noise, mut agree, mut count) = (0.0, 0.0, 0.0, 0usize);
             for i in idx {
-                let mu = mean[i].1.clone();
-                let var = (sq[i].1.clone() - mu.clone().powi_scalar(2)).clamp_min(0.0);
-                signal += mu.powi_scalar(2).sum().into_scalar() as f64;
-                noise += var.sum().into_scalar() as f64;
-                agree += sign[i].1.clone().abs().sum().into_scalar() as f64;
-                count += sign[i].1.dims()[0];
+                for ((&mu, &q), &s) in mean[i].iter().zip(&sq[i]).zip(&sign[i]) {
+                    let mu = mu as f64;
+                    signal += mu * mu;
+                    noise += (q as f64 - mu * mu).max(0.0);
+                    agree += (s as f64).abs();
+                }
+                count += sign[i].len();
             }
             LayerStats {
                 name,
@@ -229,6 +292,16 @@ impl Method {
     }
 }
 
+/// Replaces every gradient by the next direction, reshaped to the gradient's shape.
+struct Directions(std::vec::IntoIter<Tensor<1>>);
+
+impl TensorMapper for Directions {
+    fn map_float<const D: usize>(&mut self, _path: &str, t: Tensor<D>) -> Tensor<D> {
+        let u = self.0.next().expect("one direction per parameter");
+        u.reshape(t.dims())
+    }
+}
+
 /// Adam and its per-example variants, written over the moments. It computes an update
 /// direction `u`; `w ← w − lr·u` is applied by Burn's plain SGD (see [`MomentOptimizer::step`]),
 /// so Burn's optimizer machinery updates the module.
@@ -243,8 +316,8 @@ pub struct MomentOptimizer {
     /// Added to the square root of the second moment.
     pub eps: f64,
     t: i32,
-    m: Vec<Tensor<I, 1>>,
-    v: Vec<Tensor<I, 1>>,
+    m: Vec<Tensor<1>>,
+    v: Vec<Tensor<1>>,
 }
 
 impl MomentOptimizer {
@@ -262,16 +335,16 @@ impl MomentOptimizer {
     }
 
     /// The update direction `u` of this step (the optimizer then moves `w ← w − lr·u`).
-    pub fn direction(&mut self, s: &Moments) -> ParamGrads<I> {
+    pub fn direction(&mut self, s: &Moments) -> ParamGrads {
         self.t += 1;
         let (b1, b2) = (self.beta1, self.beta2);
         let c1 = 1.0 - b1.powi(self.t);
         let c2 = 1.0 - b2.powi(self.t);
         let mean = flat_params(&s.mean);
-        let (first, second): (Vec<Tensor<I, 1>>, Vec<Tensor<I, 1>>) = match self.method {
+        let (first, second): (Vec<Tensor<1>>, Vec<Tensor<1>>) = match self.method {
             Method::Adam => mean
                 .iter()
-                .map(|(_, g)| (g.clone(), g.clone().powi_scalar(2)))
+                .map(|(_, g)| (g.clone(), g.clone() * g.clone()))
                 .unzip(),
             Method::AdamMsq => mean
                 .iter()
@@ -301,30 +374,29 @@ impl MomentOptimizer {
             };
             dirs.push(u);
         }
-        let mut dirs = dirs.into_iter();
-        s.mean.clone().map(|_, g| {
-            let shape = g.shape();
-            let u = dirs.next().expect("one direction per parameter");
-            TensorPrimitive::Float(I::float_reshape(u.into_primitive().tensor(), shape))
-        })
+        s.mean
+            .clone()
+            .map_tensors(&mut Directions(dirs.into_iter()))
+            .expect("rank <= 8")
     }
 
     /// One step: `w ← w − lr·u` for every parameter, through Burn's plain SGD `sgd`.
-    pub fn step<O: Optimizer<Mlp<AD>, AD>>(
-        &mut self,
-        sgd: &mut O,
-        lr: f64,
-        model: Mlp<AD>,
-        s: &Moments,
-    ) -> Mlp<AD> {
+    ///
+    /// Burn's optimizers step a model in training mode (its parameters on the autodiff
+    /// device), and `train()` cannot be applied twice; the transforms take a model in either
+    /// mode. So the model is put in training mode for the step and handed back in evaluation
+    /// mode: the same parameters (ids kept, so the recording is reused), no autodiff graph. The
+    /// MLP has no training-mode layer (dropout), so nothing else changes.
+    pub fn step(&mut self, sgd: &mut ModuleOptimizer, lr: f64, model: Mlp, s: &Moments) -> Mlp {
         let u = self.direction(s);
-        sgd.step(lr, model, u.into_gradients_params())
+        sgd.step(lr, model.train(), u.into_gradients_params())
+            .valid()
     }
 }
 
 /// Burn's SGD without momentum or weight decay: `w ← w − lr·grad`.
-pub fn plain_sgd() -> impl Optimizer<Mlp<AD>, AD> {
-    SgdConfig::new().init::<AD, Mlp<AD>>()
+pub fn plain_sgd() -> ModuleOptimizer {
+    SgdConfig::new().init()
 }
 
 // -------------------------------------------------------------------------------------------------
@@ -364,15 +436,34 @@ fn main() {
     }
 }
 
+/// `gradient_moments/` in Cargo's target directory: `$CARGO_TARGET_DIR`, else the one this
+/// binary was built in (`<target>/release/examples/gradient_moments`), else `target/` beside
+/// the package.
 fn default_out_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(t) => PathBuf::from(t).join("gradient_moments"),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("target/gradient_moments"),
+    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(t).join("gradient_moments");
     }
+    let built_in = std::env::current_exe().ok().and_then(|exe| {
+        let examples = exe.parent()?;
+        let target = examples.parent()?.parent()?;
+        (examples.file_name()? == "examples").then(|| target.join("gradient_moments"))
+    });
+    built_in
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/gradient_moments"))
 }
 
 fn run() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().collect();
+    run_with(&args)
+}
+
+/// The example with the command line `args` (`--epochs`, `--batch-size`, `--lr`, `--seed`,
+/// `--out`).
+///
+/// # Errors
+/// A flag that does not parse, a missing data file, a failed transform or plot.
+pub fn run_with(args: &[String]) -> Result<(), Box<dyn Error>> {
+    let args = args.to_vec();
     let epochs: usize = common::flag(&args, "--epochs")?.unwrap_or(10);
     let batch_size: usize = common::flag(&args, "--batch-size")?.unwrap_or(64);
     let lrs: Vec<f64> = match common::flag::<f64>(&args, "--lr")? {
@@ -384,10 +475,13 @@ fn run() -> Result<(), Box<dyn Error>> {
 
     let mut rng = SplitMix64(seed);
     let (train, test) = common::load_digits()?.split(360, &mut rng);
-    let device = Default::default();
-    I::seed(&device, seed);
+    let device = Device::default();
+    device.seed(seed);
     let sizes = [train.dim, 64, 64, 10];
-    let init = Mlp::<AD>::new(&sizes, &device);
+    let init = Mlp::new(&sizes, &device);
+    // One builder for every run: the loss is recorded once (the runs' models are clones of
+    // `init`, with the same parameter ids), then every step only runs the recording.
+    let moments = MomentsFn::new();
     println!(
         "UCI digits: {} training, {} test images; MLP {:?}; batch {batch_size}, {epochs} epochs, learning rates {lrs:?}",
         train.len(),
@@ -407,6 +501,7 @@ fn run() -> Result<(), Box<dyn Error>> {
                 method,
                 lr,
                 &init,
+                &moments,
                 &train,
                 &test,
                 epochs,
@@ -522,14 +617,15 @@ fn run() -> Result<(), Box<dyn Error>> {
 fn train_run(
     method: Method,
     lr: f64,
-    init: &Mlp<AD>,
+    init: &Mlp,
+    moments: &MomentsFn,
     train: &common::Dataset,
     test: &common::Dataset,
     epochs: usize,
     batch_size: usize,
     rng: &mut SplitMix64,
 ) -> Result<(History, Vec<String>), Box<dyn Error>> {
-    let device = Default::default();
+    let device = Device::default();
     let mut model = init.clone();
     let mut opt = MomentOptimizer::new(method);
     let mut sgd = plain_sgd();
@@ -550,8 +646,8 @@ fn train_run(
     let mut layers = Vec::new();
     for epoch in 0..epochs {
         for idx in epoch_batches(train.len(), batch_size, rng) {
-            let (x, y) = train.batch::<AD>(&idx, &device);
-            let s = moments(&model, x, y)?;
+            let (x, y) = train.batch(&idx, &device);
+            let s = moments.call(&model, x, y)?;
             let stats = layer_stats(&s);
             h.loss.push(s.loss);
             h.snr.push(stats.iter().map(|l| l.snr).collect());
@@ -575,9 +671,9 @@ fn train_run(
         }
     }
     bar.finish_and_clear();
-    let (xt, yt) = test.all::<AD>(&device);
+    let (xt, yt) = test.all(&device);
     h.test_accuracy = model.accuracy(xt.clone(), yt.clone());
-    h.test_loss = model.loss(xt, yt).into_scalar() as f64;
+    h.test_loss = model.loss(xt, yt).into_scalar::<f32>() as f64;
     Ok((h, layers))
 }
 

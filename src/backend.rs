@@ -2,7 +2,10 @@
 
 use core::marker::PhantomData;
 
-use burn_backend::backend::{Backend, BackendTypes, DTypeUsageSet, ExecutionError};
+use burn_backend::backend::{
+    Backend, BackendTypes, DTypeUsageSet, ExecutionError, GraphUnsupported, MemoryPoolUsage,
+    ProfileDuration, ProfileOptions, ProfileToken, SlicedPoolReport,
+};
 use burn_backend::{DType, TensorData};
 
 use crate::tensor::VmapTensor;
@@ -11,22 +14,18 @@ use crate::tensor::VmapTensor;
 ///
 /// `Vmap<B>` implements Burn's [`Backend`] on top of any backend `B`, the way
 /// `Autodiff<B>` does. Each op applies a batching rule so that code written for one example runs
-/// on a batch: see [`vmap`](crate::vmap). Tensors that are not batched take a fast path that
+/// on a batch (the `vmap` transform moves tensors in and out of a level through
+/// [`BatchOps`](crate::BatchOps)). Tensors that are not batched take a fast path that
 /// calls `B` directly.
 ///
 /// Stack it under autodiff to get per-example gradients: `Autodiff<Vmap<B>>`.
 ///
 /// ```
-/// use burn::tensor::Tensor;
-/// use burn_vmap::testing::TestBackend;
+/// use burn_backend::Backend;
+/// use burn_flex::Flex;
 /// use burn_vmap::Vmap;
-/// use burn::tensor::backend::Backend;
 ///
-/// type V = Vmap<TestBackend>;
-/// let device = Default::default();
-/// let x = Tensor::<V, 1>::from_floats([1.0, 2.0, 3.0], &device);
-/// assert_eq!((x * 2.0).into_data().to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0]);
-/// assert!(V::name(&device).starts_with("vmap<"));
+/// assert_eq!(Vmap::<Flex>::name(&Default::default()), "vmap<flex>");
 /// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Vmap<B> {
@@ -37,15 +36,15 @@ impl<B: Backend> BackendTypes for Vmap<B> {
     type Device = B::Device;
 
     type FloatTensorPrimitive = VmapTensor<B::FloatTensorPrimitive>;
-    type FloatElem = B::FloatElem;
-
     type IntTensorPrimitive = VmapTensor<B::IntTensorPrimitive>;
-    type IntElem = B::IntElem;
-
     type BoolTensorPrimitive = VmapTensor<B::BoolTensorPrimitive>;
-    type BoolElem = B::BoolElem;
-
     type QuantizedTensorPrimitive = VmapTensor<B::QuantizedTensorPrimitive>;
+
+    // A captured device graph replays the inner backend's launches against the buffers it
+    // recorded; batch dims are bookkeeping on the host that a replay would not see, so `Vmap`
+    // does not capture device graphs (the `graph_*` methods keep their defaults, which error,
+    // so callers fall back to re-running).
+    type GraphPrimitive = GraphUnsupported;
 }
 
 impl<B: Backend> Backend for Vmap<B> {
@@ -57,9 +56,50 @@ impl<B: Backend> Backend for Vmap<B> {
         B::seed(device, seed)
     }
 
-    // Overridden to forward to the inner backend (the defaults would do nothing).
+    // Overridden to forward to the inner backend (the defaults would do nothing, or measure
+    // the wrong stream).
     fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
         B::sync(device)
+    }
+
+    fn flush(device: &Self::Device) -> Result<(), ExecutionError> {
+        B::flush(device)
+    }
+
+    fn ad_enabled(device: &Self::Device) -> bool {
+        B::ad_enabled(device)
+    }
+
+    fn profile<O: Send + 'static>(
+        device: &Self::Device,
+        options: ProfileOptions,
+        func: impl FnOnce() -> O + Send,
+    ) -> Result<(O, ProfileDuration), ExecutionError> {
+        B::profile(device, options, func)
+    }
+
+    fn profile_start(device: &Self::Device) -> Result<Option<ProfileToken>, ExecutionError> {
+        B::profile_start(device)
+    }
+
+    fn profile_end(
+        device: &Self::Device,
+        token: ProfileToken,
+        options: ProfileOptions,
+    ) -> Result<ProfileDuration, ExecutionError> {
+        B::profile_end(device, token, options)
+    }
+
+    fn profile_abandon(device: &Self::Device, token: ProfileToken) {
+        B::profile_abandon(device, token)
+    }
+
+    fn memory_pool_report(device: &Self::Device) -> Option<Vec<SlicedPoolReport>> {
+        B::memory_pool_report(device)
+    }
+
+    fn memory_pool_usage(device: &Self::Device) -> Option<MemoryPoolUsage> {
+        B::memory_pool_usage(device)
     }
 
     fn memory_persistent_allocations<

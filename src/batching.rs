@@ -46,6 +46,21 @@ macro_rules! forward_level_ops {
 /// A backend whose tensors can be batched at a vmap level: [`Vmap<B>`](crate::Vmap) and `Autodiff<B>` over
 /// such a backend. The transforms of this crate work on any `BatchOps` backend.
 ///
+/// ```
+/// use burn_backend::{ops::FloatTensorOps, TensorData, TensorMetadata};
+/// use burn_flex::Flex;
+/// use burn_vmap::level::Level;
+/// use burn_vmap::{BatchOps, Vmap};
+/// type V = Vmap<Flex>;
+/// let xs = V::float_from_data(TensorData::from([[1.0f32, 2.0], [3.0, 4.0]]), &Default::default());
+/// let level = Level::fresh();
+/// let x = V::float_batch(xs, 0, level); // each example sees a vector of 2
+/// assert_eq!(x.shape().as_slice(), &[2]);
+/// assert_eq!(V::float_batch_dims(&x).size_at(level), Some(2));
+/// let ys = V::float_unbatch(V::float_mul_scalar(x, 10.0.into()), level, 2, 0);
+/// assert_eq!(ys.shape().as_slice(), &[2, 2]);
+/// ```
+///
 /// All axes are logical. `*_batch(t, axis, level)` turns logical axis `axis` of `t` into a batch
 /// dim at `level` (the function under vmap no longer sees it); `*_unbatch(t, level, size, axis)`
 /// turns the batch dim at `level` back into logical axis `axis`, broadcasting to `size` when `t`
@@ -152,7 +167,7 @@ where
     Op: Backward<B, N>,
 {
     match op
-        .prepare::<C>(parents.map(|t| t.node.clone()))
+        .prepare::<C>(parents.map(|t| t.node()))
         .compute_bound()
         .stateful()
     {
@@ -163,12 +178,12 @@ where
 
 impl<B: BatchOps, C: CheckpointStrategy> BatchOps for Autodiff<B, C> {
     fn float_shared(tensor: FloatTensor<Self>, level: Level) -> FloatTensor<Self> {
-        let out = tensor.primitive.clone();
+        let out = tensor.primitive().clone();
         record::<B, C, _, 1>(SharedBackward, [&tensor], level, out)
     }
     fn float_batch(tensor: FloatTensor<Self>, axis: usize, level: Level) -> FloatTensor<Self> {
-        let size = tensor.primitive.shape()[axis];
-        let out = B::float_batch(tensor.primitive.clone(), axis, level);
+        let size = tensor.primitive().shape()[axis];
+        let out = B::float_batch(tensor.primitive().clone(), axis, level);
         record::<B, C, _, 1>(BatchBackward, [&tensor], (level, size, axis), out)
     }
     fn float_unbatch(
@@ -177,11 +192,11 @@ impl<B: BatchOps, C: CheckpointStrategy> BatchOps for Autodiff<B, C> {
         size: usize,
         axis: usize,
     ) -> FloatTensor<Self> {
-        let out = B::float_unbatch(tensor.primitive.clone(), level, size, axis);
+        let out = B::float_unbatch(tensor.primitive().clone(), level, size, axis);
         record::<B, C, _, 1>(UnbatchBackward, [&tensor], (level, axis), out)
     }
     fn float_batch_dims(tensor: &FloatTensor<Self>) -> BatchDims {
-        B::float_batch_dims(&tensor.primitive)
+        B::float_batch_dims(tensor.primitive())
     }
     forward_level_ops!(IntTensor; int_batch, int_unbatch, int_batch_dims);
     forward_level_ops!(BoolTensor; bool_batch, bool_unbatch, bool_batch_dims);

@@ -1,4 +1,5 @@
-//! Every Burn 0.21 backend workaround, and the backend detection they use.
+//! Every backend workaround of the engine, the backend detection they use, and the places where
+//! the engine reads tensor values.
 //!
 //! Batched tensors are views that Burn's own code rarely builds (batch axes moved to the front,
 //! unit dims for missing levels), and they exposed bugs in Burn 0.21.0's backends. Each
@@ -7,143 +8,163 @@
 //! each entry, and where the bug is fixed, make the function the plain op. No other file of
 //! `src/` names a backend.
 //!
-//! | Burn 0.21.0 bug or limit | backends | workaround |
-//! |---|---|---|
-//! | reshapes that raise the rank of a non-contiguous tensor ending in size-1 dims get wrong strides (`burn_std::split_strides`) | cubecl (wgpu, CUDA) | [`reshape`] |
-//! | reductions, scans, sorts and `scatter_nd` misread some permuted or expanded layouts | cubecl | [`kernel_layout`] |
-//! | `scatter_nd` pairs index tuples spanning several dims with the wrong value rows | cubecl | [`flat_tuples`] |
-//! | `mask_where` / `mask_fill` leave part of a broadcast output unwritten when the masked tensor is the smaller operand | cubecl | [`mask_target`] |
-//! | `float_unfold` windows permuted ahead of the kernel dims are misread when a dim has one window | cubecl | [`conv_patches`] |
-//! | `unfold` to a single window shorter than its dim is read as if contiguous | cubecl | [`unfold`] |
-//! | binary ops over expanded operands run element by element (slow outer products) | Flex | [`outer_product`] |
-//! | copying a view broadcast along a leading dim writes one scattered element at a time | Flex | [`write_target`] |
-//! | a pending reshape of a strided tensor is copied by each reader (Flex reshapes views as views) | Flex | [`reshapes_at_once`] |
-//! | binary ops over a broadcast left operand run element by element | Flex | [`binary_lhs`] |
-//! | broadcasting a size-1 dim against a size-0 one panics ("Broadcast dims must be size 1") | cubecl | [`expand_empty_batch`] |
-//! | a folded `[0, k] x [k, n]` matmul divides by zero | ndarray | [`can_fold_rows`] |
-//! | reshaping to rank 0 panics | ndarray | [`reshapes_to_rank0`], [`rank0_through_data`] |
+//! | Burn bug or limit (found on 0.21.0) | backends | workaround | on 0.22.1 |
+//! |---|---|---|---|
+//! | reductions, scans, sorts and `scatter_nd` misread some permuted or expanded layouts | cubecl | [`kernel_layout`] | kept |
+//! | `scatter_nd` pairs index tuples spanning several dims with the wrong value rows | cubecl | [`flat_tuples`] | kept |
+//! | `mask_where` / `mask_fill` leave part of a broadcast output unwritten when the masked tensor is the smaller operand | cubecl | [`mask_target`] | kept |
+//! | `float_unfold` windows permuted ahead of the kernel dims are misread when a dim has one window | cubecl | [`conv_patches`] | kept |
+//! | `unfold` to a single window shorter than its dim is read as if contiguous | cubecl | [`unfold`] | kept |
+//! | broadcasting a size-1 dim against a size-0 one panics ("Broadcast dims must be size 1") | cubecl | [`expand_empty_batch`] | kept |
+//! | copying a view broadcast along a leading dim writes one scattered element at a time | Flex | [`write_target`] | kept: `copy_2d_tiled` still walks the stride-0 dim innermost (measured: 4.7–6.0 ms against 1.0–1.2 ms repeated, `[64, 128, 256]`) |
+//! | a pending reshape of a strided tensor is copied by each reader (Flex reshapes views as views) | Flex | [`reshapes_at_once`] | kept |
+//! | a folded `[0, k] x [k, n]` matmul divides by zero (burn-ndarray) | every backend | [`can_fold_rows`] | kept: an empty batch has nothing to fold, and no backend is asked for an empty GEMM |
+//! | reshapes that raise the rank of a non-contiguous tensor ending in size-1 dims get wrong strides (`burn_std::split_strides`) | cubecl | `reshape` | **dropped**: burn-std 0.22.1's `split_strides` skips the old shape's unit dims, which cubecl's reshape uses |
+//! | binary ops over expanded operands run element by element (slow outer products) | Flex | `outer_product` (a matmul) | **dropped**: Flex 0.22.1's broadcast multiply beats its batched matmul (measured: 51–54 ms against 80 ms for `64 × 784 ⊗ 512`, 7 against 13 ms for `16 × 512 ⊗ 512`) |
+//! | binary ops over a broadcast left operand run element by element | Flex | `binary_lhs` | **dropped**: Flex 0.22.1 runs broadcast binary ops through one collapsed loop nest (`zip.rs`), with no copy of the broadcast operand (measured: 0.6–0.7 ms against 1.1–1.4 ms repeated, `[64, 128, 256]`) |
+//! | reshaping to rank 0 panics | ndarray | `reshapes_to_rank0`, `rank0_through_data` | **dropped**: NdArray is not a backend of this crate (deprecated in Burn 0.22) |
 //!
-//! **Flex** (`burn-flex`, feature `flex`) needs none of the correctness workarounds above (the
-//! rank-0 reshape goes straight to the backend: Flex reshapes to rank 0 and reshapes contiguous
-//! tensors as zero-copy views); it takes four speed routes, [`outer_product`], [`write_target`], [`reshapes_at_once`] and [`binary_lhs`]. The one applied to every
-//! backend, [`can_fold_rows`], only routes an empty batch (nothing to compute) and costs nothing.
-//! The whole test suite (loop oracle, conformance vectors, layers, transforms) runs on Flex in CI.
+//! The cubecl entries were not re-checked on a GPU for 0.22.1 (none was at hand): they are kept,
+//! and cost nothing elsewhere ([`kernel_layout`] makes a contiguous copy on cubecl only).
+//!
+//! **Flex** (`burn-flex`, Burn 0.22's default CPU backend) needs none of the correctness
+//! workarounds above; it takes two speed routes, [`write_target`] and [`reshapes_at_once`]. The
+//! Flex timings above are medians of 15 alternating runs of a release build of burn-flex 0.22.1
+//! (simd, rayon) on a 2-core CPU. **Capture** (`burn_dispatch::backends::Capture`, a router over
+//! `burn-capture`'s channel, named `router<capture>`) records ops instead of running them: it
+//! takes no workaround and no speed route, and cannot read values (see below).
+//!
+//! # Where the engine reads tensor values
+//!
+//! No batching rule reads a tensor's values: every rule is a fixed sequence of backend ops
+//! decided from shapes and batch dims alone, so the engine runs over the capture backend. The
+//! exceptions are the ops whose *output shape* depends on the values, which Burn itself
+//! implements by reading them (`bool_argwhere`, and `*_mask_select` through it):
+//!
+//! - `bool_argwhere` and `float_mask_select` / `int_mask_select` / `bool_mask_select` on a
+//!   batched tensor run the loop fallback (`rules::fallback`), which calls the inner op once
+//!   per example (each reads its example); on a backend that cannot read values
+//!   ([`reads_values`]) they panic with a `vmap:` message first;
+//! - reading a tensor back (`*_into_data`, `q_into_data`, transactions) is the user's read,
+//!   forwarded for unbatched tensors only.
 //!
 //! Limits that shaped the design itself, and stay right on any backend (nothing to change on
 //! an upgrade):
 //!
-//! - rank-0 tensors cannot be allocated on cubecl, nor reached by a reshape on ndarray: a
-//!   logical rank-0 tensor is held as `[batch sizes.., 1]` (`VmapTensor`'s physical layout,
-//!   `rules::create`);
+//! - rank-0 tensors cannot be allocated on cubecl: a logical rank-0 tensor is held as
+//!   `[batch sizes.., 1]` (`VmapTensor`'s physical layout, `rules::create`);
 //! - reductions over a zero-length dim panic on cubecl: sums, products and means over an empty
 //!   dim give 0, 1 and NaN on every backend (`rules::reduce::reduce_dim_or`, `reduce::all`);
-//! - burn-ndarray copies on every reshape, even to the same shape, and on a one-tensor `cat`:
-//!   reshapes of batched tensors are held pending (`VmapTensor`'s "Pending reshapes"), a
-//!   reshape to the same shape is skipped (`rules::view::reshape`), whole-tensor reductions
-//!   reduce one dim at a time (`rules::reduce::all`), and a cat of one leaf is that leaf
-//!   (`Leaf::cat`);
-//! - burn-cubecl's `is_nonoverlapping` overflows on zero-size tensors in debug builds: the
-//!   `ci-wgpu` profile of `Cargo.toml` turns overflow checks off for dependencies.
+//! - some backends copy on a reshape of a strided tensor: reshapes of batched tensors are held
+//!   pending (`VmapTensor`'s "Pending reshapes", except on Flex: [`reshapes_at_once`]), a
+//!   reshape to the same shape is skipped (`rules::view::reshape`), and whole-tensor
+//!   reductions reduce one dim at a time (`rules::reduce::all`);
+//! - burn-cubecl's `is_nonoverlapping` overflows on zero-size tensors in debug builds (found on
+//!   0.21: build cubecl dependencies without overflow checks).
 //!
 //! Not fixable from a decorator: cubecl's `scatter_nd` with `Add` and a repeated index tuple
-//! loses updates at random (batched or not), and rank-0 tensors on a plain cubecl backend
-//! (outside `Vmap`) still panic inside Burn.
+//! loses updates at random (batched or not; found on 0.21), and rank-0 tensors on a plain
+//! cubecl backend (outside `Vmap`) still panic inside Burn.
 
 use std::any::TypeId;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use burn::tensor::{Bool, Int, Tensor};
 use burn_backend::backend::{Backend, BackendTypes};
-use burn_backend::tensor::Int as IntKind;
-use burn_backend::{Shape, TensorMetadata, TensorPrimitive};
+use burn_backend::{Shape, TensorMetadata};
 
-use crate::physical::{Kind, with_batch_sizes};
+use crate::physical::{Int as IntKind, Kind, with_batch_sizes};
 use crate::tensor::BatchDims;
-use crate::tree::Leaf;
 
 // =================================================================================================
 // Backend detection
 // =================================================================================================
 
 /// What the workarounds need to know about a backend type, read from its name once.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Flavor {
     cubecl: bool,
-    ndarray: bool,
     flex: bool,
+    capture: bool,
+}
+
+impl Flavor {
+    /// From a backend's name (Burn 0.22.1): `flex` for Flex, `cubecl<..>` (inside `fusion<..>`
+    /// when fused) for the cubecl backends, `router<capture>` for the capture backend;
+    /// `dispatch<..>` wraps the name of the backend of the device it is given.
+    fn from_name(name: &str) -> Self {
+        let mut inner = name;
+        for wrapper in ["dispatch<", "fusion<", "router<"] {
+            while let Some(rest) = inner.strip_prefix(wrapper) {
+                inner = rest.strip_suffix('>').unwrap_or(rest);
+            }
+        }
+        Flavor {
+            cubecl: inner.starts_with("cubecl"),
+            flex: inner == "flex",
+            capture: inner == "capture",
+        }
+    }
 }
 
 /// `B`'s flavor: from a per-thread copy of the last backend asked about (the rules ask on every
-/// binary op and reshape, almost always about the same backend), else from the process-wide
-/// cache, else from the backend's name.
+/// reshape, almost always about the same backend), else from the process-wide cache, else from
+/// the backend's name. Burn's `Dispatch` backend names the backend of each device, so its flavor
+/// is read from the name every time (not cached).
 fn flavor<B: Backend>(device: &B::Device) -> Flavor {
     thread_local! {
         static LAST: Cell<Option<(TypeId, Flavor)>> = const { Cell::new(None) };
     }
-    static BY_BACKEND: OnceLock<Mutex<HashMap<TypeId, Flavor>>> = OnceLock::new();
+    static BY_BACKEND: OnceLock<Mutex<HashMap<TypeId, Option<Flavor>>>> = OnceLock::new();
     let id = TypeId::of::<B>();
     if let Some((last, f)) = LAST.get()
         && last == id
     {
         return f;
     }
-    let f = *BY_BACKEND
+    let cached = *BY_BACKEND
         .get_or_init(Default::default)
         .lock()
         .expect("backend cache")
         .entry(id)
         .or_insert_with(|| {
             let name = B::name(device);
-            Flavor {
-                cubecl: name.contains("cubecl"),
-                ndarray: name == "ndarray",
-                flex: name == "flex",
-            }
+            (!name.starts_with("dispatch<")).then(|| Flavor::from_name(&name))
         });
-    LAST.set(Some((id, f)));
-    f
+    match cached {
+        Some(f) => {
+            LAST.set(Some((id, f)));
+            f
+        }
+        None => Flavor::from_name(&B::name(device)),
+    }
 }
 
-/// Whether `B` is one of Burn 0.21's cubecl backends (wgpu, CUDA), read from its name once per
+/// Whether `B` is one of Burn's cubecl backends (wgpu, CUDA, ...), read from its name once per
 /// backend type.
 pub(crate) fn is_cubecl<B: Backend>(device: &B::Device) -> bool {
     flavor::<B>(device).cubecl
 }
 
-/// Whether `B` is Burn 0.21's plain NdArray backend (not a decorator over it), read from its
-/// name once per backend type.
-pub(crate) fn is_ndarray<B: Backend>(device: &B::Device) -> bool {
-    flavor::<B>(device).ndarray
+/// Whether the engine may read tensor values on `B`: not on Burn's capture backend, which
+/// records ops without running them (see "Where the engine reads tensor values" above).
+pub(crate) fn reads_values<B: Backend>(device: &B::Device) -> bool {
+    !flavor::<B>(device).capture
 }
 
 // =================================================================================================
-// Flex: broadcast products
+// Flex: copies of broadcast views
 // =================================================================================================
-
-/// The outer products `col ⊗ row` of `col: [.., m, 1]` and `row: [.., 1, n]` (leading dims
-/// broadcasting): a broadcast multiply, except on Burn 0.21's Flex backend, whose binary ops
-/// over expanded operands run element by element while its batched matmul is one GEMM call per
-/// leading index (multiplying out the MLP bench's per-example gradients: 535 ms as a broadcast
-/// multiply, 132 ms as a matmul; on NdArray the reverse, 140 ms against 196 ms).
-pub(crate) fn outer_product<B: Backend>(
-    col: B::FloatTensorPrimitive,
-    row: B::FloatTensorPrimitive,
-) -> B::FloatTensorPrimitive {
-    if flavor::<B>(&B::float_device(&col)).flex {
-        return B::float_matmul(col, row);
-    }
-    B::float_mul(col, row)
-}
 
 /// `t`, aligned (a unit dim for each batch dim it lacks), broadcast to `full` as the tensor an
-/// op writes into (`slice_assign`, `scatter`, `select_add`; the backend copies it first): an
-/// expanded view, except on Burn 0.21's Flex backend where only leading dims are broadcast.
+/// op writes into (`slice_assign`, `scatter`, `select_assign`; the backend copies it first): an
+/// expanded view, except on Flex (0.21 and 0.22.1) where only leading dims are broadcast.
 /// Flex copies a view with a stride-0 dim by walking that dim innermost (`copy_2d_tiled` puts
 /// the smaller stride inside), one scattered write per element; an LSTM's states, slice-assigned
 /// per time step into a tensor shared by every example, spent 15% of its clipped step there.
-/// Repeating the rows instead is one memcpy per example.
+/// Repeating the rows instead is one memcpy per example (still 4–6× faster on 0.22.1: see the
+/// table above).
 pub(crate) fn write_target<B: Backend, K: Kind<B>>(t: K::P, full: Shape) -> K::P {
     let shape = t.shape();
     let lead = (0..shape.num_dims())
@@ -153,7 +174,7 @@ pub(crate) fn write_target<B: Backend, K: Kind<B>>(t: K::P, full: Shape) -> K::P
         && shape[..lead].iter().all(|&s| s == 1)
         && shape[lead..] == full[lead..]
         && full.num_elements() > 0;
-    if leading_only && flavor::<B>(&K::device(&t)).flex {
+    if leading_only && flavor::<B>(&t.device()).flex {
         let times = full[..lead].iter().product();
         let rows = K::reshape(t, Shape::from(vec![1, shape.num_elements()]));
         return K::reshape(K::repeat_dim(rows, 0, times), full);
@@ -161,105 +182,14 @@ pub(crate) fn write_target<B: Backend, K: Kind<B>>(t: K::P, full: Shape) -> K::P
     K::expand(t, full)
 }
 
-/// The left operand `l` of a broadcasting binary op, aligned to the result's batch dims
-/// `bdims` (a unit dim for each it lacks): as it is, except on Burn 0.21's Flex backend, whose
-/// binary ops take their SIMD paths only with a contiguous left operand; a left operand
-/// broadcast along a batch dim is walked element by element there, or copied through the slow
-/// stride-0 copy of [`write_target`] (a layer's output shared by every example, times a
-/// per-example scale). There it is repeated along the batch dims it lacks, one memcpy per
-/// example.
-pub(crate) fn binary_lhs<B: Backend, K: Kind<B>>(l: K::P, bdims: &BatchDims) -> K::P {
-    if !flavor::<B>(&K::device(&l)).flex {
-        return l;
-    }
-    let shape = l.shape();
-    let full = with_batch_sizes(bdims, &shape[bdims.len()..]);
-    if shape == full {
-        return l;
-    }
-    write_target::<B, K>(l, full)
-}
-
 /// Whether a reshape of a batched tensor runs at once rather than being held pending
-/// (`VmapTensor`'s "Pending reshapes"): on Burn 0.21's Flex backend. Flex reshapes a contiguous
+/// (`VmapTensor`'s "Pending reshapes"): on Flex (0.21 and 0.22.1). Flex reshapes a contiguous
 /// tensor as a view and copies a strided one, once; held pending, the copy is made again by
 /// every reader of every clone (a `Linear`'s three backward ops each copied the attention
-/// heads' gradient back into rows: 13% of a transformer's clipped step). Pending reshapes pay
-/// on burn-ndarray, which copies on every reshape.
+/// heads' gradient back into rows: 13% of a transformer's clipped step, on 0.21). Pending
+/// reshapes pay on backends that copy on more reshapes (burn-ndarray did on every one).
 pub(crate) fn reshapes_at_once<B: Backend>(device: &B::Device) -> bool {
     flavor::<B>(device).flex
-}
-
-// =================================================================================================
-// cubecl: strides of rank-raising reshapes
-// =================================================================================================
-
-/// The backend's reshape, routed around a stride bug of Burn 0.21's cubecl backends (wgpu,
-/// CUDA). [`Kind::reshape`] goes through here, so every reshape of an inner tensor does.
-///
-/// `burn_std::split_strides` never consumes the old shape's trailing size-1 dims, so a reshape
-/// that raises the rank of a non-contiguous tensor whose last dim is 1 (other than prepending
-/// unit dims) gets the strides of the wrong dims: `[1, 1, 2, 3]` permuted to `[3, 2, 1, 1]`
-/// and reshaped to `[3, 2, 1, 1, 1]` reads `[1, 0, 0, 0, 0, 0]` instead of
-/// `[1, 4, 2, 5, 3, 6]`. Batching rules make such tensors all the time (a batch dim moved to
-/// the front, then size-1 dims inserted for missing levels), so:
-///
-/// - inserting size-1 dims (the aligning moves of the rules) prepends them, which cubecl does
-///   correctly without a copy, then permutes them into place (a view on every backend);
-/// - other rank-raising reshapes of a tensor ending in size-1 dims first permute those dims to
-///   the front (a view), so the source no longer ends in 1;
-/// - every other reshape is passed through.
-pub(crate) fn reshape<P: TensorMetadata>(
-    t: P,
-    shape: Shape,
-    reshape: impl Fn(P, Shape) -> P,
-    permute: impl Fn(P, &[usize]) -> P,
-) -> P {
-    let old = t.shape();
-    let (n_old, n_new) = (old.num_dims(), shape.num_dims());
-    let ends_in_unit = old.iter().last() == Some(&1) && old.iter().any(|&d| d != 1);
-    if n_new <= n_old || !ends_in_unit {
-        return reshape(t, shape);
-    }
-    let added = n_new - n_old;
-    if shape[added..] == old[..] && shape[..added].iter().all(|&d| d == 1) {
-        return reshape(t, shape);
-    }
-    match unit_insertion(&old, &shape) {
-        Some(axes) => {
-            let prepended: Shape = core::iter::repeat_n(1, added)
-                .chain(old.iter().copied())
-                .collect();
-            permute(reshape(t, prepended), &axes)
-        }
-        None => {
-            let trailing = old.iter().rev().take_while(|&&d| d == 1).count();
-            let axes: Vec<usize> = (n_old - trailing..n_old)
-                .chain(0..n_old - trailing)
-                .collect();
-            reshape(permute(t, &axes), shape)
-        }
-    }
-}
-
-/// When `new` is `old` with size-1 dims inserted: the permutation that takes
-/// `[1; added] ++ old` to `new`.
-fn unit_insertion(old: &[usize], new: &[usize]) -> Option<Vec<usize>> {
-    let added = new.len() - old.len();
-    let (mut next_old, mut next_unit) = (0, 0);
-    let mut axes = Vec::with_capacity(new.len());
-    for &d in new {
-        if next_old < old.len() && old[next_old] == d {
-            axes.push(added + next_old);
-            next_old += 1;
-        } else if d == 1 && next_unit < added {
-            axes.push(next_unit);
-            next_unit += 1;
-        } else {
-            return None;
-        }
-    }
-    (next_old == old.len()).then_some(axes)
 }
 
 // =================================================================================================
@@ -267,7 +197,7 @@ fn unit_insertion(old: &[usize], new: &[usize]) -> Option<Vec<usize>> {
 // =================================================================================================
 
 /// A physical tensor laid out so that every backend's kernels read it right: contiguous on
-/// Burn 0.21's cubecl backends (wgpu, CUDA), unchanged elsewhere.
+/// Burn's cubecl backends (wgpu, CUDA; found on 0.21), unchanged elsewhere.
 ///
 /// cubecl's reductions (`sum_dim`, `max_dim`, ...) return wrong values for some permuted
 /// layouts: `[6, 2, 3]` with dims 1 and 2 swapped and a unit dim in front, summed over that
@@ -280,7 +210,7 @@ fn unit_insertion(old: &[usize], new: &[usize]) -> Option<Vec<usize>> {
 pub(crate) fn kernel_layout<B: Backend, K: Kind<B>>(t: K::P) -> K::P {
     let shape = t.shape();
     let n = shape.num_elements();
-    if shape.num_dims() < 2 || n == 0 || !is_cubecl::<B>(&K::device(&t)) {
+    if shape.num_dims() < 2 || n == 0 || !is_cubecl::<B>(&t.device()) {
         return t;
     }
     let flat = K::reshape(t, Shape::from(vec![n]));
@@ -372,7 +302,7 @@ pub(crate) fn unfold<B: Backend, K: Kind<B>>(
     let shape = t.shape();
     let len = shape[dim];
     let one_short_window = size < len && (len - size) / step.max(1) == 0;
-    if !one_short_window || !is_cubecl::<B>(&K::device(&t)) {
+    if !one_short_window || !is_cubecl::<B>(&t.device()) {
         return unfold(t, dim);
     }
     let rank = shape.num_dims();
@@ -402,75 +332,42 @@ pub(crate) fn conv_patches<B: Backend>(
     options: burn_backend::ops::UnfoldOptions,
     direct: impl FnOnce(B::FloatTensorPrimitive) -> B::FloatTensorPrimitive,
 ) -> B::FloatTensorPrimitive {
-    if !is_cubecl::<B>(&B::float_device(&x)) {
+    if !is_cubecl::<B>(&x.device()) {
         return direct(x);
     }
     let patches = B::float_swap_dims(B::unfold4d(x, kernel, options), 1, 2);
-    kernel_layout::<B, burn_backend::tensor::Float>(patches)
+    kernel_layout::<B, crate::physical::Float>(patches)
 }
 
 // =================================================================================================
-// ndarray: an empty folded matmul
+// Every backend: an empty folded matmul
 // =================================================================================================
 
 /// Whether a batched matmul may fold its batch into `rows` rows of one `[rows, k] x [k, n]`
 /// product (`rules::linalg::matmul`): not with no row, as the folded `[0, k] x [k, n]` product
-/// divides by zero in burn-ndarray 0.21's matmul (found by the loop oracle,
-/// tests/oracle/misc.rs `batch_size_zero`). An empty batch takes the broadcasting path instead.
+/// divided by zero in burn-ndarray 0.21's matmul (found by the loop oracle's `batch_size_zero`).
+/// Kept for every backend: an empty batch takes the broadcasting path instead, which computes
+/// nothing either.
 pub(crate) fn can_fold_rows(rows: usize) -> bool {
     rows > 0
 }
 
-// =================================================================================================
-// ndarray: reshapes to rank 0
-// =================================================================================================
-
-/// Whether a tensor of backend `B` can be reshaped to rank 0: not on Burn 0.21's plain NdArray
-/// backend (see [`rank0_through_data`]).
-pub(crate) fn reshapes_to_rank0<B: Backend>(device: &B::Device) -> bool {
-    !is_ndarray::<B>(device)
-}
-
-/// A one-element `[1]` leaf as a rank-0 leaf, through its data: Burn 0.21's NdArray backend
-/// cannot reshape to rank 0 (a host copy; NdArray lives on the host anyway).
-pub(crate) fn rank0_through_data<B: Backend>(leaf: Leaf<B>) -> Leaf<B> {
-    let device = leaf.device();
-    let one = |mut data: burn::tensor::TensorData| {
-        data.shape = Shape::from(Vec::<usize>::new());
-        data
-    };
-    match leaf {
-        Leaf::Float(t) => {
-            let data = Tensor::<B, 1>::from_primitive(t).into_data();
-            Leaf::Float(TensorPrimitive::Float(B::float_from_data(
-                one(data),
-                &device,
-            )))
-        }
-        Leaf::Int(t) => {
-            let data = Tensor::<B, 1, Int>::from_primitive(t).into_data();
-            Leaf::Int(B::int_from_data(one(data), &device))
-        }
-        Leaf::Bool(t) => {
-            let data = Tensor::<B, 1, Bool>::from_primitive(t).into_data();
-            Leaf::Bool(B::bool_from_data(one(data), &device))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::unit_insertion;
+    use super::Flavor;
 
     #[test]
-    fn should_find_the_permutation_of_inserted_unit_dims() {
-        // [1, 1] ++ [3, 2, 1] -> [3, 1, 2, 1, 1]
-        assert_eq!(
-            unit_insertion(&[3, 2, 1], &[3, 1, 2, 1, 1]),
-            Some(vec![2, 0, 3, 4, 1])
-        );
-        assert_eq!(unit_insertion(&[3, 1], &[1, 3, 1]), Some(vec![0, 1, 2]));
-        assert_eq!(unit_insertion(&[6, 1], &[2, 3, 1]), None);
-        assert_eq!(unit_insertion(&[3, 2, 1], &[3, 1, 1, 1]), None);
+    fn should_read_the_flavor_from_burn_0_22_names() {
+        let f = |name: &str| {
+            let f = Flavor::from_name(name);
+            (f.cubecl, f.flex, f.capture)
+        };
+        assert_eq!(f("flex"), (false, true, false));
+        assert_eq!(f("dispatch<flex>"), (false, true, false));
+        assert_eq!(f("cubecl<cuda>"), (true, false, false));
+        assert_eq!(f("fusion<cubecl<wgpu<vulkan>>>"), (true, false, false));
+        assert_eq!(f("router<capture>"), (false, false, true));
+        assert_eq!(f("dispatch<router<capture>>"), (false, false, true));
+        assert_eq!(f("ndarray"), (false, false, false));
     }
 }

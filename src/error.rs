@@ -179,9 +179,7 @@ pub enum VmapError {
              need a choice: `{transform}(f).randomness(Randomness::Different)` gives every \
              example its own draw (as a loop over the examples would; dropout), \
              `Randomness::Same` shares one draw across the batch; the default, \
-             `Randomness::Error`, refuses to guess. If the draw comes from a Burn module \
-             parameter that is initialized lazily on first use, initialize the model outside \
-             the transform first (`burn_vmap::transform::grad::init_params(&model)`)"
+             `Randomness::Error`, refuses to guess"
     )]
     Randomness {
         /// The transform whose `.randomness(..)` setting applies (`vmap`, `micro_grad`, ...).
@@ -291,6 +289,69 @@ pub enum VmapError {
     CapturedTrackedTensor {
         /// The transform.
         transform: &'static str,
+    },
+    /// The function read a tensor that is not one of its arguments (a tensor it closes over, on
+    /// the user's device). Transforms record the function once for one example on Burn's
+    /// capture device, so every tensor it uses must come in through its arguments.
+    #[error(
+        "{transform}: the function uses a tensor that is not one of its arguments ({detail}); \
+             a transformed function is recorded once for one example, so pass every tensor it \
+             reads as an argument (unmapped: in_axes None) or, for a model, through the \
+             transform's module argument"
+    )]
+    ForeignTensor {
+        /// The transform.
+        transform: &'static str,
+        /// What Burn reported.
+        detail: String,
+    },
+    /// The function read a tensor's values (`into_data`, `to_data`, `into_scalar`, ...) while it
+    /// was being recorded: the values of a recorded tensor do not exist yet.
+    #[error(
+        "{transform}: the function reads a tensor's values ({detail}); a transformed function is \
+             recorded once for one example, where values do not exist yet, so its control flow \
+             cannot depend on them: compute on tensors (mask_where, select, ...) instead, or read \
+             values outside the transform"
+    )]
+    ValueRead {
+        /// The transform.
+        transform: &'static str,
+        /// What Burn reported.
+        detail: String,
+    },
+    /// The function panicked while it was being recorded for one example.
+    #[error("{transform}: the function panicked while it was recorded for one example: {message}")]
+    FunctionPanicked {
+        /// The transform.
+        transform: &'static str,
+        /// The panic message.
+        message: String,
+    },
+    /// The recorded function uses an operation burn-vmap cannot replay.
+    #[error("vmap: the function uses {op}, which burn-vmap cannot replay: {why}")]
+    UnsupportedOp {
+        /// The operation.
+        op: String,
+        /// Why, and what to do.
+        why: &'static str,
+    },
+    /// An argument lives on a device whose backend burn-vmap does not run on, or the arguments
+    /// live on different devices.
+    #[error("{transform}: {why}")]
+    Device {
+        /// The transform.
+        transform: &'static str,
+        /// What is wrong, naming the devices.
+        why: String,
+    },
+    /// A batching rule or a backend op failed while the batched function ran (a panic inside
+    /// an op, turned into an error at the transform's boundary).
+    #[error("{transform}: {message}")]
+    Op {
+        /// The transform.
+        transform: &'static str,
+        /// The op's message (batching rules say `vmap: <op>: <why>; <what to do>`).
+        message: String,
     },
     /// A tensor's rank is above what the tree visitors dispatch to
     /// ([`MAX_RANK`](crate::tree::MAX_RANK)).

@@ -45,39 +45,22 @@ impl Level {
     }
 }
 
-/// What random ops do inside [`vmap`](crate::vmap): torch.func's `randomness` argument.
+/// What random ops do inside `vmap`: torch.func's `randomness` argument.
 ///
-/// Set it with [`Vmapped::randomness`](crate::transform::vmap::Vmapped::randomness). Random ops are
-/// `Tensor::random`, `random_like` and what is built on them (`burn::nn::Dropout` in training
-/// mode).
+/// The `vmap` transform sets it per call. Random ops are `float_random`, `int_random` and what
+/// is built on them (`Tensor::random`, `random_like`, `burn::nn::Dropout` in training mode).
+/// A draw inside a level in `Different` mode gets a batch dim at that level; in `Same` mode
+/// it does not; in `Error` mode it is refused, and the refusal is reported by the level's
+/// `vmap` call when the mapped function returns.
 ///
 /// ```
-/// use burn::tensor::{Distribution, Tensor};
-/// use burn_vmap::testing::TestBackend;
-/// use burn_vmap::{vmap, Randomness, Vmap, VmapError};
-/// type B = Vmap<TestBackend>;
-/// let device = Default::default();
-/// let xs = Tensor::<B, 2>::zeros([4, 3], &device);
-/// let noisy = |x: Tensor<B, 1>| x.clone() + x.random_like(Distribution::Default);
-///
-/// // Default: random numbers inside vmap are an error that explains the choice.
-/// let err = vmap(noisy).call(xs.clone()).unwrap_err();
-/// assert!(matches!(err, VmapError::Randomness { .. }));
-///
-/// // Different: one independent draw per example.
-/// let ys: Tensor<B, 2> = vmap(noisy).randomness(Randomness::Different).call(xs.clone()).unwrap();
-/// let rows = ys.into_data().to_vec::<f32>().unwrap();
-/// assert_ne!(rows[0..3], rows[3..6]);
-///
-/// // Same: one draw shared by every example.
-/// let ys: Tensor<B, 2> = vmap(noisy).randomness(Randomness::Same).call(xs).unwrap();
-/// let rows = ys.into_data().to_vec::<f32>().unwrap();
-/// assert_eq!(rows[0..3], rows[3..6]);
+/// use burn_vmap::Randomness;
+/// assert_eq!(Randomness::default(), Randomness::Error);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Randomness {
-    /// Random ops inside the mapped function make the `vmap` call fail with
-    /// [`VmapError::Randomness`](crate::VmapError::Randomness) (the default).
+    /// Random ops inside the mapped function make the `vmap` call fail with the error of a
+    /// refused draw (the default).
     #[default]
     Error,
     /// Every example gets its own, independent random numbers (as the loop over examples would).
@@ -99,11 +82,18 @@ pub(crate) struct Active {
 }
 
 /// A refused draw: the op and the level's size.
+///
+/// Hidden from the docs: public for the engine's integration tests, which run random ops under
+/// a [`VmapScope`] without the `vmap` transform.
+#[doc(hidden)]
 #[derive(Clone, Debug)]
-pub(crate) struct Refused {
-    pub(crate) op: &'static str,
-    pub(crate) level: Level,
-    pub(crate) size: usize,
+pub struct Refused {
+    /// The random op (`float_random`, `int_random`).
+    pub op: &'static str,
+    /// The level in `Randomness::Error` mode that refused it.
+    pub level: Level,
+    /// That level's size.
+    pub size: usize,
 }
 
 thread_local! {
@@ -118,19 +108,23 @@ const FINISHED_CAP: usize = 4096;
 
 /// Marks a vmap level active on this thread while it lives (panic-safe: dropping pops it and
 /// records the level as finished).
-pub(crate) struct VmapScope {
+///
+/// Hidden from the docs: the `vmap` transform enters it; public for the engine's integration
+/// tests.
+#[doc(hidden)]
+pub struct VmapScope {
     level: Level,
 }
 
 impl VmapScope {
     /// Pushes `level` (with its size and randomness mode) on this thread's stack.
-    pub(crate) fn enter(level: Level, size: usize, mode: Randomness) -> Self {
+    pub fn enter(level: Level, size: usize, mode: Randomness) -> Self {
         ACTIVE.with(|a| a.borrow_mut().push(Active { level, size, mode }));
         VmapScope { level }
     }
 
     /// The first draw refused at this level, if any (consumes the records of this level).
-    pub(crate) fn take_refused(&self) -> Option<Refused> {
+    pub fn take_refused(&self) -> Option<Refused> {
         REFUSED.with(|r| {
             let mut r = r.borrow_mut();
             let first = r.iter().find(|x| x.level == self.level).cloned();
@@ -180,7 +174,7 @@ pub(crate) fn is_finished(level: Level) -> bool {
 // Private levels (process-wide)
 // =================================================================================================
 
-/// Levels that [`sequential_vmap`](crate::transform::sequential_vmap) uses to hold one example (size 1):
+/// Levels that `sequential_vmap` uses to hold one example (size 1):
 /// invisible to custom rules, so that calling the function on one example does not start the
 /// rule again at that level.
 static PRIVATE_LEVELS: Mutex<Vec<Level>> = Mutex::new(Vec::new());
@@ -190,14 +184,17 @@ fn private_levels() -> MutexGuard<'static, Vec<Level>> {
 }
 
 /// Whether `level` is a [`PrivateLevel`].
+#[allow(dead_code)] // For `sequential_vmap` and `custom_vmap` (the transforms), not the engine.
 pub(crate) fn is_private(level: Level) -> bool {
     private_levels().contains(&level)
 }
 
 /// A fresh private level, unregistered on drop (also when unwinding).
+#[allow(dead_code)] // For `sequential_vmap` (the transforms), not the engine.
 pub(crate) struct PrivateLevel(pub(crate) Level);
 
 impl PrivateLevel {
+    #[allow(dead_code)] // For `sequential_vmap` (the transforms), not the engine.
     pub(crate) fn new() -> Self {
         let level = Level::fresh();
         private_levels().push(level);

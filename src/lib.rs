@@ -1,73 +1,83 @@
 //! # burn-vmap
 //!
-//! JAX-style vectorizing maps and per-example gradients for [Burn](https://burn.dev).
+//! JAX-style vectorizing maps, per-example gradients and differentially private training for
+//! [Burn](https://burn.dev) 0.22, on users' unmodified models: no backend parameter, no rewrite.
 //!
-//! - [`Vmap<B>`]: a backend decorator (like `Autodiff<B>`) whose tensors carry batch dimensions;
-//!   every op applies a batching rule, so code written for one example runs on a batch.
-//! - [`vmap`]: map a function over a batch axis, with `in_axes` / `out_axes` and nesting.
-//! - Per-example gradients: stack `Autodiff` on top, `Autodiff<Vmap<B>>`, and call
-//!   `backward()` inside [`vmap`]: parameters that are not batched receive batched (per-example)
-//!   gradients, computed in one batched backward pass ([`per_example_grads`]); optax's
-//!   microbatched [`micro_vmap`] and [`micro_grad`] (with [`micro_grad_module`] for a Burn
-//!   module), and its per-example clipping ([`clip_by_global_norm`]).
-//! - [`Tree`]: pytrees of tensors (tuples, arrays, `Vec`, `Option`, maps, [`Static`], and your
-//!   structs with `#[derive(Tree)]`).
+//! - [`vmap`]: map a function written for one example over a batch axis (`in_axes`,
+//!   `out_axes`, nesting, trees of arguments and results).
+//! - [`per_example_grads`], and optax's [`micro_grad`] / [`micro_vmap`] / [`micro_grad_module`]
+//!   (microbatching, accumulators, `transform_fn`, `metrics_fn`): every example's gradient from
+//!   one batched backward pass, a layer's weight gradient kept factored so per-example clipping
+//!   costs about a standard step.
+//! - [`Tree`] with `#[derive(Tree)]`: your structs as pytrees.
+//! - [`privacy`]: Poisson sampling, noise from a CSPRNG, exact accountants, DP-SGD around any
+//!   Burn optimizer.
+//! - [`transform`]: `chunked_vmap`, `auto_vmap`, `custom_vmap`, `scan`, `sliced_scan`,
+//!   `checkpoint_chunked_scan`.
+//!
+//! A transform records the user's function once per argument signature on Burn's capture
+//! device and runs the recording on [`Vmap<B>`], a backend decorator whose tensors carry batch
+//! dimensions, where `B` is the backend behind the arguments' device (Flex, wgpu, CUDA).
 //!
 //! ```
-//! use burn::tensor::Tensor;
-//! use burn_vmap::testing::TestBackend;
-//! use burn_vmap::{vmap, Vmap};
-//! type B = Vmap<TestBackend>;
-//! let device = Default::default();
+//! use burn::nn::{Linear, LinearConfig};
+//! use burn::tensor::{Device, Tensor};
+//! use burn_vmap::{per_example_grads, vmap};
+//! let device = Device::default();
 //!
 //! // Written for one vector: v * sum(v).
-//! let f = |v: Tensor<B, 1>| v.clone() * v.sum();
-//! let xs = Tensor::<B, 2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
-//! let ys: Tensor<B, 2> = vmap(f).call(xs).unwrap();
-//! assert_eq!(ys.into_data().to_vec::<f32>().unwrap(), vec![3.0, 6.0, 21.0, 28.0]);
+//! let f = |v: Tensor<1>| v.clone() * v.sum();
+//! let xs = Tensor::<2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
+//! let ys: Tensor<2> = vmap(f).call(xs.clone()).unwrap();
+//! assert_eq!(ys.into_data().try_to_vec::<f32>().unwrap(), vec![3.0, 6.0, 21.0, 28.0]);
+//!
+//! // Per-example gradients of an unmodified Burn module.
+//! let model: Linear = LinearConfig::new(2, 1).init(&device);
+//! let loss = |m: &Linear, x: Tensor<1>| m.forward(x).powi_scalar(2).sum();
+//! let grads = per_example_grads(&model, xs, loss).unwrap();
+//! assert_eq!(grads.get::<3>("weight").unwrap().dims(), [2, 2, 1]);
 //! ```
 //!
 //! # Where things are
 //!
-//! The crate root holds what a Burn user types first; everything else lives in a module named
-//! after what it is:
-//!
 //! | module | holds |
 //! |---|---|
-//! | [`transform`] | every transform: [`vmap`](fn@transform::vmap), [`chunked_vmap`](transform::chunked_vmap), [`auto_vmap`](transform::auto_vmap), [`custom_vmap`](transform::custom_vmap) / [`sequential_vmap`](transform::sequential_vmap), [`scan`](transform::scan()), [`sliced_scan`](transform::sliced_scan), [`checkpoint_chunked_scan`](transform::checkpoint_chunked_scan), [`micro`](transform::micro) (micro_vmap, micro_grad, their vectorizers and gradient functions), [`grad`](transform::grad) (per-example gradients of a module), [`Axes`](transform::Axes) |
-//! | [`accumulate`] | how microbatched transforms combine outputs: [`Sum`](accumulate::Sum), [`Mean`](accumulate::Mean), [`RunningMean`](accumulate::RunningMean), [`Concat`](accumulate::Concat), your own [`Accumulator`](accumulate::Accumulator) |
-//! | [`tree`] | the [`Tree`] trait and its parts: [`Leaf`](tree::Leaf), [`TreeDef`](tree::TreeDef), [`Spec`](tree::Spec) (tree prefixes such as `in_axes`), [`DynTree`](tree::DynTree), visitors |
-//! | [`tensor`] | [`VmapTensor`](tensor::VmapTensor), the primitive of `Vmap<B>`, and its [`BatchDims`](tensor::BatchDims) |
-//! | [`level`] | vmap [`Level`](level::Level)s and [`Randomness`] |
+//! | [`transform`] | every transform and its builder, [`Axes`](transform::Axes) |
+//! | [`accumulate`] | how microbatched transforms combine outputs: `Sum`, `Mean`, `RunningMean`, `Concat`, your own `Accumulator` |
+//! | [`tree`] | the [`Tree`] trait and its parts: `Leaf`, `TreeDef`, `Spec`, `DynTree`, visitors |
+//! | [`privacy`] | DP-SGD that holds: `PoissonLoader`, `DpSgd`, `PrivacyRng`, the accountants |
+//! | [`tensor`], [`level`] | the engine's `VmapTensor` and its batch dims, vmap levels and [`Randomness`] |
 //! | [`strict`] | strict mode: whether an op without a batching rule may loop over the examples |
-//! | [`privacy`] | DP-SGD that holds: [`PoissonLoader`](privacy::PoissonLoader), [`DpSgd`](privacy::DpSgd), noise from [`PrivacyRng`](privacy::PrivacyRng), the accountants ([`accounting`](privacy::accounting)) |
-//! | `parallel` | (feature `collective`) data-parallel peers on Burn's collective |
-//! | [`testing`] | [`TestBackend`](testing::TestBackend), the inner backend the cargo feature selects |
-//! | [`prelude`] | the root names and every transform function, for `use burn_vmap::prelude::*` |
+//! | [`prelude`] | the root names and every transform function |
 //!
-//! `ARCHITECTURE.md` in the repository maps the internals: where a level lives, where an op's
-//! batching rule goes, where a backend workaround goes.
+//! `ARCHITECTURE.md` in the repository maps the internals: how a call is recorded and run,
+//! where an op's batching rule goes, where a backend workaround goes.
 #![deny(missing_docs)]
 
 // `#[derive(Tree)]` expands to `::burn_vmap::...` paths; this makes them resolve here too.
 extern crate self as burn_vmap;
 
-pub mod accumulate;
+// The batching engine: the `Vmap<B>` backend decorator and its rules.
 mod backend;
 mod batching;
 mod compat;
-mod error;
 pub mod level;
 mod ops;
-#[cfg(feature = "collective")]
-pub mod parallel;
 mod physical;
-pub mod prelude;
-pub mod privacy;
 pub(crate) mod rules;
 pub mod strict;
 pub mod tensor;
-pub mod testing;
+
+// The front end: recording a user's function and running it on the engine.
+mod error;
+mod graph;
+mod guard;
+mod runtime;
+mod value;
+
+pub mod accumulate;
+pub mod prelude;
+pub mod privacy;
 pub mod transform;
 pub mod tree;
 

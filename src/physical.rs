@@ -7,15 +7,25 @@
 //! level moves of [`BatchOps`](crate::BatchOps) make.
 
 use burn_backend::backend::Backend;
-use burn_backend::tensor::{Bool, Float, Int};
 use burn_backend::{Shape, Slice, TensorMetadata};
 
 use crate::tensor::BatchDims;
 
+/// The float tensor kind (Burn 0.22's backend crate has no kind markers: `burn::tensor`'s
+/// `Float` belongs to the typed API).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Float;
+/// The int tensor kind.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Int;
+/// The bool tensor kind.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bool;
+
 /// Physical (inner backend) ops a rule needs, for each tensor kind.
 pub(crate) trait Kind<B: Backend>: 'static {
     /// The inner primitive of this kind.
-    type P: TensorMetadata + 'static;
+    type P: TensorMetadata<Device = B::Device> + 'static;
     fn reshape(t: Self::P, shape: Shape) -> Self::P;
     fn permute(t: Self::P, axes: &[usize]) -> Self::P;
     fn expand(t: Self::P, shape: Shape) -> Self::P;
@@ -24,16 +34,15 @@ pub(crate) trait Kind<B: Backend>: 'static {
     fn select(t: Self::P, dim: usize, indices: B::IntTensorPrimitive) -> Self::P;
     fn cat(ts: Vec<Self::P>, dim: usize) -> Self::P;
     fn repeat_dim(t: Self::P, dim: usize, times: usize) -> Self::P;
-    fn device(t: &Self::P) -> B::Device;
 }
 
 macro_rules! impl_kind {
-    ($kind:ty, $prim:ident, $reshape:ident, $permute:ident, $expand:ident, $slice:ident, $gather:ident, $select:ident, $cat:ident, $repeat:ident, $device:ident) => {
+    ($kind:ty, $prim:ident, $reshape:ident, $permute:ident, $expand:ident, $slice:ident, $gather:ident, $select:ident, $cat:ident, $repeat:ident) => {
         impl<B: Backend> Kind<B> for $kind {
             type P = B::$prim;
             #[inline]
             fn reshape(t: Self::P, shape: Shape) -> Self::P {
-                crate::compat::reshape(t, shape, |t, s| B::$reshape(t, s), |t, a| B::$permute(t, a))
+                B::$reshape(t, shape)
             }
             #[inline]
             fn permute(t: Self::P, axes: &[usize]) -> Self::P {
@@ -63,10 +72,6 @@ macro_rules! impl_kind {
             fn repeat_dim(t: Self::P, dim: usize, times: usize) -> Self::P {
                 B::$repeat(t, dim, times)
             }
-            #[inline]
-            fn device(t: &Self::P) -> B::Device {
-                B::$device(t)
-            }
         }
     };
 }
@@ -81,8 +86,7 @@ impl_kind!(
     float_gather,
     float_select,
     float_cat,
-    float_repeat_dim,
-    float_device
+    float_repeat_dim
 );
 impl_kind!(
     Int,
@@ -94,8 +98,7 @@ impl_kind!(
     int_gather,
     int_select,
     int_cat,
-    int_repeat_dim,
-    int_device
+    int_repeat_dim
 );
 impl_kind!(
     Bool,
@@ -107,12 +110,11 @@ impl_kind!(
     bool_gather,
     bool_select,
     bool_cat,
-    bool_repeat_dim,
-    bool_device
+    bool_repeat_dim
 );
 
 /// Physical shape `batch sizes ++ logical`, with a unit dim for logical rank 0 (see
-/// [`VmapTensor`]'s physical layout).
+/// [`VmapTensor`](crate::tensor::VmapTensor)'s physical layout).
 pub(crate) fn with_batch_sizes(bdims: &BatchDims, logical: &[usize]) -> Shape {
     let unit: &[usize] = if logical.is_empty() { &[1] } else { &[] };
     bdims

@@ -1,12 +1,10 @@
 //! The names most programs use: the crate root's, and every transform function.
 //!
 //! ```
-//! use burn::tensor::Tensor;
+//! use burn::tensor::{Device, Tensor};
 //! use burn_vmap::prelude::*;
-//! use burn_vmap::testing::TestBackend;
-//! type B = Vmap<TestBackend>;
-//! let xs = Tensor::<B, 2>::ones([6, 2], &Default::default());
-//! let ys: Tensor<B, 2> = chunked_vmap(|x: Tensor<B, 1>| x * 2.0, 4).unwrap().call(xs).unwrap();
+//! let xs = Tensor::<2>::ones([6, 2], &Device::default());
+//! let ys: Tensor<2> = chunked_vmap(|x: Tensor<1>| x * 2.0, 4).unwrap().call(xs).unwrap();
 //! assert_eq!(ys.dims(), [6, 2]);
 //! ```
 

@@ -1,30 +1,32 @@
 //! `auto_vmap` against a loop over the broadcast batch index, computed on plain `f32` data.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use burn::backend::Autodiff;
-use burn::tensor::{Tensor, TensorData, TensorPrimitive};
-use burn_vmap::testing::TestBackend;
-use burn_vmap::transform::auto_vmap;
+use burn::module::{Module, Param};
+use burn::tensor::{Device, Tensor, TensorData};
+use burn_backend::Shape;
+use burn_backend::ops::FloatTensorOps;
+use burn_dispatch::Dispatch;
+use burn_vmap::transform::{auto_vmap, vmap};
 use burn_vmap::tree::{DynTree, Spec};
-use burn_vmap::{BatchOps, Vmap, VmapError, vmap};
+use burn_vmap::{VmapError, per_example_grads};
 use proptest::prelude::*;
-
-type V = Vmap<TestBackend>;
-type AD = Autodiff<V>;
 
 // ---- helpers ------------------------------------------------------------------------------------
 
 /// A float tensor of any rank (rank 0 included) as a one-leaf `DynTree`.
-fn dyn_tensor<B: burn::tensor::backend::Backend>(shape: &[usize], data: &[f32]) -> DynTree<B> {
-    let device = Default::default();
-    let data = TensorData::new(data.to_vec(), shape.to_vec());
-    // `Tensor::from_data` wants rank >= 1; the primitive takes any rank.
-    let prim = B::float_from_data(data, &device);
+fn dyn_tensor(shape: &[usize], data: &[f32]) -> DynTree {
+    let flat = Tensor::<1>::from_data(
+        TensorData::new(data.to_vec(), [data.len()]),
+        &Device::default(),
+    );
+    // `Tensor::from_data` wants rank >= 1; the backend reshapes to any rank.
+    let t = Dispatch::float_reshape(flat.into_dispatch(), Shape::from(shape.to_vec()));
     macro_rules! wrap {
         ($($d:literal),*) => {
             match shape.len() {
-                $($d => DynTree::new(Tensor::<B, $d>::from_primitive(TensorPrimitive::Float(prim))),)*
+                $($d => DynTree::new(Tensor::<$d>::from_dispatch(t)),)*
                 r => panic!("rank {r}"),
             }
         };
@@ -33,18 +35,12 @@ fn dyn_tensor<B: burn::tensor::backend::Backend>(shape: &[usize], data: &[f32]) 
 }
 
 /// Shape and values of a one-leaf float `DynTree`.
-fn read(t: DynTree<V>) -> (Vec<usize>, Vec<f32>) {
-    let shape = t.leaves()[0].shape().to_vec();
-    macro_rules! get {
-        ($($d:literal),*) => {
-            match shape.len() {
-                $($d => t.get::<Tensor<V, $d>>().unwrap().into_data(),)*
-                r => panic!("rank {r}"),
-            }
-        };
-    }
-    let data = get!(1, 2, 3, 4, 5, 6);
-    (shape, data.to_vec::<f32>().unwrap())
+fn read(t: DynTree) -> (Vec<usize>, Vec<f32>) {
+    let leaf = &t.leaves()[0];
+    (
+        leaf.shape().to_vec(),
+        leaf.to_data().try_to_vec::<f32>().unwrap(),
+    )
 }
 
 fn assert_close(got: &[f32], want: &[f32]) {
@@ -112,15 +108,11 @@ fn ndindex(shape: &[usize]) -> Vec<Vec<usize>> {
 // ---- the README example -------------------------------------------------------------------------
 
 /// `foo(s, v, m) = v·m·v + s·|v|`, written for one scalar, one vector, one matrix.
-fn foo<B: burn::tensor::backend::Backend>(
-    (s, v, m): (Tensor<B, 0>, Tensor<B, 1>, Tensor<B, 2>),
-) -> Tensor<B, 0> {
+fn foo((s, v, m): (Tensor<0>, Tensor<1>, Tensor<2>)) -> Tensor<0> {
     let n = v.dims()[0] as f32;
     let mv = m
         .matmul(v.clone().unsqueeze_dim::<2>(1))
         .squeeze_dim::<1>(1);
-    // Burn's scalar `[1]` until the end: NdArray cannot reshape an unbatched tensor to rank 0,
-    // and `v·m·v` is unbatched when only `s` has batch dims.
     let vmv = (v * mv).sum();
     (vmv + s.reshape([1]).mul_scalar(n)).reshape([0usize; 0])
 }
@@ -139,18 +131,18 @@ fn foo_ref(s: f32, v: &[f32], m: &[f32]) -> f32 {
 
 /// Runs `auto_vmap(foo)` with ranks (0, 1, 2) on the given shapes and compares with the loop.
 fn check_foo(s_shape: &[usize], v_shape: &[usize], m_shape: &[usize]) {
-    let (sn, vn, mn) = (
-        s_shape.iter().product::<usize>(),
-        v_shape.iter().product::<usize>(),
-        m_shape.iter().product::<usize>(),
+    let count = |s: &[usize]| s.iter().product::<usize>();
+    let (sd, vd, md) = (
+        values(count(s_shape), 1),
+        values(count(v_shape), 2),
+        values(count(m_shape), 3),
     );
-    let (sd, vd, md) = (values(sn, 1), values(vn, 2), values(mn, 3));
     let inputs = (
-        dyn_tensor::<V>(s_shape, &sd),
-        dyn_tensor::<V>(v_shape, &vd),
-        dyn_tensor::<V>(m_shape, &md),
+        dyn_tensor(s_shape, &sd),
+        dyn_tensor(v_shape, &vd),
+        dyn_tensor(m_shape, &md),
     );
-    let out: DynTree<V> = auto_vmap(foo::<V>).ranks([0, 1, 2]).call(inputs).unwrap();
+    let out: DynTree = auto_vmap(foo).ranks([0, 1, 2]).call(inputs).unwrap();
     let (shape, got) = read(out);
 
     let d = v_shape[v_shape.len() - 1];
@@ -182,15 +174,12 @@ fn check_foo(s_shape: &[usize], v_shape: &[usize], m_shape: &[usize]) {
 #[test]
 fn should_run_the_readme_example() {
     // jax_autovmap's README: ones, s = 2 -> 15 for every one of the 5 pairs (v, m).
-    let d = Default::default();
-    let s = Tensor::<V, 1>::from_floats([2.0], &d); // batch shape [1]: broadcasts
-    let v = Tensor::<V, 2>::ones([5, 3], &d);
-    let m = Tensor::<V, 3>::ones([5, 3, 3], &d);
-    let out: Tensor<V, 1> = auto_vmap(foo::<V>)
-        .ranks([0, 1, 2])
-        .call((s, v, m))
-        .unwrap();
-    assert_eq!(out.into_data().to_vec::<f32>().unwrap(), vec![15.0; 5]);
+    let d = Device::default();
+    let s = Tensor::<1>::from_floats([2.0], &d); // batch shape [1]: broadcasts
+    let v = Tensor::<2>::ones([5, 3], &d);
+    let m = Tensor::<3>::ones([5, 3, 3], &d);
+    let out: Tensor<1> = auto_vmap(foo).ranks([0, 1, 2]).call((s, v, m)).unwrap();
+    assert_eq!(out.into_data().try_to_vec::<f32>().unwrap(), vec![15.0; 5]);
 }
 
 #[test]
@@ -202,58 +191,57 @@ fn should_match_the_loop_for_the_vectors_batch_shapes() {
     check_foo(&[3], &[1, 3], &[4, 1, 3, 3]);
     check_foo(&[1], &[2, 1, 3], &[1, 4, 3, 3]);
     check_foo(&[1, 1], &[5, 3], &[3, 3]);
+    check_foo(&[], &[5, 3], &[3, 3]);
+    check_foo(&[], &[3], &[3, 3]);
 }
 
 #[test]
-fn should_not_map_size_one_batch_dims() {
-    // m has batch shape [1] against v's [4]: it enters `foo` without a batch dim at that level
-    // (shared, not copied), while v is batched.
-    let d = Default::default();
-    let seen = std::cell::RefCell::new(Vec::new());
-    let f = |(s, v, m): (Tensor<V, 0>, Tensor<V, 1>, Tensor<V, 2>)| {
-        let dims = |t: &Tensor<V, 2>| {
-            V::float_batch_dims(&t.clone().into_primitive().tensor())
-                .sizes()
-                .collect::<Vec<_>>()
-        };
-        let vd = V::float_batch_dims(&v.clone().into_primitive().tensor())
-            .sizes()
-            .collect::<Vec<_>>();
-        seen.borrow_mut().push((vd, dims(&m)));
+fn should_record_f_for_one_example_without_the_broadcast_dims() {
+    // m has batch shape [1] against v's [4]: it enters `f` without a batch dim (shared, not
+    // copied), and f is recorded once for one example.
+    let seen = RefCell::new(Vec::new());
+    let f = |(s, v, m): (Tensor<0>, Tensor<1>, Tensor<2>)| {
+        seen.borrow_mut()
+            .push((v.dims().to_vec(), m.dims().to_vec()));
         foo((s, v, m))
     };
-    let s = Tensor::<V, 1>::from_floats([1.0, 2.0, 3.0, 4.0], &d);
-    let v = Tensor::<V, 2>::ones([4, 3], &d);
-    let m = Tensor::<V, 3>::ones([1, 3, 3], &d);
-    let out: Tensor<V, 1> = auto_vmap(f).ranks([0, 1, 2]).call((s, v, m)).unwrap();
+    let d = Device::default();
+    let s = Tensor::<1>::from_floats([1.0, 2.0, 3.0, 4.0], &d);
+    let v = Tensor::<2>::ones([4, 3], &d);
+    let m = Tensor::<3>::ones([1, 3, 3], &d);
+    let g = auto_vmap(f).ranks([0, 1, 2]);
+    let out: Tensor<1> = g.call((s.clone(), v.clone(), m.clone())).unwrap();
     assert_eq!(
-        out.into_data().to_vec::<f32>().unwrap(),
+        out.into_data().try_to_vec::<f32>().unwrap(),
         vec![12.0, 15.0, 18.0, 21.0]
     );
-    assert_eq!(*seen.borrow(), vec![(vec![4], vec![])]);
+    let _: Tensor<1> = g.call((s, v, m)).unwrap();
+    assert_eq!(*seen.borrow(), vec![(vec![3], vec![3, 3])]);
 }
 
 #[test]
 fn should_call_f_directly_without_batch_dims() {
-    let d = Default::default();
     let calls = std::cell::Cell::new(0);
-    let f = |(v, w): (Tensor<V, 1>, Tensor<V, 1>)| {
+    let f = |(v, w): (Tensor<1>, Tensor<1>)| {
         calls.set(calls.get() + 1);
-        let bd = V::float_batch_dims(&v.clone().into_primitive().tensor());
-        assert!(bd.is_empty());
+        // The user's own tensors, not a recording.
+        assert_eq!(v.device(), Device::default());
         v * w
     };
-    let v = Tensor::<V, 1>::from_floats([1.0, 2.0], &d);
-    let w = Tensor::<V, 1>::from_floats([3.0, 4.0], &d);
-    let out: Tensor<V, 1> = auto_vmap(f).ranks(1).call((v, w)).unwrap();
-    assert_eq!(out.into_data().to_vec::<f32>().unwrap(), vec![3.0, 8.0]);
-    assert_eq!(calls.get(), 1);
+    let d = Device::default();
+    let v = Tensor::<1>::from_floats([1.0, 2.0], &d);
+    let w = Tensor::<1>::from_floats([3.0, 4.0], &d);
+    let g = auto_vmap(f).ranks(1);
+    let out: Tensor<1> = g.call((v.clone(), w.clone())).unwrap();
+    assert_eq!(out.into_data().try_to_vec::<f32>().unwrap(), vec![3.0, 8.0]);
+    let _: Tensor<1> = g.call((v, w)).unwrap();
+    assert_eq!(calls.get(), 2);
 }
 
 // ---- random batch shapes ------------------------------------------------------------------------
 
 /// `g(a, b, c) = tanh(a @ b) * c` for a (3,), b (3, 2), c (): output (2,).
-fn g((a, b, c): (Tensor<V, 1>, Tensor<V, 2>, Tensor<V, 0>)) -> Tensor<V, 1> {
+fn g((a, b, c): (Tensor<1>, Tensor<2>, Tensor<0>)) -> Tensor<1> {
     let ab = a.unsqueeze::<2>().matmul(b).tanh().squeeze_dim::<1>(0);
     ab * c.reshape([1])
 }
@@ -298,12 +286,12 @@ fn run_g(batch: &[Vec<usize>; 3], seed: u64) -> Result<(), TestCaseError> {
         .map(|(i, s)| values(s.iter().product(), seed + i as u64))
         .collect();
     let inputs = (
-        dyn_tensor::<V>(&shapes[0], &data[0]),
-        dyn_tensor::<V>(&shapes[1], &data[1]),
-        dyn_tensor::<V>(&shapes[2], &data[2]),
+        dyn_tensor(&shapes[0], &data[0]),
+        dyn_tensor(&shapes[1], &data[1]),
+        dyn_tensor(&shapes[2], &data[2]),
     );
     let target = np_broadcast(batch).unwrap();
-    let out: DynTree<V> = auto_vmap(g).ranks([1, 2, 0]).call(inputs).unwrap();
+    let out: DynTree = auto_vmap(g).ranks([1, 2, 0]).call(inputs).unwrap();
     let (shape, got) = read(out);
     let mut want_shape = target.clone();
     want_shape.push(2);
@@ -348,11 +336,11 @@ proptest! {
         let a_shape: Vec<usize> = ab.iter().copied().chain([3]).collect();
         let b_shape = vec![y, 3, 2];
         let inputs = (
-            dyn_tensor::<V>(&a_shape, &values(a_shape.iter().product(), 1)),
-            dyn_tensor::<V>(&b_shape, &values(6 * y, 2)),
-            dyn_tensor::<V>(&[], &[1.0]),
+            dyn_tensor(&a_shape, &values(a_shape.iter().product(), 1)),
+            dyn_tensor(&b_shape, &values(6 * y, 2)),
+            dyn_tensor(&[], &[1.0]),
         );
-        let err = auto_vmap(g).ranks([1, 2, 0]).call::<V, V, _, _, _, DynTree<V>>(inputs).unwrap_err();
+        let err = auto_vmap(g).ranks([1, 2, 0]).call::<_, _, _, DynTree>(inputs).unwrap_err();
         prop_assert_eq!(&err, &VmapError::IncompatibleBatchShapes {
             arguments: vec!["args[0]".into(), "args[1]".into()],
             batch_shapes: vec![ab.clone(), vec![y]],
@@ -368,11 +356,11 @@ proptest! {
 #[test]
 fn should_apply_struct_ranks_per_field() {
     // dot(p.a, x) + p.b with ranks {p: {a: 1, b: 0}, x: 1}; p is a map (fields by name).
-    let f = |(p, x): (BTreeMap<String, DynTree<V>>, Tensor<V, 1>)| -> Tensor<V, 0> {
-        let a: Tensor<V, 1> = p["a"].clone().get().unwrap();
-        let b: Tensor<V, 0> = p["b"].clone().get().unwrap();
-        let dot: Tensor<V, 0> = (a * x).sum().reshape([0usize; 0]);
-        dot + b
+    let f = |(p, x): (BTreeMap<String, DynTree>, Tensor<1>)| -> Tensor<0> {
+        let a: Tensor<1> = p["a"].clone().get().unwrap();
+        let b: Tensor<0> = p["b"].clone().get().unwrap();
+        let dot: Tensor<1> = (a * x).sum();
+        (dot + b.reshape([1])).reshape([0usize; 0])
     };
     let ranks = Spec::Seq(vec![
         Spec::fields([("a", 1.into()), ("b", 0.into())]),
@@ -380,11 +368,11 @@ fn should_apply_struct_ranks_per_field() {
     ]);
     let (ad, bd, xd) = (values(3, 1), values(2, 2), values(15, 3));
     let p = BTreeMap::from([
-        ("a".to_string(), dyn_tensor::<V>(&[3], &ad)),
-        ("b".to_string(), dyn_tensor::<V>(&[2, 1], &bd)),
+        ("a".to_string(), dyn_tensor(&[3], &ad)),
+        ("b".to_string(), dyn_tensor(&[2, 1], &bd)),
     ]);
-    let x = dyn_tensor::<V>(&[5, 3], &xd);
-    let out: DynTree<V> = auto_vmap(f).ranks(ranks).call((p, x)).unwrap();
+    let x = dyn_tensor(&[5, 3], &xd);
+    let out: DynTree = auto_vmap(f).ranks(ranks).call((p, x)).unwrap();
     let (shape, got) = read(out);
     assert_eq!(shape, vec![2, 5]);
     let want: Vec<f32> = ndindex(&[2, 5])
@@ -398,13 +386,12 @@ fn should_apply_struct_ranks_per_field() {
 fn should_apply_one_rank_to_every_leaf_and_pass_none_whole() {
     // u * sum(w) with rank 1 for both leaves of t; alpha (rank None) is passed whole even though
     // it has more dims than any rank.
-    let f =
-        |((u, w), alpha): ((Tensor<V, 1>, Tensor<V, 1>), Tensor<V, 2>)| u * w.sum() + alpha.sum();
+    let f = |((u, w), alpha): ((Tensor<1>, Tensor<1>), Tensor<2>)| u * w.sum() + alpha.sum();
     let (ud, wd) = (values(6, 1), values(8, 2));
-    let t = (dyn_tensor::<V>(&[2, 3], &ud), dyn_tensor::<V>(&[2, 4], &wd));
-    let alpha = dyn_tensor::<V>(&[2, 2], &[1.0, 1.0, 1.0, 1.0]);
+    let t = (dyn_tensor(&[2, 3], &ud), dyn_tensor(&[2, 4], &wd));
+    let alpha = dyn_tensor(&[2, 2], &[1.0, 1.0, 1.0, 1.0]);
     let ranks = Spec::Seq(vec![1.into(), Spec::Leaf(None)]);
-    let out: DynTree<V> = auto_vmap(f).ranks(ranks).call((t, alpha)).unwrap();
+    let out: DynTree = auto_vmap(f).ranks(ranks).call((t, alpha)).unwrap();
     let (shape, got) = read(out);
     assert_eq!(shape, vec![2, 3]);
     let want: Vec<f32> = (0..2)
@@ -423,23 +410,23 @@ fn should_apply_one_rank_to_every_leaf_and_pass_none_whole() {
 
 #[test]
 fn should_nest_inside_vmap() {
-    // vmap over the rows of `xs` (axis 1); inside, auto_vmap broadcasts g over a and c.
-    let d = Default::default();
-    let a = Tensor::<V, 2>::from_data(TensorData::new(values(6, 1), [2, 3]), &d);
-    let b = Tensor::<V, 3>::from_data(TensorData::new(values(24, 2), [3, 4, 2]), &d);
-    let c = Tensor::<V, 1>::from_floats([0.5, -2.0], &d);
-    let inner = |(a, b, c): (Tensor<V, 2>, Tensor<V, 2>, Tensor<V, 1>)| -> Tensor<V, 2> {
+    // vmap over the rows of `b` (axis 1); inside, auto_vmap broadcasts g over a and c.
+    let d = Device::default();
+    let a = Tensor::<2>::from_data(TensorData::new(values(6, 1), [2, 3]), &d);
+    let b = Tensor::<3>::from_data(TensorData::new(values(24, 2), [3, 4, 2]), &d);
+    let c = Tensor::<1>::from_floats([0.5, -2.0], &d);
+    let inner = |(a, b, c): (Tensor<2>, Tensor<2>, Tensor<1>)| -> Tensor<2> {
         auto_vmap(g).ranks([1, 2, 0]).call((a, b, c)).unwrap()
     };
-    let out: Tensor<V, 3> = vmap(inner)
+    let out: Tensor<3> = vmap(inner)
         .in_axes([None, Some(1), None])
         .call((a.clone(), b.clone(), c.clone()))
         .unwrap();
     assert_eq!(out.dims(), [4, 2, 2]);
     let (ad, bd, cd) = (
-        a.into_data().to_vec::<f32>().unwrap(),
-        b.into_data().to_vec::<f32>().unwrap(),
-        c.into_data().to_vec::<f32>().unwrap(),
+        a.into_data().try_to_vec::<f32>().unwrap(),
+        b.into_data().try_to_vec::<f32>().unwrap(),
+        c.into_data().try_to_vec::<f32>().unwrap(),
     );
     let mut want = Vec::new();
     for r in 0..4 {
@@ -450,118 +437,85 @@ fn should_nest_inside_vmap() {
             want.extend(g_ref(&ad[i * 3..i * 3 + 3], &bj, cd[i]));
         }
     }
-    assert_close(&out.into_data().to_vec::<f32>().unwrap(), &want);
+    assert_close(&out.into_data().try_to_vec::<f32>().unwrap(), &want);
 }
 
-/// `foo` summed over a batch, differentiated outside `auto_vmap`, against the formulas
-/// `dL/dm_i = v_i v_i^T`, `dL/dv_i = (m_i + m_i^T) v_i`, `dL/ds_i = |v|`.
-fn check_foo_grads(batch: [&[usize]; 3]) {
-    let shape =
-        |b: &[usize], core: &[usize]| -> Vec<usize> { b.iter().chain(core).copied().collect() };
-    let (s_shape, v_shape, m_shape) = (
-        shape(batch[0], &[]),
-        shape(batch[1], &[3]),
-        shape(batch[2], &[3, 3]),
-    );
+/// A shared matrix parameter of `foo`.
+#[derive(Module, Debug)]
+struct Matrix {
+    m: Param<Tensor<2>>,
+}
+
+/// Per-example gradients of `sum(auto_vmap(foo)(s_i, v_i, m))` w.r.t. the shared `m`, inside a
+/// recorded loss, against `dL/dm = sum over the broadcast batch of v v^T`.
+fn check_foo_grads(s_batch: &[usize], v_batch: &[usize]) {
+    const B: usize = 3;
+    let shape = |lead: &[usize], core: &[usize]| -> Vec<usize> {
+        [B].iter().chain(lead).chain(core).copied().collect()
+    };
+    let (s_shape, v_shape) = (shape(s_batch, &[]), shape(v_batch, &[3]));
     let count = |s: &[usize]| s.iter().product::<usize>();
     let (sd, vd, md) = (
         values(count(&s_shape), 4),
         values(count(&v_shape), 5),
-        values(count(&m_shape), 6),
+        values(9, 6),
     );
-    let s = dyn_tensor::<AD>(&s_shape, &sd);
-    let v = dyn_tensor::<AD>(&v_shape, &vd);
-    let m = dyn_tensor::<AD>(&m_shape, &md);
-    // Mark every input as requiring a gradient.
-    macro_rules! req {
-        ($t:expr, $($r:literal),*) => {{
-            let t = $t;
-            match t.leaves()[0].shape().num_dims() {
-                $($r => DynTree::new(t.get::<Tensor<AD, $r>>().unwrap().require_grad()),)*
-                r => panic!("rank {r}"),
-            }
-        }};
-    }
-    let (s, v, m) = (
-        req!(s, 1, 2, 3, 4),
-        req!(v, 1, 2, 3, 4),
-        req!(m, 1, 2, 3, 4),
-    );
-    let out: DynTree<AD> = auto_vmap(foo::<AD>)
-        .ranks([0, 1, 2])
-        .call((s.clone(), v.clone(), m.clone()))
-        .unwrap();
-    let target = np_broadcast(&[batch[0].to_vec(), batch[1].to_vec(), batch[2].to_vec()]).unwrap();
-    let loss = match target.len() {
-        1 => out.get::<Tensor<AD, 1>>().unwrap().sum(),
-        2 => out.get::<Tensor<AD, 2>>().unwrap().sum(),
-        r => panic!("rank {r}"),
+    let model = Matrix {
+        m: Param::from_tensor(Tensor::from_data(
+            TensorData::new(md, [3, 3]),
+            &Device::default(),
+        )),
     };
-    let grads = loss.backward();
-    macro_rules! grad {
-        ($t:expr, $($r:literal),*) => {{
-            let t = $t;
-            match t.leaves()[0].shape().num_dims() {
-                $($r => t.get::<Tensor<AD, $r>>().unwrap().grad(&grads).unwrap().into_data().to_vec::<f32>().unwrap(),)*
-                r => panic!("rank {r}"),
-            }
-        }};
-    }
-    let (gs, gv, gm) = (
-        grad!(s, 1, 2, 3, 4),
-        grad!(v, 1, 2, 3, 4),
-        grad!(m, 1, 2, 3, 4),
-    );
-    let (mut ws, mut wv, mut wm) = (
-        vec![0.0; sd.len()],
-        vec![0.0; vd.len()],
-        vec![0.0; md.len()],
-    );
-    for idx in ndindex(&target) {
-        let (si, vi, mi) = (
-            example_offset(&idx, batch[0]),
-            example_offset(&idx, batch[1]),
-            example_offset(&idx, batch[2]),
-        );
-        ws[si] += 3.0;
-        let (v, m) = (&vd[vi * 3..vi * 3 + 3], &md[mi * 9..mi * 9 + 9]);
-        for p in 0..3 {
-            for q in 0..3 {
-                wm[mi * 9 + p * 3 + q] += v[p] * v[q];
-                wv[vi * 3 + p] += (m[p * 3 + q] + m[q * 3 + p]) * v[q];
+    let (s, v) = (dyn_tensor(&s_shape, &sd), dyn_tensor(&v_shape, &vd));
+    let loss = |m: &Matrix, (s, v): (DynTree, DynTree)| -> Tensor<1> {
+        let out: DynTree = auto_vmap(foo)
+            .ranks([0, 1, 2])
+            .call((s, v, m.m.val()))
+            .unwrap();
+        let leaf = out.leaves()[0].clone();
+        match leaf.shape().num_dims() {
+            1 => leaf.into_tensor::<1, burn::tensor::Float>().unwrap().sum(),
+            2 => leaf.into_tensor::<2, burn::tensor::Float>().unwrap().sum(),
+            r => panic!("rank {r}"),
+        }
+    };
+    let grads = per_example_grads(&model, (s, v), loss).unwrap();
+    let got = grads.get::<3>("m").unwrap();
+    let target = np_broadcast(&[s_batch.to_vec(), v_batch.to_vec()]).unwrap();
+    let per_v = count(v_batch);
+    let mut want = vec![0.0; B * 9];
+    for i in 0..B {
+        for idx in ndindex(&target) {
+            let vi = i * per_v + example_offset(&idx, v_batch);
+            let v = &vd[vi * 3..vi * 3 + 3];
+            for p in 0..3 {
+                for q in 0..3 {
+                    want[i * 9 + p * 3 + q] += v[p] * v[q];
+                }
             }
         }
     }
-    assert_close(&gs, &ws);
-    assert_close(&gv, &wv);
-    assert_close(&gm, &wm);
+    assert_close(&got.into_data().try_to_vec::<f32>().unwrap(), &want);
 }
 
 #[test]
-fn should_differentiate_through_auto_vmap() {
-    check_foo_grads([&[4], &[4], &[4]]);
-    check_foo_grads([&[2, 3], &[2, 3], &[2, 3]]);
-}
-
-/// A leaf that is not mapped at some level (a size-1 batch dim that broadcasts, or fewer batch
-/// dims than the broadcast shape) gets, with `backward` *outside* the transform, its gradient
-/// summed over that level, like an unmapped `vmap` input.
-#[test]
-fn should_differentiate_through_broadcasting() {
-    check_foo_grads([&[2, 1], &[4], &[]]);
+fn should_give_per_example_gradients_through_auto_vmap() {
+    check_foo_grads(&[4], &[4]);
+    check_foo_grads(&[2, 1], &[4]);
+    check_foo_grads(&[], &[2, 3]);
 }
 
 // ---- errors -------------------------------------------------------------------------------------
 
 #[test]
 fn should_reject_a_rank_too_small() {
-    let d = Default::default();
-    let s = Tensor::<V, 1>::from_floats([1.0], &d);
-    let v = Tensor::<V, 1>::ones([3], &d);
-    let m = Tensor::<V, 1>::ones([3], &d);
-    let err = auto_vmap(foo::<V>)
+    let d = Device::default();
+    let s = Tensor::<1>::from_floats([1.0], &d);
+    let v = Tensor::<1>::ones([3], &d);
+    let m = Tensor::<1>::ones([3], &d);
+    let err = auto_vmap(foo)
         .ranks([0, 1, 2])
-        .call::<V, V, _, _, _, Tensor<V, 1>>((s, v, m))
+        .call::<_, _, _, Tensor<1>>((s, v, m))
         .unwrap_err();
     assert_eq!(
         err,
@@ -580,15 +534,15 @@ fn should_reject_a_rank_too_small() {
 
 #[test]
 fn should_name_the_struct_field_whose_rank_is_too_small() {
-    let f = |p: BTreeMap<String, DynTree<V>>| p;
+    let f = |p: BTreeMap<String, DynTree>| p;
     let p = BTreeMap::from([
-        ("a".to_string(), dyn_tensor::<V>(&[3], &values(3, 1))),
-        ("b".to_string(), dyn_tensor::<V>(&[2], &values(2, 1))),
+        ("a".to_string(), dyn_tensor(&[3], &values(3, 1))),
+        ("b".to_string(), dyn_tensor(&[2], &values(2, 1))),
     ]);
     let ranks = Spec::fields([("a", 1.into()), ("b", 2.into())]);
     let err = auto_vmap(f)
         .ranks(ranks)
-        .call::<V, V, _, _, _, BTreeMap<String, DynTree<V>>>(p)
+        .call::<_, _, _, BTreeMap<String, DynTree>>(p)
         .unwrap_err();
     assert!(
         matches!(&err, VmapError::RankTooSmall { argument, min_rank: 2, .. } if argument == "args.b"),
@@ -598,34 +552,33 @@ fn should_name_the_struct_field_whose_rank_is_too_small() {
 
 #[test]
 fn should_reject_ranks_that_do_not_fit_the_arguments() {
-    let d = Default::default();
-    let v = Tensor::<V, 2>::ones([2, 3], &d);
-    let err = auto_vmap(|(v, w): (Tensor<V, 1>, Tensor<V, 1>)| v + w)
+    let d = Device::default();
+    let v = Tensor::<2>::ones([2, 3], &d);
+    let err = auto_vmap(|(v, w): (Tensor<1>, Tensor<1>)| v + w)
         .ranks([1, 1, 1])
-        .call::<V, V, _, _, _, Tensor<V, 2>>((v.clone(), v.clone()))
+        .call::<_, _, _, Tensor<2>>((v.clone(), v.clone()))
         .unwrap_err();
     assert!(
         matches!(&err, VmapError::TreeMismatch { what, .. } if what == "ranks"),
         "{err:?}"
     );
     // A result type of the wrong rank: a clear error, no panic.
-    let err = auto_vmap(|(v, w): (Tensor<V, 1>, Tensor<V, 1>)| v + w)
+    let err = auto_vmap(|(v, w): (Tensor<1>, Tensor<1>)| v + w)
         .ranks(1)
-        .call::<V, V, _, _, _, Tensor<V, 3>>((v.clone(), v))
+        .call::<_, _, _, Tensor<3>>((v.clone(), v))
         .unwrap_err();
     assert!(matches!(err, VmapError::LeafMismatch { .. }), "{err:?}");
 }
 
 #[test]
 fn should_report_the_batch_shape_without_calling() {
-    let f = |(a, b, c): (Tensor<V, 1>, Tensor<V, 2>, Tensor<V, 0>)| g((a, b, c));
     let inputs = (
-        dyn_tensor::<V>(&[4, 3], &values(12, 1)),
-        dyn_tensor::<V>(&[2, 1, 3, 2], &values(12, 2)),
-        dyn_tensor::<V>(&[], &[1.0]),
+        dyn_tensor(&[4, 3], &values(12, 1)),
+        dyn_tensor(&[2, 1, 3, 2], &values(12, 2)),
+        dyn_tensor(&[], &[1.0]),
     );
     assert_eq!(
-        auto_vmap(f).ranks([1, 2, 0]).batch_shape(inputs).unwrap(),
+        auto_vmap(g).ranks([1, 2, 0]).batch_shape(inputs).unwrap(),
         vec![2, 4]
     );
 }

@@ -1,244 +1,233 @@
-//! Per-example gradients on `Autodiff<Vmap<B>>` against a loop of single-example backward passes.
+//! `per_example_grads` of unmodified Burn 0.22 modules against a loop of single-example
+//! backward passes, and what its `ParamGrads` give: batch sums and means, per-example norms,
+//! frozen parameters, an optimizer step, and `vmap` over the gradients themselves.
 
-use burn::backend::Autodiff;
-use burn::module::Module;
+mod support;
+
+use burn::module::{Module, Param};
 use burn::nn::{Linear, LinearConfig, Relu};
-use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Int, Tensor, TensorData, Tolerance};
-use burn_vmap::testing::TestBackend;
-use burn_vmap::{ParamGrads, Vmap, per_example_grads, vmap};
-
-type V = Vmap<TestBackend>;
-type AD = Autodiff<V>;
+use burn::optim::{GradientsParams, SgdConfig};
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Distribution, Int, Tensor, TensorData};
+use burn_vmap::tree::{TensorMapper, TensorVisitor};
+use burn_vmap::{ParamGrads, Tree, per_example_grads, vmap};
+use support::{assert_close, check_grads, dev, example, values};
 
 #[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    fc1: Linear<B>,
+struct Mlp {
+    fc1: Linear,
     act: Relu,
-    fc2: Linear<B>,
+    fc2: Linear,
 }
 
-impl<B: Backend> Mlp<B> {
-    fn new(device: &B::Device) -> Self {
+impl Mlp {
+    fn new() -> Self {
         Self {
-            fc1: LinearConfig::new(6, 8).init(device),
+            fc1: LinearConfig::new(6, 8).init(&dev()),
             act: Relu::new(),
-            fc2: LinearConfig::new(8, 3).init(device),
+            fc2: LinearConfig::new(8, 3).init(&dev()),
         }
     }
 
     /// Cross-entropy of a batch (rows of `x`) against integer labels, averaged.
-    fn loss<const D: usize>(&self, x: Tensor<B, D>, y: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+    fn loss(&self, x: Tensor<2>, y: Tensor<1, Int>) -> Tensor<1> {
         let logits = self.fc2.forward(self.act.forward(self.fc1.forward(x)));
-        let logits: Tensor<B, 2> = logits.reshape([-1, 3]);
-        let logp = burn::tensor::activation::log_softmax(logits, 1);
-        let picked = logp.gather(1, y.unsqueeze_dim(1));
-        picked.mean().neg()
+        log_softmax(logits, 1)
+            .gather(1, y.unsqueeze_dim(1))
+            .mean()
+            .neg()
     }
 }
 
-#[test]
-fn should_reproduce_optax_docs_example() {
-    let device = Default::default();
-    let params = Tensor::<AD, 1>::zeros([1], &device).require_grad();
-    let features = Tensor::<AD, 2>::ones([4, 1], &device);
-    let targets = Tensor::<AD, 1>::from_floats([0.0, 2.0, 4.0, 6.0], &device);
-    let grads: Tensor<V, 2> = vmap(|(x, y): (Tensor<AD, 1>, Tensor<AD, 0>)| {
-        let diff = (x * params.clone()).sum() - y.reshape([1]);
-        let loss = (diff.clone() * diff).mul_scalar(0.5).mean();
-        params.grad(&loss.backward()).unwrap()
-    })
-    .call((features, targets))
-    .unwrap();
-    let tol = Tolerance::<f32>::default();
-    grads
-        .clone()
-        .into_data()
-        .assert_approx_eq::<f32>(&TensorData::from([[0.0f32], [-2.0], [-4.0], [-6.0]]), tol);
-    grads
-        .clone()
-        .mean()
-        .into_data()
-        .assert_approx_eq::<f32>(&TensorData::from([-3.0f32]), tol);
-    (grads.clone() * grads.clone())
-        .mean()
-        .into_data()
-        .assert_approx_eq::<f32>(&TensorData::from([14.0f32]), tol);
-    let norms = (grads.clone() * grads)
-        .sum_dim(1)
-        .sqrt()
-        .squeeze_dim::<1>(1);
-    norms
-        .into_data()
-        .assert_approx_eq::<f32>(&TensorData::from([0.0f32, 2.0, 4.0, 6.0]), tol);
+/// One example as a batch of one (optax's `keep_batch_dim`).
+fn mlp_loss(m: &Mlp, (x, y): (Tensor<1>, Tensor<1, Int>)) -> Tensor<1> {
+    m.loss(x.unsqueeze::<2>(), y)
 }
 
-fn loop_grads(model: &Mlp<AD>, x: &Tensor<AD, 2>, y: &Tensor<AD, 1, Int>) -> Vec<ParamGrads<V>> {
-    (0..x.dims()[0])
-        .map(|i| {
-            let xi = x.clone().narrow(0, i, 1);
-            let yi = y.clone().narrow(0, i, 1);
-            let mut g = model.loss(xi, yi).backward();
-            ParamGrads::from_module(&mut g, model)
-        })
-        .collect()
+#[derive(Module, Debug)]
+struct Params {
+    p: Param<Tensor<1>>,
+}
+
+/// optax's per-example gradients example: `loss = (x . p - y)^2 / 2` at `p = 0`.
+#[test]
+fn should_reproduce_the_optax_docs_example() {
+    let model = Params {
+        p: Param::from_tensor(Tensor::zeros([1], &dev())),
+    };
+    let features = Tensor::<2>::ones([4, 1], &dev());
+    let targets = Tensor::<1>::from_floats([0.0, 2.0, 4.0, 6.0], &dev());
+    let loss = |m: &Params, (x, y): (Tensor<1>, Tensor<0>)| {
+        let diff = (x * m.p.val()).sum() - y.reshape([1]);
+        (diff.clone() * diff).mul_scalar(0.5).mean()
+    };
+    let grads = per_example_grads(&model, (features, targets), loss).unwrap();
+    let g: Tensor<2> = grads.get("p").unwrap();
+    assert_eq!(values(g), vec![0.0, -2.0, -4.0, -6.0]);
+    assert_eq!(values(grads.per_example_norms()), vec![0.0, 2.0, 4.0, 6.0]);
+    assert_eq!(
+        values(grads.clone().mean_batch().get::<1>("p").unwrap()),
+        vec![-3.0]
+    );
+    assert_eq!(
+        values(grads.sum_batch().get::<1>("p").unwrap()),
+        vec![-12.0]
+    );
 }
 
 #[test]
-fn should_match_loop_for_burn_nn_mlp() {
-    let device = Default::default();
-    let model = Mlp::<AD>::new(&device);
-    let b = 5;
-    let x = Tensor::<AD, 2>::random([b, 6], Distribution::Normal(0.0, 1.0), &device);
-    let y = Tensor::<AD, 1, Int>::from_ints([0, 2, 1, 1, 0], &device);
-
-    // keep_batch_dim style: each example as a batch of one.
-    let pe = per_example_grads(
+fn should_match_the_loop_for_a_burn_nn_mlp_and_average_to_the_batch_gradient() {
+    let model = Mlp::new();
+    let x = Tensor::<2>::random([5, 6], Distribution::Normal(0.0, 1.0), &dev());
+    let y = Tensor::<2, Int>::from_ints([[0], [2], [1], [1], [0]], &dev());
+    let grads = check_grads(
         &model,
         (x.clone(), y.clone()),
-        |m: &Mlp<AD>, (xi, yi): (Tensor<AD, 1>, Tensor<AD, 0, Int>)| {
-            m.loss(xi.unsqueeze::<2>(), yi.reshape([1]))
-        },
-    )
-    .unwrap();
-    let reference = loop_grads(&model, &x, &y);
+        |i| (example::<2, 1, _>(&x, i), example::<2, 1, Int>(&y, i)),
+        mlp_loss,
+        "mlp",
+    );
     assert_eq!(
-        pe.paths().collect::<Vec<_>>(),
-        vec!["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+        grads.paths().collect::<Vec<_>>(),
+        ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
     );
-    for path in ["fc1.weight", "fc2.weight"] {
-        let got: Tensor<V, 3> = pe.get(path).unwrap();
-        let want = Tensor::stack::<3>(
-            reference
-                .iter()
-                .map(|g| g.get::<2>(path).unwrap())
-                .collect(),
-            0,
-        );
-        got.into_data()
-            .assert_approx_eq::<f32>(&want.into_data(), Tolerance::default());
-    }
-    for path in ["fc1.bias", "fc2.bias"] {
-        let got: Tensor<V, 2> = pe.get(path).unwrap();
-        let want = Tensor::stack::<2>(
-            reference
-                .iter()
-                .map(|g| g.get::<1>(path).unwrap())
-                .collect(),
-            0,
-        );
-        got.into_data()
-            .assert_approx_eq::<f32>(&want.into_data(), Tolerance::default());
-    }
-
-    // The mean of the per-example gradients is the batch gradient of the mean loss.
-    let mean = pe.mean_batch();
-    let mut g = model.loss(x, y).backward();
-    let batch = ParamGrads::from_module(&mut g, &model);
-    for path in ["fc1.weight", "fc2.weight"] {
-        let got: Tensor<V, 2> = mean.get(path).unwrap();
-        got.into_data().assert_approx_eq::<f32>(
-            &batch.get::<2>(path).unwrap().into_data(),
-            Tolerance::default(),
-        );
+    // The mean of the per-example gradients is the gradient of the batch's mean loss.
+    let mean = grads.clone().mean_batch();
+    let trained = model.clone().train();
+    let batch = GradientsParams::from_grads(trained.loss(x, y.reshape([5])).backward(), &trained);
+    for (path, id, g) in mean.iter() {
+        let want = support::burn_grad(&batch, id, g.shape().num_dims()).unwrap();
+        assert_close(&leaf_values(g), &want, path);
     }
 }
 
+#[derive(Module, Debug)]
+struct Shared {
+    w: Param<Tensor<1>>,
+}
+
+/// A parameter that meets the batched input once and a constant (created inside the loss) once.
 #[test]
-fn should_handle_parameter_used_batched_and_unbatched() {
-    let device = Default::default();
-    let w = Tensor::<AD, 1>::random([3], Distribution::Normal(0.0, 1.0), &device).require_grad();
-    let c = Tensor::<AD, 1>::from_floats([0.5, -1.0, 2.0], &device);
-    let xs = Tensor::<AD, 2>::random([4, 3], Distribution::Normal(0.0, 1.0), &device);
-    // w meets the batched x once and the unbatched c once.
-    let f = |x: Tensor<AD, 1>| {
-        ((x * w.clone()).tanh().sum() + (w.clone() * c.clone()).exp().sum())
-            * (w.clone() * w.clone()).sum()
+fn should_handle_a_parameter_used_batched_and_unbatched() {
+    let model = Shared {
+        w: Param::from_tensor(Tensor::random([3], Distribution::Normal(0.0, 1.0), &dev())),
     };
-    let got: Tensor<V, 2> = vmap(|x: Tensor<AD, 1>| w.grad(&f(x).backward()).unwrap())
-        .call(xs.clone())
-        .unwrap();
-    let want: Vec<Tensor<V, 1>> = (0..4)
-        .map(|i| {
-            let xi = xs.clone().narrow(0, i, 1).reshape([3]);
-            w.grad(&f(xi).backward()).unwrap()
-        })
-        .collect();
-    got.into_data().assert_approx_eq::<f32>(
-        &Tensor::stack::<2>(want, 0).into_data(),
-        Tolerance::default(),
-    );
-}
-
-#[test]
-fn should_differentiate_through_vmap_itself() {
-    // Gradient of sum(vmap(f)(xs)) with respect to xs: the batch/unbatch moves are differentiable.
-    let device = Default::default();
-    let xs =
-        Tensor::<AD, 2>::random([3, 4], Distribution::Normal(0.0, 1.0), &device).require_grad();
-    let ys: Tensor<AD, 2> = vmap(|v: Tensor<AD, 1>| v.clone().sin() * v.sum())
-        .in_axes(1isize)
-        .out_axes(1isize)
-        .call(xs.clone().swap_dims(0, 1))
-        .unwrap();
-    let g = ys.sum().backward();
-    let got = xs.grad(&g).unwrap();
-    // Loop: d/dx_ij sum_k sin(x_ik) * S_i = cos(x_ij) S_i + sum_k sin(x_ik)
-    let x = xs.clone().inner();
-    let s = x.clone().sum_dim(1);
-    let want = x.clone().cos() * s + x.sin().sum_dim(1);
-    got.into_data()
-        .assert_approx_eq::<f32>(&want.into_data(), Tolerance::default());
-}
-
-/// Grad of vmap: an unmapped argument's gradient from a backward pass outside the vmap is the
-/// sum over the examples (as JAX's).
-#[test]
-fn should_sum_the_gradient_of_an_unmapped_argument_over_the_batch() {
-    type AD = burn::backend::Autodiff<burn_vmap::Vmap<burn_vmap::testing::TestBackend>>;
-    let device = Default::default();
-    let w = burn::tensor::Tensor::<AD, 1>::from_floats([1.0, 2.0, 3.0], &device).require_grad();
-    let xs = burn::tensor::Tensor::<AD, 1>::from_floats(
-        [1.0, 0.0, 2.0, -1.0, 3.0, 1.0, 0.5, 0.5, 0.5, 2.0, 2.0, 2.0],
-        &device,
-    )
-    .reshape([4, 3]);
-    let f = |(x, w): (burn::tensor::Tensor<AD, 1>, burn::tensor::Tensor<AD, 1>)| {
-        (x * w.clone() * w).sum()
+    let xs = Tensor::<2>::random([4, 3], Distribution::Normal(0.0, 1.0), &dev());
+    let loss = |m: &Shared, x: Tensor<1>| {
+        let w = m.w.val();
+        let c = Tensor::<1>::from_data(TensorData::from([0.5f32, -1.0, 2.0]), &x.device());
+        ((x * w.clone()).tanh().sum() + (w.clone() * c).exp().sum()) * (w.clone() * w).sum()
     };
-    let out: burn::tensor::Tensor<AD, 2> = burn_vmap::vmap(f)
-        .in_axes([Some(0), None])
-        .call((xs.clone(), w.clone()))
-        .unwrap();
-    let grads = out.sum().backward();
-    let g = w.grad(&grads).unwrap();
-    // d/dw sum_i x_i · w² = 2 w · sum_i x_i
-    let want = xs.inner().sum_dim(0).reshape([3]) * w.inner() * 2.0;
-    g.into_data()
-        .assert_approx_eq::<f32>(&want.into_data(), burn::tensor::Tolerance::absolute(1e-5));
+    check_grads(
+        &model,
+        xs.clone(),
+        |i| example::<2, 1, _>(&xs, i),
+        loss,
+        "shared",
+    );
 }
 
-/// The documented difference from JAX: a captured (not passed) tensor's gradient from a backward
-/// pass after vmap returned is not summed over the batch; reading it panics with a message that
-/// names the cause and the fix, never a silently wrong value.
+/// A frozen parameter gets no gradient (as Burn's own backward); the others are the loop's.
 #[test]
-fn should_explain_the_gradient_of_a_captured_tensor_taken_after_vmap() {
-    let device = Default::default();
-    let w = Tensor::<AD, 1>::from_floats([1.0, 2.0, 3.0], &device).require_grad();
-    let xs = Tensor::<AD, 2>::ones([4, 3], &device);
-    let out: Tensor<AD, 2> = vmap(|x: Tensor<AD, 1>| (x * w.clone()).sum())
-        .call(xs)
-        .unwrap();
-    let grads = out.sum().backward();
-    let g = w.grad(&grads).unwrap();
-    let msg = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.into_data()))
-        .err()
-        .and_then(|e| e.downcast_ref::<String>().cloned())
-        .expect("reading the gradient must panic");
-    assert!(
-        msg.contains("captured")
-            && msg.contains("unmapped arguments")
-            && msg.contains("per_example_grads"),
-        "{msg}"
+fn should_leave_frozen_parameters_out() {
+    let mut model = Mlp::new();
+    model.fc1 = model.fc1.freeze();
+    let x = Tensor::<2>::random([3, 6], Distribution::Normal(0.0, 1.0), &dev());
+    let y = Tensor::<2, Int>::from_ints([[0], [2], [1]], &dev());
+    let grads = check_grads(
+        &model,
+        (x.clone(), y.clone()),
+        |i| (example::<2, 1, _>(&x, i), example::<2, 1, Int>(&y, i)),
+        mlp_loss,
+        "frozen",
     );
+    assert_eq!(
+        grads.paths().collect::<Vec<_>>(),
+        ["fc2.weight", "fc2.bias"]
+    );
+    assert!(grads.get::<3>("fc1.weight").is_none());
+}
+
+/// A model in training mode (on an autodiff device, as an optimizer holds it) gives the same
+/// per-example gradients.
+#[test]
+fn should_take_a_model_in_training_mode() {
+    let model = Mlp::new().train();
+    let x = Tensor::<2>::random([3, 6], Distribution::Normal(0.0, 1.0), &dev());
+    let y = Tensor::<2, Int>::from_ints([[2], [0], [1]], &dev());
+    check_grads(
+        &model,
+        (x.clone(), y.clone()),
+        |i| (example::<2, 1, _>(&x, i), example::<2, 1, Int>(&y, i)),
+        mlp_loss,
+        "training mode",
+    );
+}
+
+/// Averaged per-example gradients drive Burn's optimizer: the loss goes down.
+#[test]
+fn should_train_with_an_optimizer_step_on_summed_gradients() {
+    let mut model = Mlp::new().train();
+    let mut optim = SgdConfig::new().init();
+    let x = Tensor::<2>::random([8, 6], Distribution::Normal(0.0, 1.0), &dev());
+    let y = Tensor::<2, Int>::from_ints([[0], [1], [2], [0], [1], [2], [0], [1]], &dev());
+    let mut losses = Vec::new();
+    for _ in 0..5 {
+        losses.push(values(model.valid().loss(x.clone(), y.clone().reshape([8])))[0]);
+        let grads = per_example_grads(&model, (x.clone(), y.clone()), mlp_loss).unwrap();
+        model = optim.step(0.5, model, grads.mean_batch().into_gradients_params());
+    }
+    assert!(losses[4] < losses[0], "{losses:?}");
+}
+
+fn leaf_values(l: &burn_vmap::tree::Leaf) -> Vec<f32> {
+    l.to_data().convert::<f32>().try_to_vec().unwrap()
+}
+
+/// Multiplies every float leaf by a one-element tensor.
+struct Scale(Tensor<1>);
+
+impl TensorMapper for Scale {
+    fn map_float<const D: usize>(&mut self, _path: &str, t: Tensor<D>) -> Tensor<D> {
+        t * self.0.clone().reshape([1; D])
+    }
+}
+
+/// Sum of the squares of every float leaf.
+struct SumSquares(Vec<Tensor<1>>);
+
+impl TensorVisitor for SumSquares {
+    fn visit_float<const D: usize>(&mut self, _path: &str, t: &Tensor<D>) {
+        self.0.push(t.clone().powi_scalar(2).sum());
+    }
+}
+
+/// `ParamGrads` is a tree: DP-SGD's clipping runs under `vmap`, one example's gradients at a
+/// time, and equals clipping the loop's gradients.
+#[test]
+fn should_clip_per_example_gradients_under_vmap() {
+    let model = Mlp::new();
+    let x = Tensor::<2>::random([6, 6], Distribution::Normal(0.0, 3.0), &dev());
+    let y = Tensor::<2, Int>::from_ints([[0], [1], [2], [0], [1], [2]], &dev());
+    let grads = per_example_grads(&model, (x, y), mlp_loss).unwrap();
+    let norms = values(grads.per_example_norms());
+    let c = 0.5;
+    let clip = |g: ParamGrads| -> ParamGrads {
+        let mut squares = SumSquares(Vec::new());
+        g.visit_tensors(&mut squares).unwrap();
+        let norm = Tensor::cat(squares.0, 0).sum().sqrt();
+        g.map_tensors(&mut Scale(norm.clamp_min(c).recip() * c))
+            .unwrap()
+    };
+    let clipped: ParamGrads = vmap(clip).call_as(grads.clone()).unwrap();
+    for ((path, _, g), (_, _, orig)) in clipped.iter().zip(grads.iter()) {
+        let orig = leaf_values(orig);
+        let per = orig.len() / norms.len();
+        let want: Vec<f32> = orig
+            .iter()
+            .enumerate()
+            .map(|(k, v)| v * (c / norms[k / per].max(c)))
+            .collect();
+        assert_close(&leaf_values(g), &want, path);
+    }
 }

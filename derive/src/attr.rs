@@ -1,13 +1,6 @@
 //! The `#[tree(...)]` attributes.
 
-use syn::{Attribute, Ident};
-
-/// Container attributes: `#[tree(backend = B)]`.
-#[derive(Default)]
-pub(crate) struct Container {
-    /// The type parameter that is the backend.
-    pub(crate) backend: Option<Ident>,
-}
+use syn::Attribute;
 
 /// How a field takes part in the tree.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -20,26 +13,28 @@ pub(crate) enum Mode {
     Static,
 }
 
-pub(crate) fn container(attrs: &[Attribute]) -> syn::Result<Container> {
-    let mut out = Container::default();
+/// Checks the container attributes: there are none any more. `#[tree(backend = B)]` (Burn
+/// 0.21) is an error explaining why it went.
+pub(crate) fn container(attrs: &[Attribute]) -> syn::Result<()> {
     for attr in attrs.iter().filter(|a| a.path().is_ident("tree")) {
         attr.parse_nested_meta(|meta| {
             if meta.path.is_ident("backend") {
-                let ident: Ident = meta.value()?.parse()?;
-                if out.backend.is_some() {
-                    return Err(meta.error("duplicate `backend` in `#[tree(...)]`"));
-                }
-                out.backend = Some(ident);
-                Ok(())
+                // Consume `= B` so that the error spans the whole `backend = B`.
+                let _: syn::Type = meta.value()?.parse()?;
+                Err(meta.error(
+                    "`#[tree(backend = ...)]` is gone: Burn 0.22 tensors carry no backend \
+                     (`Tensor<D, K>` dispatches on its device at run time), so a tree is not \
+                     generic over one; remove the attribute",
+                ))
             } else {
                 Err(meta.error(
-                    "unknown `tree` attribute on a struct; expected `#[tree(backend = B)]` \
-                     (`skip` and `static` go on fields)",
+                    "unknown `tree` attribute on a struct; `#[tree(...)]` goes on fields \
+                     (`#[tree(skip)]`, `#[tree(static)]`)",
                 ))
             }
         })?;
     }
-    Ok(out)
+    Ok(())
 }
 
 pub(crate) fn field(attrs: &[Attribute]) -> syn::Result<Mode> {

@@ -3,7 +3,7 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{parse_quote, Data, DeriveInput, Fields, GenericParam, Member, Type};
+use syn::{Data, DeriveInput, Fields, Member, Type, parse_quote};
 
 use crate::attr::{self, Mode};
 use crate::bounds;
@@ -27,16 +27,16 @@ pub(crate) fn derive_tree(input: &DeriveInput) -> syn::Result<TokenStream> {
                      depend on a runtime variant; make `{name}` a struct (with `Option` fields) \
                      or implement `burn_vmap::Tree` by hand"
                 ),
-            ))
+            ));
         }
         Data::Union(u) => {
             return Err(syn::Error::new(
                 u.union_token.span,
                 "#[derive(Tree)] supports structs, not unions",
-            ))
+            ));
         }
     };
-    let container = attr::container(&input.attrs)?;
+    attr::container(&input.attrs)?;
 
     let named = matches!(data.fields, Fields::Named(_));
     let fields = data
@@ -55,32 +55,20 @@ pub(crate) fn derive_tree(input: &DeriveInput) -> syn::Result<TokenStream> {
         })
         .collect::<syn::Result<Vec<_>>>()?;
 
-    // The backend: a parameter of the struct, or a fresh one.
-    let existing = bounds::backend_param(&input.generics, container.backend.as_ref(), name)?;
-    let leaf_params = bounds::leaf_params(&input.generics, existing.as_ref());
-    let backend = existing
-        .clone()
-        .unwrap_or_else(|| format_ident!("__TreeBackend"));
+    let leaf_params = bounds::type_params(&input.generics);
     let private = quote!(::burn_vmap::tree::__private);
 
     let mut generics = input.generics.clone();
-    if existing.is_none() {
-        generics
-            .params
-            .push(GenericParam::Type(parse_quote!(#backend)));
-    }
     {
         let wc = generics.make_where_clause();
-        wc.predicates
-            .push(parse_quote!(#backend: #private::Backend));
         for f in &fields {
             if !bounds::mentions(f.ty, &leaf_params) {
                 continue;
             }
             let ty = f.ty;
             wc.predicates.push(match f.mode {
-                Mode::Tree => parse_quote!(#ty: ::burn_vmap::Tree<#backend>),
-                Mode::Static => parse_quote!(::burn_vmap::Static<#ty>: ::burn_vmap::Tree<#backend>),
+                Mode::Tree => parse_quote!(#ty: ::burn_vmap::Tree),
+                Mode::Static => parse_quote!(::burn_vmap::Static<#ty>: ::burn_vmap::Tree),
                 Mode::Skip => parse_quote!(#ty: ::core::default::Default),
             });
         }
@@ -108,11 +96,11 @@ pub(crate) fn derive_tree(input: &DeriveInput) -> syn::Result<TokenStream> {
         let span = ty.span();
         match f.mode {
             Mode::Static => quote_spanned! {span=>
-                (#key, <::burn_vmap::Static<#ty> as ::burn_vmap::Tree<#backend>>::flatten_into(
+                (#key, <::burn_vmap::Static<#ty> as ::burn_vmap::Tree>::flatten_into(
                     ::burn_vmap::Static(self.#member), leaves))
             },
             _ => quote_spanned! {span=>
-                (#key, <#ty as ::burn_vmap::Tree<#backend>>::flatten_into(self.#member, leaves))
+                (#key, <#ty as ::burn_vmap::Tree>::flatten_into(self.#member, leaves))
             },
         }
     });
@@ -145,12 +133,12 @@ pub(crate) fn derive_tree(input: &DeriveInput) -> syn::Result<TokenStream> {
                 let key = key(member);
                 let rebuild = if f.mode == Mode::Static {
                     quote_spanned! {span=>
-                        <::burn_vmap::Static<#ty> as ::burn_vmap::Tree<#backend>>::unflatten_from(
+                        <::burn_vmap::Static<#ty> as ::burn_vmap::Tree>::unflatten_from(
                             &__children[#i], __leaves).map(|s| s.0)
                     }
                 } else {
                     quote_spanned! {span=>
-                        <#ty as ::burn_vmap::Tree<#backend>>::unflatten_from(&__children[#i], __leaves)
+                        <#ty as ::burn_vmap::Tree>::unflatten_from(&__children[#i], __leaves)
                     }
                 };
                 quote!(leaves.with_key(#key, |__leaves| #rebuild)?)
@@ -160,22 +148,18 @@ pub(crate) fn derive_tree(input: &DeriveInput) -> syn::Result<TokenStream> {
     });
     let inits: Vec<TokenStream> = inits.collect();
 
-    let leaves_ty = quote!(::std::vec::Vec<::burn_vmap::tree::Leaf<#backend>>);
+    let leaves_ty = quote!(::std::vec::Vec<::burn_vmap::tree::Leaf>);
     let flatten_body = quote! {
         #private::struct_def(#name_str, ::std::vec![#(#children),*])
     };
     // `leaves` is unused for a struct without tree fields.
     let allow_unused = quote_spanned!(Span::call_site()=> #[allow(unused_variables)]);
-    let type_maps = if existing.is_none() {
-        type_maps(input, &fields, &leaf_params)
-    } else {
-        TokenStream::new()
-    };
+    let type_maps = type_maps(input, &fields, &leaf_params);
     Ok(quote! {
         #type_maps
 
         #[automatically_derived]
-        impl #impl_generics ::burn_vmap::Tree<#backend> for #name #ty_generics #where_clause {
+        impl #impl_generics ::burn_vmap::Tree for #name #ty_generics #where_clause {
             #allow_unused
             fn flatten_into(self, leaves: &mut #leaves_ty) -> ::burn_vmap::tree::TreeDef {
                 #flatten_body
@@ -184,7 +168,7 @@ pub(crate) fn derive_tree(input: &DeriveInput) -> syn::Result<TokenStream> {
             #allow_unused
             fn unflatten_from(
                 def: &::burn_vmap::tree::TreeDef,
-                leaves: &mut ::burn_vmap::tree::Leaves<#backend>,
+                leaves: &mut ::burn_vmap::tree::Leaves,
             ) -> ::core::result::Result<Self, ::burn_vmap::VmapError> {
                 let __children = #check;
                 ::core::result::Result::Ok(Self { #(#inits),* })
@@ -226,8 +210,6 @@ fn type_maps(input: &DeriveInput, fields: &[Field], leaf_params: &[syn::Ident]) 
     if !eligible || leaf_params.is_empty() {
         return TokenStream::new();
     }
-    let b = format_ident!("__TreeBackend");
-    let private = quote!(::burn_vmap::tree::__private);
     let params = leaf_params;
     let outs: Vec<syn::Ident> = params.iter().map(|p| format_ident!("__Out{}", p)).collect();
     let where_extra = input
@@ -241,25 +223,25 @@ fn type_maps(input: &DeriveInput, fields: &[Field], leaf_params: &[syn::Ident]) 
         .unwrap_or_default();
     quote! {
         #[automatically_derived]
-        impl<#b: #private::Backend, #(#params),*> ::burn_vmap::tree::Lift<#b> for #name<#(#params),*>
+        impl<#(#params),*> ::burn_vmap::tree::Lift for #name<#(#params),*>
         where
             #where_extra
-            #(#params: ::burn_vmap::tree::Lift<#b>,)*
-            #name<#(<#params as ::burn_vmap::tree::Lift<#b>>::Lifted),*>: ::burn_vmap::Tree<#b>,
+            #(#params: ::burn_vmap::tree::Lift,)*
+            #name<#(<#params as ::burn_vmap::tree::Lift>::Lifted),*>: ::burn_vmap::Tree,
         {
-            type Lifted = #name<#(<#params as ::burn_vmap::tree::Lift<#b>>::Lifted),*>;
+            type Lifted = #name<#(<#params as ::burn_vmap::tree::Lift>::Lifted),*>;
         }
 
         #[automatically_derived]
-        impl<#b: #private::Backend, #(#params,)* #(#outs),*>
-            ::burn_vmap::accumulate::AccOutput<#b, #name<#(#outs),*>> for #name<#(#params),*>
+        impl<#(#params,)* #(#outs),*>
+            ::burn_vmap::accumulate::AccOutput<#name<#(#outs),*>> for #name<#(#params),*>
         where
             #where_extra
-            #(#params: ::burn_vmap::accumulate::AccOutput<#b, #outs>,)*
-            #name<#(<#params as ::burn_vmap::accumulate::AccOutput<#b, #outs>>::Output),*>:
-                ::burn_vmap::Tree<#b>,
+            #(#params: ::burn_vmap::accumulate::AccOutput<#outs>,)*
+            #name<#(<#params as ::burn_vmap::accumulate::AccOutput<#outs>>::Output),*>:
+                ::burn_vmap::Tree,
         {
-            type Output = #name<#(<#params as ::burn_vmap::accumulate::AccOutput<#b, #outs>>::Output),*>;
+            type Output = #name<#(<#params as ::burn_vmap::accumulate::AccOutput<#outs>>::Output),*>;
         }
     }
 }

@@ -1,6 +1,6 @@
-//! Code shared by the `dp_sgd` and `gradient_moments` examples (and `tests/examples_smoke.rs`):
-//! the datasets (UCI digits shipped in `data/`, MNIST IDX files), a deterministic shuffle, the
-//! MLP classifier, evaluation and progress bars.
+//! Code shared by the examples: the datasets (UCI digits shipped in the repository's `data/`,
+//! MNIST IDX files), a deterministic shuffle, the MLP classifier, evaluation, progress bars and
+//! flags.
 #![allow(dead_code)] // each example uses a part
 
 use std::fs::File;
@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig, Relu};
-use burn::tensor::backend::Backend;
-use burn::tensor::{ElementConversion, Int, Tensor, TensorData, TensorMetadata, TensorPrimitive};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use burn_vmap::ParamGrads;
+use burn_vmap::Tree;
+use burn_vmap::tree::TensorVisitor;
 use flate2::read::GzDecoder;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -19,13 +20,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 // Datasets
 // -------------------------------------------------------------------------------------------------
 
-/// UCI's optical recognition of handwritten digits (the 1,797-image copy scikit-learn ships),
-/// CC BY 4.0, Alpaydin & Kaynak: see `data/README.md`. Embedded in the binary: no file access
-/// and no download at run time.
-pub const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../data/digits.csv.gz");
+/// Where UCI's optical recognition of handwritten digits (the 1,797-image copy scikit-learn
+/// ships, CC BY 4.0, Alpaydin & Kaynak: see `data/README.md`) is, relative to this crate's
+/// manifest. No download.
+pub const DIGITS_PATH: &str = "data/digits.csv.gz";
 
 /// A batch: images `[n, dim]` in `[0, 1]` and their labels `[n]`.
-pub type Batch<B> = (Tensor<B, 2>, Tensor<B, 1, Int>);
+pub type Batch = (Tensor<2>, Tensor<1, Int>);
 
 /// Images with integer pixels and their class labels.
 #[derive(Debug, Clone)]
@@ -57,11 +58,7 @@ impl Dataset {
 
     /// The rows `idx`, as a float tensor `[idx.len(), dim]` scaled to `[0, 1]` and a label
     /// tensor `[idx.len()]`.
-    pub fn batch<B: Backend>(
-        &self,
-        idx: &[usize],
-        device: &B::Device,
-    ) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+    pub fn batch(&self, idx: &[usize], device: &Device) -> Batch {
         let scale = 1.0 / self.pixel_max as f32;
         let mut x = Vec::with_capacity(idx.len() * self.dim);
         for &i in idx {
@@ -79,7 +76,7 @@ impl Dataset {
     }
 
     /// Every row, in order.
-    pub fn all<B: Backend>(&self, device: &B::Device) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+    pub fn all(&self, device: &Device) -> Batch {
         let idx: Vec<usize> = (0..self.len()).collect();
         self.batch(&idx, device)
     }
@@ -161,12 +158,31 @@ pub fn parse_digits_csv<R: BufRead>(reader: R) -> io::Result<Dataset> {
     })
 }
 
-/// The UCI digits embedded from `data/digits.csv.gz`: 1,797 images of 8×8 pixels.
+/// Where `data/digits.csv.gz` is ([`DIGITS_PATH`] beside the crate's manifest).
 ///
 /// # Errors
-/// If the embedded file is corrupt.
+/// If the file is not there.
+pub fn digits_path() -> io::Result<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(DIGITS_PATH);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("digits: {} does not exist", path.display()),
+        ))
+    }
+}
+
+/// The UCI digits from `data/digits.csv.gz` (see [`DIGITS_PATH`]): 1,797 images of 8×8
+/// pixels.
+///
+/// # Errors
+/// If the file is in neither place, or corrupt.
 pub fn load_digits() -> io::Result<Dataset> {
-    parse_digits_csv(BufReader::new(GzDecoder::new(DIGITS_CSV_GZ)))
+    let path = digits_path()?;
+    let file = File::open(&path)?;
+    parse_digits_csv(BufReader::new(GzDecoder::new(BufReader::new(file))))
 }
 
 /// Opens `dir/name`, or `dir/name.gz` (decompressed on the fly).
@@ -311,33 +327,30 @@ pub fn epoch_batches(n: usize, batch_size: usize, rng: &mut SplitMix64) -> Vec<V
 /// A multilayer perceptron classifier: `Linear-ReLU-...-Linear`, trained with softmax
 /// cross-entropy. Its parameters are `layers.{i}.weight` and `layers.{i}.bias`.
 #[derive(Module, Debug)]
-pub struct Mlp<B: Backend> {
-    layers: Vec<Linear<B>>,
+pub struct Mlp {
+    layers: Vec<Linear>,
     act: Relu,
 }
 
-impl<B: Backend> Mlp<B> {
+impl Mlp {
     /// `sizes` = `[inputs, hidden..., classes]`.
     ///
     /// # Panics
     /// With fewer than two sizes.
-    pub fn new(sizes: &[usize], device: &B::Device) -> Self {
+    pub fn new(sizes: &[usize], device: &Device) -> Self {
         assert!(sizes.len() >= 2, "Mlp::new: give [inputs, ..., classes]");
-        let model = Self {
+        // Burn 0.22's clones share a lazily initialized parameter: clones start equal.
+        Self {
             layers: sizes
                 .windows(2)
                 .map(|w| LinearConfig::new(w[0], w[1]).init(device))
                 .collect(),
             act: Relu::new(),
-        };
-        // Burn initializes parameters lazily, and a clone of a lazy parameter draws its own
-        // values: initialize them now so that clones (one per optimizer) start equal.
-        burn_vmap::transform::grad::init_params(&model);
-        model
+        }
     }
 
     /// Logits `[n, classes]` of a batch `[n, inputs]`.
-    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         let last = self.layers.len() - 1;
         let mut h = x;
         for (i, layer) in self.layers.iter().enumerate() {
@@ -350,16 +363,16 @@ impl<B: Backend> Mlp<B> {
     }
 
     /// Mean softmax cross-entropy of a batch (one example is a batch of one): shape `[1]`.
-    pub fn loss(&self, x: Tensor<B, 2>, y: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+    pub fn loss(&self, x: Tensor<2>, y: Tensor<1, Int>) -> Tensor<1> {
         let logp = burn::tensor::activation::log_softmax(self.forward(x), 1);
         logp.gather(1, y.unsqueeze_dim(1)).mean().neg()
     }
 
     /// Fraction of rows whose largest logit is the label.
-    pub fn accuracy(&self, x: Tensor<B, 2>, y: Tensor<B, 1, Int>) -> f64 {
+    pub fn accuracy(&self, x: Tensor<2>, y: Tensor<1, Int>) -> f64 {
         let n = y.dims()[0];
         let pred = self.forward(x).argmax(1).squeeze_dim::<1>(1);
-        let correct: i64 = pred.equal(y).int().sum().into_scalar().elem();
+        let correct: i64 = pred.equal(y).int().sum().into_scalar::<i64>();
         correct as f64 / n.max(1) as f64
     }
 }
@@ -368,28 +381,30 @@ impl<B: Backend> Mlp<B> {
 // Gradients as flat vectors
 // -------------------------------------------------------------------------------------------------
 
-/// A float primitive of any rank as a flat vector.
-pub fn flatten<B: Backend>(t: TensorPrimitive<B>) -> Tensor<B, 1> {
-    let t = t.tensor();
-    let n = t.shape().num_elements();
-    Tensor::from_primitive(TensorPrimitive::Float(B::float_reshape(t, [n].into())))
+/// Every float tensor of a tree, flattened, in leaf order.
+struct Flatten(Vec<Tensor<1>>);
+
+impl TensorVisitor for Flatten {
+    fn visit_float<const D: usize>(&mut self, _path: &str, t: &Tensor<D>) {
+        let n = t.shape().num_elements();
+        self.0.push(t.clone().reshape([n]));
+    }
 }
 
 /// Every gradient of `grads` as `(path, flat vector)`, in order.
-pub fn flat_params<B: Backend>(grads: &ParamGrads<B>) -> Vec<(String, Tensor<B, 1>)> {
-    let mut out = Vec::new();
-    let _ = grads.clone().map(|path, g| {
-        out.push((path.to_string(), flatten(g.clone())));
-        g
-    });
-    out
+pub fn flat_params(grads: &ParamGrads) -> Vec<(String, Tensor<1>)> {
+    let mut flat = Flatten(Vec::with_capacity(grads.len()));
+    grads
+        .visit_tensors(&mut flat)
+        .expect("parameters of rank at most 8");
+    grads.paths().map(str::to_string).zip(flat.0).collect()
 }
 
-/// A flat vector's values.
-pub fn to_vec<B: Backend>(t: Tensor<B, 1>) -> Vec<f32> {
+/// A tensor's values, flattened.
+pub fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.into_data()
         .convert::<f32>()
-        .to_vec::<f32>()
+        .try_into_vec::<f32>()
         .expect("float data")
 }
 

@@ -8,10 +8,11 @@
 use burn_backend::Scalar;
 use burn_backend::backend::Backend;
 use burn_backend::ops::ActivationOps;
-use burn_backend::tensor::{Float, FloatTensor};
+use burn_backend::tensor::FloatTensor;
 
 use super::macros::*;
 use crate::Vmap;
+use crate::physical::Float;
 use crate::rules::elementwise;
 
 /// Backward ops of two operands of the logical shape: an operand missing a batch level is

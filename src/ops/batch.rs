@@ -2,11 +2,12 @@
 //! `rules/batch.rs`; a factored product leaves a level factored, `rules/factored/`).
 
 use burn_backend::backend::Backend;
-use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
+use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 
 use crate::Vmap;
 use crate::batching::BatchOps;
 use crate::level::Level;
+use crate::physical::{Bool, Float, Int};
 use crate::rules;
 use crate::tensor::BatchDims;
 

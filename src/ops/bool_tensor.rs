@@ -1,12 +1,14 @@
 //! `BoolTensorOps` for `Vmap<B>`.
 
+use burn_backend::TensorMetadata;
 use burn_backend::backend::{Backend, ExecutionError};
 use burn_backend::ops::BoolTensorOps;
-use burn_backend::tensor::{Bool, BoolTensor, Device, FloatTensor, Int, IntTensor};
+use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
 use burn_backend::{BoolDType, FloatDType, IntDType, Scalar, Shape, Slice, TensorData};
 
 use super::macros::*;
 use crate::Vmap;
+use crate::physical::{Bool, Int};
 use crate::rules::{elementwise, fallback};
 use crate::tensor::VmapTensor;
 
@@ -25,7 +27,7 @@ impl<B: Backend> BoolTensorOps<Self> for Vmap<B> {
             if !tensor.is_batched() {
                 return VmapTensor::unbatched(B::bool_argwhere(tensor.inner(), out_dtype).await);
             }
-            fallback::enter("bool_argwhere");
+            fallback::enter::<B>("bool_argwhere", &tensor.device());
             let bdims = tensor.bdims.clone();
             let mut outs = Vec::with_capacity(bdims.num_examples());
             for example in fallback::unbind::<B, Bool>(tensor, &bdims) {

@@ -2,13 +2,13 @@
 
 use burn_backend::backend::{Backend, ExecutionError};
 use burn_backend::ops::FloatTensorOps;
-use burn_backend::tensor::{BoolTensor, Device, Float, FloatTensor, IntTensor};
+use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
 use burn_backend::{FloatDType, IntDType, Scalar, Shape, Slice, TensorData};
 
 use super::macros::*;
 use crate::Vmap;
-use crate::rules::{create, elementwise, factored, indexing, linalg, reduce, view};
-use crate::tensor::VmapTensor;
+use crate::physical::Float;
+use crate::rules::{create, elementwise, factored, indexing, linalg, module, reduce, view};
 
 impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
     shared_ops!(float);
@@ -32,6 +32,10 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
 
     // --- elementwise -----------------------------------------------------------------------
     broadcasting_ops!(FloatTensor, Float; float_sub);
+
+    // Overridden (speed): the default composes eight elementwise ops; the inner backend's own
+    // kernel (or its default) runs once. It broadcasts like the other binary ops.
+    broadcasting_ops!(FloatTensor, Float; float_hypot);
 
     // `float_add`, `float_mul` and `float_div` keep factored products factored where they can
     // (see `rules::factored`); otherwise the broadcasting rule.
@@ -91,6 +95,18 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         linalg::matmul::<B, Float>(lhs, rhs, B::float_matmul, B::float_mul)
     }
 
+    // A rule of its own: the default composes other ops and samples bilinearly only (nearest
+    // was `unimplemented!` under vmap while the inner backend has it). The batch dims of the
+    // input and of the grid fold into their shared `N`.
+    fn float_grid_sample_2d(
+        tensor: FloatTensor<Self>,
+        grid: FloatTensor<Self>,
+        options: burn_backend::ops::GridSampleOptions,
+    ) -> FloatTensor<Self> {
+        let (bdims, [x, g]) = module::fold_all::<B, Float, 2>([tensor, grid]);
+        module::unfold_out::<B, Float>(B::float_grid_sample_2d(x, g, options), &bdims)
+    }
+
     fn float_cross(
         lhs: FloatTensor<Self>,
         rhs: FloatTensor<Self>,
@@ -128,16 +144,39 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
             .unwrap_or_else(|t| reduce::reduce_dim_or::<B, Float>(t, dim, B::float_sum_dim, 0.0))
     }
 
+    // Overridden (speed): the default sums one dim at a time; one inner `float_sum_dims`, unless
+    // the tensor is a factored product, whose sums over single dims keep it factored.
+    fn float_sum_dims(tensor: FloatTensor<Self>, dims: &[usize]) -> FloatTensor<Self> {
+        if tensor.is_factored() || dims.is_empty() {
+            return dims
+                .iter()
+                .fold(tensor, |t, &dim| Self::float_sum_dim(t, dim));
+        }
+        reduce::sum_dims::<B>(tensor, dims)
+    }
+
     fn float_mean_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         factored::sum_dim::<B>(tensor, dim, true).unwrap_or_else(|t| {
             reduce::reduce_dim_or::<B, Float>(t, dim, B::float_mean_dim, f64::NAN)
         })
     }
 
+    // Fix (found by the loop oracle, tests/engine/reduce.rs): Burn's default products are
+    // `exp(sum(log x))`, NaN for a negative factor; the inner backend's own products (Flex has
+    // them), and 1 over no element as `float_sum`'s 0.
+    fn float_prod(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        reduce::all::<B, Float>(tensor, B::float_prod, B::float_prod_dim, 1.0)
+    }
+
+    fn float_prod_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        reduce::reduce_dim_or::<B, Float>(tensor, dim, B::float_prod_dim, 1.0)
+    }
+
     dim_ops!(FloatTensor, Float; float_cumsum, float_cumprod, float_cummin, float_cummax);
 
     arg_ops!(FloatTensor, Float; float_argmax, float_argmin);
 
+    // Overridden (speed): the default sorts the whole dim; the inner backend's own arg-top-k.
     fn float_argtopk(
         tensor: FloatTensor<Self>,
         dim: usize,
@@ -147,10 +186,29 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         reduce::reduce_dim::<B, Float, _>(tensor, dim, |t, d| B::float_argtopk(t, d, k, out_dtype))
     }
 
+    // Overridden (speed): the default sorts the whole dim (through `float_argsort`) and keeps
+    // `k`; the inner backend's own top-k runs once for the whole batch.
+    fn float_topk(tensor: FloatTensor<Self>, dim: usize, k: usize) -> FloatTensor<Self> {
+        reduce::reduce_dim::<B, Float, _>(tensor, dim, |t, d| B::float_topk(t, d, k))
+    }
+
+    // Overridden (speed): as `float_topk`.
+    fn float_topk_with_indices(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        k: usize,
+        out_dtype: IntDType,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        reduce::reduce_dim_pair::<B, Float, _, _>(tensor, dim, |t, d| {
+            B::float_topk_with_indices(t, d, k, out_dtype)
+        })
+    }
+
     // Fix (found by the loop oracle, tests/oracle/derived.rs `float_sort`, `float_argsort`,
-    // `float_sort_with_indices`, `float_topk`): Burn's default sort reads the data back to the
-    // host, which panics on a batched tensor inside vmap. Sorting works lane by lane along one
-    // logical dim, so it batches like the other `*_dim` ops; `float_topk` builds on it.
+    // `float_sort_with_indices`, `float_topk`, on Burn 0.21): Burn's default sort reads the data
+    // back to the host, which panics on a batched tensor inside vmap (and cannot run on the
+    // capture backend). Sorting works lane by lane along one logical dim, so it batches like the
+    // other `*_dim` ops, on the inner backend's sort.
     fn float_sort(tensor: FloatTensor<Self>, dim: usize, descending: bool) -> FloatTensor<Self> {
         reduce::reduce_dim::<B, Float, _>(tensor, dim, |t, d| B::float_sort(t, d, descending))
     }
@@ -161,14 +219,9 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         descending: bool,
         indices_dtype: IntDType,
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
-        let (inner, bdims) = tensor.into_parts();
-        let inner = crate::compat::kernel_layout::<B, Float>(inner);
-        let (values, indices) =
-            B::float_sort_with_indices(inner, dim + bdims.len(), descending, indices_dtype);
-        (
-            VmapTensor::new(values, bdims.clone()),
-            VmapTensor::new(indices, bdims),
-        )
+        reduce::reduce_dim_pair::<B, Float, _, _>(tensor, dim, |t, d| {
+            B::float_sort_with_indices(t, d, descending, indices_dtype)
+        })
     }
 
     fn float_argsort(

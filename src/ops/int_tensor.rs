@@ -2,13 +2,13 @@
 
 use burn_backend::backend::{Backend, ExecutionError};
 use burn_backend::ops::IntTensorOps;
-use burn_backend::tensor::{BoolTensor, Device, FloatTensor, Int, IntTensor};
+use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
 use burn_backend::{FloatDType, IntDType, Shape, Slice, TensorData};
 
 use super::macros::*;
 use crate::Vmap;
+use crate::physical::Int;
 use crate::rules::{elementwise, linalg, reduce};
-use crate::tensor::VmapTensor;
 
 impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
     shared_ops!(int);
@@ -30,6 +30,9 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
         bitwise_and_scalar, bitwise_or_scalar, bitwise_xor_scalar, bitwise_left_shift_scalar,
         bitwise_right_shift_scalar);
     unary_ops!(IntTensor; int_abs, bitwise_not);
+
+    // Overridden (speed): the default is `int_powi_scalar(2)`; the inner backend's own kernel.
+    unary_ops!(IntTensor; int_square);
 
     comparison_ops!(IntTensor, Int;
         int_equal, int_greater, int_greater_equal, int_lower, int_lower_equal);
@@ -62,12 +65,30 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
     dim_ops!(IntTensor, Int;
         int_mean_dim, int_cumsum, int_cumprod, int_cummin, int_cummax, int_argmax, int_argmin);
 
+    // Overridden (speed): the default sorts the whole dim; the inner backend's own arg-top-k.
     fn int_argtopk(tensor: IntTensor<Self>, dim: usize, k: usize) -> IntTensor<Self> {
         reduce::reduce_dim::<B, Int, _>(tensor, dim, |t, d| B::int_argtopk(t, d, k))
     }
 
-    // Fix (found by the loop oracle, tests/oracle/derived.rs `int_sort`): as `float_sort`,
-    // Burn's default reads the data back to the host, which panics on a batched tensor.
+    // Overridden (speed): as `float_topk`.
+    fn int_topk(tensor: IntTensor<Self>, dim: usize, k: usize) -> IntTensor<Self> {
+        reduce::reduce_dim::<B, Int, _>(tensor, dim, |t, d| B::int_topk(t, d, k))
+    }
+
+    // Overridden (speed): as `float_topk`.
+    fn int_topk_with_indices(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        k: usize,
+    ) -> (IntTensor<Self>, IntTensor<Self>) {
+        reduce::reduce_dim_pair::<B, Int, _, _>(tensor, dim, |t, d| {
+            B::int_topk_with_indices(t, d, k)
+        })
+    }
+
+    // Fix (found by the loop oracle, tests/oracle/derived.rs `int_sort`, on Burn 0.21): as
+    // `float_sort`, Burn's default reads the data back to the host, which panics on a batched
+    // tensor.
     fn int_sort(tensor: IntTensor<Self>, dim: usize, descending: bool) -> IntTensor<Self> {
         reduce::reduce_dim::<B, Int, _>(tensor, dim, |t, d| B::int_sort(t, d, descending))
     }
@@ -77,13 +98,9 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
         dim: usize,
         descending: bool,
     ) -> (IntTensor<Self>, IntTensor<Self>) {
-        let (inner, bdims) = tensor.into_parts();
-        let inner = crate::compat::kernel_layout::<B, Int>(inner);
-        let (values, indices) = B::int_sort_with_indices(inner, dim + bdims.len(), descending);
-        (
-            VmapTensor::new(values, bdims.clone()),
-            VmapTensor::new(indices, bdims),
-        )
+        reduce::reduce_dim_pair::<B, Int, _, _>(tensor, dim, |t, d| {
+            B::int_sort_with_indices(t, d, descending)
+        })
     }
 
     fn int_argsort(tensor: IntTensor<Self>, dim: usize, descending: bool) -> IntTensor<Self> {

@@ -113,7 +113,7 @@ macro_rules! arg_ops {
 /// written once, as a table of Burn's method names: one row per op, `rule float int bool;`,
 /// where `rule` names the op's arm of [`kind_ops!`] (its family rule), `-` marks a kind that has
 /// no such method or implements it by hand, and `(name scatter)` also names the scatter that a
-/// batched index of `select_add` becomes. `shared_ops!(float)` (or `int`, `bool`) generates one
+/// batched index of `select_assign` (`bool_select_or`) becomes. `shared_ops!(float)` (or `int`, `bool`) generates one
 /// kind's column inside its op-trait impl.
 macro_rules! shared_ops {
     ($kind:ident) => {
@@ -126,7 +126,6 @@ macro_rules! shared_ops {
             cast          float_cast         int_cast          -;
             from_data     float_from_data    int_from_data     bool_from_data;
             into_data     float_into_data    int_into_data     bool_into_data;
-            device        float_device       int_device        bool_device;
             to_device     float_to_device    int_to_device     bool_to_device;
             reshape       float_reshape      int_reshape       bool_reshape;
             swap_dims     float_swap_dims    int_swap_dims     bool_swap_dims;
@@ -135,15 +134,18 @@ macro_rules! shared_ops {
             expand        float_expand       int_expand        bool_expand;
             slice         float_slice        int_slice         bool_slice;
             unfold        float_unfold       int_unfold        bool_unfold;
+            pad           float_pad          int_pad           -;
             cat           -                  int_cat           bool_cat;
             gather        float_gather       int_gather        bool_gather;
-            scatter       float_scatter_add  int_scatter_add   bool_scatter_or;
+            scatter       float_scatter      int_scatter       -;
+            scatter_or    -                  -                 bool_scatter_or;
             select        -                  int_select        bool_select;
-            select_add    (float_select_add float_scatter_add) (int_select_add int_scatter_add)
-                          (bool_select_or bool_scatter_or);
+            select_assign (float_select_assign float_scatter) (int_select_assign int_scatter) -;
+            select_or     -                  -                 (bool_select_or bool_scatter_or);
             slice_assign  float_slice_assign int_slice_assign  bool_slice_assign;
             mask_where    float_mask_where   int_mask_where    bool_mask_where;
             mask_fill     float_mask_fill    int_mask_fill     bool_mask_fill;
+            mask_select   float_mask_select  int_mask_select   bool_mask_select;
             scatter_nd    float_scatter_nd   int_scatter_nd    -;
             gather_nd     float_gather_nd    int_gather_nd     -;
         );
@@ -206,11 +208,6 @@ macro_rules! kind_ops {
             $crate::rules::create::into_data(tensor, B::$name)
         }
     };
-    (@ device, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
-        fn $name(tensor: &$prim<Self>) -> Device<Self> {
-            B::$name(tensor.stored())
-        }
-    };
     (@ to_device, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
         fn $name(tensor: $prim<Self>, device: &Device<Self>) -> $prim<Self> {
             $crate::rules::elementwise::unary(tensor, |t| B::$name(t, device))
@@ -255,6 +252,17 @@ macro_rules! kind_ops {
             })
         }
     };
+    // Overridden (speed): the default builds the padded tensor from slices and `cat`s; one
+    // inner `pad` of the logical dims (the batch dims unpadded) serves every mode.
+    (@ pad, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(
+            tensor: $prim<Self>,
+            padding: &[(usize, usize)],
+            mode: burn_backend::ops::PadMode,
+        ) -> $prim<Self> {
+            $crate::rules::view::pad(tensor, padding, |t, p| B::$name(t, p, mode))
+        }
+    };
     // Overridden (speed): the default assigns every input into an empty tensor.
     (@ cat, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
         fn $name(tensors: Vec<$prim<Self>>, dim: usize) -> $prim<Self> {
@@ -275,6 +283,20 @@ macro_rules! kind_ops {
             tensor: $prim<Self>,
             indices: IntTensor<Self>,
             value: $prim<Self>,
+            update: burn_backend::tensor::IndexingUpdateOp,
+        ) -> $prim<Self> {
+            unbatched!(tensor, indices, value => B::$name(dim, tensor, indices, value, update));
+            $crate::rules::indexing::scatter::<B, $kind>(dim, tensor, indices, value, |d, t, i, v| {
+                B::$name(d, t, i, v, update)
+            })
+        }
+    };
+    (@ scatter_or, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        fn $name(
+            dim: usize,
+            tensor: $prim<Self>,
+            indices: IntTensor<Self>,
+            value: $prim<Self>,
         ) -> $prim<Self> {
             unbatched!(tensor, indices, value => B::$name(dim, tensor, indices, value));
             $crate::rules::indexing::scatter::<B, $kind>(dim, tensor, indices, value, B::$name)
@@ -285,7 +307,26 @@ macro_rules! kind_ops {
             $crate::rules::indexing::select::<B, $kind>(tensor, dim, indices)
         }
     };
-    (@ select_add, $prim:ident, $kind:ty, $dtype:ty, $name:ident, $scatter:ident) => {
+    (@ select_assign, $prim:ident, $kind:ty, $dtype:ty, $name:ident, $scatter:ident) => {
+        fn $name(
+            tensor: $prim<Self>,
+            dim: usize,
+            indices: IntTensor<Self>,
+            value: $prim<Self>,
+            update: burn_backend::tensor::IndexingUpdateOp,
+        ) -> $prim<Self> {
+            unbatched!(tensor, indices, value => B::$name(tensor, dim, indices, value, update));
+            $crate::rules::indexing::select_assign::<B, $kind>(
+                tensor,
+                dim,
+                indices,
+                value,
+                |t, d, i, v| B::$name(t, d, i, v, update),
+                |d, t, i, v| B::$scatter(d, t, i, v, update),
+            )
+        }
+    };
+    (@ select_or, $prim:ident, $kind:ty, $dtype:ty, $name:ident, $scatter:ident) => {
         fn $name(
             tensor: $prim<Self>,
             dim: usize,
@@ -293,7 +334,7 @@ macro_rules! kind_ops {
             value: $prim<Self>,
         ) -> $prim<Self> {
             unbatched!(tensor, indices, value => B::$name(tensor, dim, indices, value));
-            $crate::rules::indexing::select_add::<B, $kind>(
+            $crate::rules::indexing::select_assign::<B, $kind>(
                 tensor, dim, indices, value, B::$name, B::$scatter,
             )
         }
@@ -320,6 +361,18 @@ macro_rules! kind_ops {
                 B::$name(t, mask, value)
             });
             $crate::rules::indexing::mask_fill::<B, $kind>(tensor, mask, |t, m| B::$name(t, m, value))
+        }
+    };
+    // Overridden (correctness): the number of selected elements depends on each example's mask;
+    // batched operands run the loop fallback (stackable when every example selects as many),
+    // where the default would read the batched mask back and panic.
+    (@ mask_select, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+        #[allow(clippy::manual_async_fn)] // The trait asks for `'static + Send`.
+        fn $name(
+            tensor: $prim<Self>,
+            mask: BoolTensor<Self>,
+        ) -> impl core::future::Future<Output = $prim<Self>> + 'static + Send {
+            $crate::rules::fallback::mask_select::<B, $kind, _, _>(stringify!($name), tensor, mask, B::$name)
         }
     };
     (@ scatter_nd, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {

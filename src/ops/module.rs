@@ -4,20 +4,28 @@
 //! convolutions (deformable ones included) with batched (per-example) weights become grouped
 //! convolutions. `linear` and its backward ops fold a batched input into rows (one inner
 //! `linear`). Burn's default methods (conv1d, the conv backward ops, pool1d, embedding,
-//! layer_norm, unfold4d, ctc_loss) decompose into these rules and the tensor ops.
+//! layer_norm, batch_norm_train and its backward, ctc_loss) decompose into these rules and the
+//! tensor ops.
+//!
+//! Default methods overridden here, and why: `linear` and its three backward ops (speed: one
+//! inner op on the folded rows), `conv1d_weight_backward` / `conv2d_weight_backward` and
+//! `embedding_backward` (per-example gradients held factored), `batch_norm` (speed: one inner
+//! op when the statistics are shared), `unfold4d` and `fold4d` (speed: the batch folded into
+//! `N`, one inner op).
 
+use burn_backend::IntDType;
 use burn_backend::TensorMetadata;
 use burn_backend::backend::Backend;
 use burn_backend::ops::{
     AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConv2dBackward,
     DeformConvOptions, InterpolateOptions, MaxPool2dBackward, MaxPool2dWithIndices, ModuleOps,
+    UnfoldOptions,
 };
-use burn_backend::tensor::{Bool, BoolTensor, Float, FloatTensor, Int, IntTensor};
+use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 
-use super::macros::unbatched;
 use crate::Vmap;
+use crate::physical::{Bool, Float, Int};
 use crate::rules::module::{self as deform, DeformArgs, fold_all, fold_to, unfold_out};
-use crate::rules::reduce::reduce_dim;
 use crate::rules::{factored, linalg};
 use crate::tensor::{BatchDims, VmapTensor};
 
@@ -138,7 +146,7 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
             // stands in as zeros of its logical shape.
             let table = if weights.is_batched() {
                 let (stored, shape) = (weights.stored(), weights.shape());
-                B::float_zeros(shape, &B::float_device(stored), stored.dtype().into())
+                B::float_zeros(shape, &stored.device(), stored.dtype().into())
             } else {
                 weights.inner()
             };
@@ -146,6 +154,29 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
             return VmapTensor::unbatched(out);
         }
         factored::embedding_weight::<B>(weights.shape()[0], output_grad, indices)
+    }
+
+    // Overridden (speed): with shared parameters and statistics, the vmap batch folds into `N`
+    // and the inner backend's own batch norm runs once; otherwise the default's elementwise
+    // ops, whose rules broadcast per-example statistics.
+    fn batch_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        variance: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> FloatTensor<Self> {
+        let shared = [&gamma, &beta, &mean, &variance]
+            .iter()
+            .all(|t| !t.is_batched());
+        if shared {
+            let (bdims, [x]) = fold_all::<B, Float, 1>([x]);
+            let (gamma, beta) = (gamma.inner(), beta.inner());
+            let out = B::batch_norm(x, gamma, beta, mean.inner(), variance.inner(), epsilon);
+            return unfold_out::<B, Float>(out, &bdims);
+        }
+        crate::rules::module::batch_norm_default::<B>(x, gamma, beta, mean, variance, epsilon)
     }
 
     conv_ops!(
@@ -208,6 +239,7 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
             ceil_mode: bool
         ),
         adaptive_avg_pool2d(output_size: [usize; 2]),
+        adaptive_avg_pool3d(output_size: [usize; 3]),
         max_pool2d(
             kernel_size: [usize; 2],
             stride: [usize; 2],
@@ -216,6 +248,10 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
             ceil_mode: bool
         ),
         interpolate(output_size: [usize; 2], options: InterpolateOptions),
+        // Overridden (speed): the defaults unfold through `float_unfold` (`unfold4d`) and fold
+        // through a grouped `conv_transpose2d` (`fold4d`) of the logical tensor; one inner op.
+        unfold4d(kernel_size: [usize; 2], options: UnfoldOptions),
+        fold4d(output_size: [usize; 2], kernel_size: [usize; 2], options: UnfoldOptions),
     );
 
     fold_x_grad_ops!(
@@ -227,6 +263,7 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
             ceil_mode: bool
         ),
         adaptive_avg_pool2d_backward(),
+        adaptive_avg_pool3d_backward(),
         interpolate_backward(output_size: [usize; 2], options: InterpolateOptions),
     );
 
@@ -237,9 +274,18 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         padding: [usize; 2],
         dilation: [usize; 2],
         ceil_mode: bool,
+        indices_dtype: IntDType,
     ) -> MaxPool2dWithIndices<Self> {
         let (bdims, [x]) = fold_all::<B, Float, 1>([x]);
-        let out = B::max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode);
+        let out = B::max_pool2d_with_indices(
+            x,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+            indices_dtype,
+        );
         MaxPool2dWithIndices::new(
             unfold_out::<B, Float>(out.output, &bdims),
             unfold_out::<B, Int>(out.indices, &bdims),
@@ -311,33 +357,5 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         let bias = attn_bias.map(fold);
         let mask = mask.map(|m| fold_to::<B, Bool>(m, &bdims));
         unfold_out::<B, Float>(B::attention(q, k, v, mask, bias, options), &bdims)
-    }
-
-    fn rfft(
-        signal: FloatTensor<Self>,
-        dim: usize,
-        n: Option<usize>,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let bdims = signal.bdims.clone();
-        let out = reduce_dim::<B, Float, _>(signal, dim, |s, d| B::rfft(s, d, n));
-        let (re, im) = out.inner();
-        (
-            VmapTensor::new(re, bdims.clone()),
-            VmapTensor::new(im, bdims),
-        )
-    }
-
-    fn irfft(
-        spectrum_re: FloatTensor<Self>,
-        spectrum_im: FloatTensor<Self>,
-        dim: usize,
-        n: Option<usize>,
-    ) -> FloatTensor<Self> {
-        unbatched!(spectrum_re, spectrum_im => B::irfft(spectrum_re, spectrum_im, dim, n));
-        crate::rules::elementwise::binary_materialized::<B, Float, Float, _>(
-            spectrum_re,
-            spectrum_im,
-            |re, im, nb| B::irfft(re, im, dim + nb, n),
-        )
     }
 }

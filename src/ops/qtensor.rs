@@ -7,8 +7,7 @@
 
 use burn_backend::backend::{Backend, ExecutionError};
 use burn_backend::ops::QTensorOps;
-use burn_backend::quantization::QuantScheme;
-use burn_backend::tensor::quantization::QuantizationParametersPrimitive;
+use burn_backend::quantization::{QuantScheme, QuantizationParametersPrimitive};
 use burn_backend::tensor::{Device, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::{FloatDType, Shape, Slice, TensorData};
 
@@ -41,19 +40,16 @@ impl<B: Backend> QTensorOps<Self> for Vmap<B> {
     ) -> QuantizedTensor<Self> {
         let t = unbatched_q("quantize", tensor);
         let scales = unbatched_q("quantize", qparams.scales);
+        let global = qparams.global.map(|g| unbatched_q("quantize", g));
         VmapTensor::unbatched(B::quantize(
             t,
             scheme,
-            QuantizationParametersPrimitive { scales },
+            QuantizationParametersPrimitive { scales, global },
         ))
     }
 
     fn dequantize(tensor: QuantizedTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
         unary(tensor, |t| B::dequantize(t, dtype))
-    }
-
-    fn q_device(tensor: &QuantizedTensor<Self>) -> Device<Self> {
-        B::q_device(tensor.stored())
     }
 
     fn q_to_device(tensor: QuantizedTensor<Self>, device: &Device<Self>) -> QuantizedTensor<Self> {
@@ -71,6 +67,9 @@ impl<B: Backend> QTensorOps<Self> for Vmap<B> {
         B::q_into_data(tensor.inner())
     }
 
+    // Overridden (exactness and speed): `q_expand`, `q_select` and `q_slice` run the inner op on
+    // the quantized values of an unbatched tensor; the defaults dequantize, run the float op
+    // and quantize again (which refuses a batched tensor the same way).
     fn q_expand(tensor: QuantizedTensor<Self>, shape: Shape) -> QuantizedTensor<Self> {
         VmapTensor::unbatched(B::q_expand(unbatched_q("q_expand", tensor), shape))
     }

@@ -25,46 +25,45 @@
 //! # A Burn training loop with DP-SGD
 //! ```
 //! use std::sync::Arc;
-//! use burn::backend::Autodiff;
 //! use burn::data::dataloader::batcher::Batcher;
 //! use burn::data::dataset::InMemDataset;
 //! use burn::nn::{Linear, LinearConfig};
 //! use burn::optim::SgdConfig;
-//! use burn::tensor::{backend::Backend, Tensor};
-//! use burn_vmap::privacy::{DpSgd, DpSgdConfig, PoissonLoader, PrivacyRng};
-//! use burn_vmap::testing::TestBackend;
-//! use burn_vmap::Vmap;
-//! type AD = Autodiff<Vmap<TestBackend>>;
+//! use burn::tensor::{Device, Tensor};
+//! use burn_vmap::privacy::{DpSgd, DpSgdConfig, PoissonLoader};
 //!
 //! #[derive(Clone)]
 //! struct Pairs;
-//! impl<B: Backend> Batcher<B, [f32; 3], (Tensor<B, 2>, Tensor<B, 2>)> for Pairs {
-//!     fn batch(&self, items: Vec<[f32; 3]>, device: &B::Device) -> (Tensor<B, 2>, Tensor<B, 2>) {
-//!         let row = |r: &[f32; 3], i| Tensor::<B, 1>::from_floats([r[i]], device).unsqueeze();
-//!         let x = Tensor::cat(items.iter().map(|r| Tensor::<B, 1>::from_floats([r[0], r[1]], device).unsqueeze()).collect(), 0);
-//!         let y = Tensor::cat(items.iter().map(|r| row(r, 2)).collect(), 0);
-//!         (x, y)
+//! impl Batcher<[f32; 3], (Tensor<2>, Tensor<2>)> for Pairs {
+//!     fn batch(&self, items: Vec<[f32; 3]>, device: &Device) -> (Tensor<2>, Tensor<2>) {
+//!         let rows = |f: fn(&[f32; 3]) -> Vec<f32>| {
+//!             let rows = items.iter().map(|r| Tensor::<1>::from_floats(f(r).as_slice(), device).unsqueeze());
+//!             Tensor::cat(rows.collect(), 0)
+//!         };
+//!         (rows(|r| vec![r[0], r[1]]), rows(|r| vec![r[2]]))
 //!     }
 //! }
 //!
-//! let device = Default::default();
+//! let device = Device::default();
 //! let data: Vec<[f32; 3]> = (0..200).map(|i| { let a = i as f32 / 200.0; [a, 1.0 - a, 2.0 * a] }).collect();
 //! let n = data.len();
-//! let mut loader = PoissonLoader::<AD, _, _>::new(Arc::new(InMemDataset::new(data)), Arc::new(Pairs), 0.1, device)?;
-//! let mut model: Linear<AD> = LinearConfig::new(2, 1).init(&device);
-//! let loss = |m: &Linear<AD>, (x, y): (Tensor<AD, 2>, Tensor<AD, 2>)| (m.forward(x) - y).powi_scalar(2).sum();
+//! let mut loader = PoissonLoader::new(Arc::new(InMemDataset::new(data)), Arc::new(Pairs), 0.1, device.clone())?;
+//! let mut model: Linear = LinearConfig::new(2, 1).init(&device);
+//! // The loss of one example, seen as a batch of one: plain Burn code.
+//! let loss = |m: &Linear, (x, y): (Tensor<2>, Tensor<2>)| (m.forward(x) - y).powi_scalar(2).sum();
 //!
 //! // C = 1, σ = 1.1, q = 0.1 of N examples; δ = 1e-5 by default.
 //! let mut dp = DpSgd::new(SgdConfig::new().init(), DpSgdConfig::new(1.0, 1.1, 0.1, n))?;
 //! for _ in 0..20 {
-//!     let step = loader.next_batch();
-//!     model = dp.step(0.1, model, &loss, step.batch)?;
+//!     let step = loader.next_batch(); // Poisson: a random size, possibly empty (None)
+//!     model = dp.step(0.1, model, loss, step.batch)?;
 //! }
 //! println!("{}", dp.statement()?); // ε by PLD, the sampling, the neighbouring relation
 //! assert!(dp.epsilon_pld()? <= dp.epsilon()?);
 //! # Ok::<(), burn_vmap::privacy::PrivacyError>(())
 //! ```
 
+mod clipped;
 mod noise;
 mod optimizer;
 mod rng;
@@ -97,8 +96,4 @@ pub enum PrivacyError {
     /// The accountant refused (its message names the argument).
     #[error(transparent)]
     Accounting(#[from] accounting::AccountingError),
-    /// A data-parallel step's collective call failed (feature `collective`).
-    #[cfg(feature = "collective")]
-    #[error(transparent)]
-    Parallel(#[from] crate::parallel::ParallelError),
 }

@@ -1,12 +1,11 @@
 //! Gaussian noise for DP-SGD, drawn on the host from the [`PrivacyRng`] and uploaded.
 
-use burn::tensor::{TensorData, TensorPrimitive};
-use burn_backend::TensorMetadata;
-use burn_backend::backend::Backend;
+use burn::tensor::{Tensor, TensorData};
 use rand_distr::{Distribution, Normal, StandardNormal};
 
 use super::{PrivacyError, PrivacyRng};
 use crate::transform::grad::ParamGrads;
+use crate::tree::Leaf;
 
 /// Adds independent Gaussian noise `N(0, std²)` to every coordinate of every gradient in
 /// `grads`, drawn from `rng` on the host (never from Burn's tensor RNG, which is process-global
@@ -16,30 +15,28 @@ use crate::transform::grad::ParamGrads;
 /// to one example is the clipping norm `C`: `std = σ · C` ([`DpSgd`](super::DpSgd) does this).
 ///
 /// ```
-/// use burn::backend::Autodiff;
 /// use burn::nn::{Linear, LinearConfig};
-/// use burn::tensor::Tensor;
+/// use burn::tensor::{Device, Tensor};
+/// use burn_vmap::per_example_grads;
 /// use burn_vmap::privacy::{add_gaussian_noise, PrivacyRng};
-/// use burn_vmap::testing::TestBackend;
-/// use burn_vmap::{ParamGrads, Vmap};
-/// type I = Vmap<TestBackend>;
-/// type AD = Autodiff<I>;
-/// let device = Default::default();
-/// let model: Linear<AD> = LinearConfig::new(3, 2).init(&device);
-/// let loss = model.forward(Tensor::<AD, 2>::ones([1, 3], &device)).sum();
-/// let grads = ParamGrads::<I>::from_module(&mut loss.backward(), &model);
+/// let device = Device::default();
+/// let model: Linear = LinearConfig::new(3, 2).init(&device);
+/// let xs = Tensor::<2>::ones([4, 3], &device);
+/// let grads = per_example_grads(&model, xs, |m: &Linear, x: Tensor<1>| m.forward(x).sum())
+///     .unwrap()
+///     .sum_batch();
 /// let noisy = add_gaussian_noise(grads.clone(), 0.5, &mut PrivacyRng::seeded(1)).unwrap();
-/// let (a, b): (Tensor<I, 2>, Tensor<I, 2>) = (grads.get("weight").unwrap(), noisy.get("weight").unwrap());
+/// let (a, b): (Tensor<2>, Tensor<2>) = (grads.get("weight").unwrap(), noisy.get("weight").unwrap());
 /// assert_ne!(a.into_data(), b.into_data());
 /// ```
 ///
 /// # Errors
 /// [`PrivacyError::Argument`] for a negative or non-finite `std`.
-pub fn add_gaussian_noise<B: Backend>(
-    grads: ParamGrads<B>,
+pub fn add_gaussian_noise(
+    grads: ParamGrads,
     std: f64,
     rng: &mut PrivacyRng,
-) -> Result<ParamGrads<B>, PrivacyError> {
+) -> Result<ParamGrads, PrivacyError> {
     Normal::new(0.0, std)
         .ok()
         .filter(|_| std.is_finite())
@@ -50,8 +47,7 @@ pub fn add_gaussian_noise<B: Backend>(
         })?;
     let std = std as f32;
     Ok(grads.map(|_, g| {
-        let t = g.tensor();
-        let shape = t.shape();
+        let shape = g.shape();
         // Standard normals (ziggurat) scaled: f32, as the gradients are.
         let values: Vec<f32> = (0..shape.num_elements())
             .map(|_| {
@@ -59,8 +55,14 @@ pub fn add_gaussian_noise<B: Backend>(
                 z * std
             })
             .collect();
-        let data = TensorData::new(values, shape).convert_dtype(t.dtype());
-        let noise = B::float_from_data(data, &B::float_device(&t));
-        TensorPrimitive::Float(B::float_add(t, noise))
+        let data = TensorData::new(values, [shape.num_elements()]).convert_dtype(g.dtype());
+        let flat = |leaf: Leaf| -> Tensor<1> {
+            let n = leaf.shape().num_elements();
+            leaf.reshape([n].into())
+                .into_tensor()
+                .expect("a float gradient")
+        };
+        let noise = Tensor::<1>::from_data(data, &g.device());
+        Leaf::new(flat(g) + noise).reshape(shape)
     }))
 }

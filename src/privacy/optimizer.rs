@@ -1,16 +1,21 @@
 //! [`DpSgd`]: DP-SGD around any Burn optimizer.
 
-use burn::module::AutodiffModule;
-use burn::optim::Optimizer;
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, TensorPrimitive};
+use burn::module::Module;
+use burn::optim::ModuleOptimizer;
+use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
+use burn::tensor::Tensor;
 use burn_backend::TensorMetadata;
+use burn_backend::ops::FloatTensorOps;
+use burn_dispatch::Dispatch;
 
 use super::accounting::{PldAccountant, PoissonGaussian, PrivacyStatement, RdpAccountant};
+use super::clipped::{self, ClippedSums, Clipping};
 use super::{PrivacyError, PrivacyRng, add_gaussian_noise};
-use crate::transform::grad::{ParamGrads, prepare_module};
-use crate::tree::Tree;
-use crate::{BatchOps, clip_by_global_norm, micro_grad_module};
+use crate::transform::grad::ParamGrads;
+use crate::tree::{Leaf, Tree};
+
+/// The name errors of a step carry.
+const NAME: &str = "DpSgd::step";
 
 /// The settings of a [`DpSgd`] run.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,35 +124,58 @@ impl DpSgdConfig {
     }
 }
 
-/// DP-SGD around any Burn [`Optimizer`]: each [`step`](Self::step) clips every example's
-/// gradient to `C` (through [`micro_grad_module`]: one vectorized backward pass per
-/// microbatch), sums, adds Gaussian noise `N(0, (σC)²)` once to the sum from a CSPRNG, divides
-/// by the expected batch size `q·N`, steps the inner optimizer, and advances its accountants
-/// (RDP and PLD, for Poisson sampling at rate `q` and add/remove-one neighbours). Feed it
-/// Poisson-sampled batches ([`PoissonLoader`](super::PoissonLoader)); an empty batch (`None`)
-/// takes a noise-only step. See the [module](super) for a training loop.
+/// DP-SGD around any Burn optimizer (a [`ModuleOptimizer`]: what `SgdConfig::init`,
+/// `AdamConfig::init`, ... return, or any per-parameter `burn::optim::Optimizer` through
+/// `into()`). Each [`step`](Self::step) clips every example's gradient to `C` (through
+/// [`micro_grad_module`](crate::micro_grad_module) with the clipping recorded as its
+/// `transform_fn`: one vectorized backward pass per microbatch, a dense layer's or a
+/// convolution's per-example weight gradient clipped and summed in factored form), sums, adds
+/// Gaussian noise `N(0, (σC)²)` once to the sum from a CSPRNG, divides by the expected batch size
+/// `q·N`, steps the inner optimizer, and advances its accountants (RDP and PLD, for Poisson
+/// sampling at rate `q` and add/remove-one neighbours). Feed it Poisson-sampled batches
+/// ([`PoissonLoader`](super::PoissonLoader)); an empty batch (`None`) takes a noise-only step
+/// (every trainable parameter moves by noise alone). See the [module](super) for a training
+/// loop.
+///
+/// The loss function is recorded once per module and batch signature (the batch size is not
+/// part of it) and the recording is kept across steps: `DpSgd` keeps the first loss function of
+/// each type it is given, so pass the same function every step (a function of another type is
+/// recorded anew).
 ///
 /// It refuses a module with a layer that mixes the examples of a batch (BatchNorm in training
 /// mode) before the first step, naming its path and the fix (GroupNorm / LayerNorm).
-pub struct DpSgd<O> {
-    inner: O,
+pub struct DpSgd {
+    inner: ModuleOptimizer,
     config: DpSgdConfig,
     rng: PrivacyRng,
     /// Steps taken: every step is the same mechanism, so the RDP accountant is built from this
     /// count when queried (one exact RDP evaluation, not one per step).
     steps: u64,
     pld: PldAccountant,
-    /// The share of the noise's standard deviation this optimizer draws: 1 alone, `1/√n` as one
-    /// of `n` data-parallel peers.
-    noise_fraction: f64,
+    /// The `micro_grad_module` builders (and their recordings), kept across steps.
+    sums: ClippedSums,
 }
 
-impl<O> DpSgd<O> {
+impl std::fmt::Debug for DpSgd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DpSgd")
+            .field("config", &self.config)
+            .field("seeded", &self.rng.is_seeded())
+            .field("steps", &self.steps)
+            .field("sums", &self.sums)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DpSgd {
     /// DP-SGD around `inner`, with noise from a generator seeded by the operating system.
     ///
     /// # Errors
     /// [`PrivacyError::Argument`] naming a setting outside its domain.
-    pub fn new(inner: O, config: DpSgdConfig) -> Result<Self, PrivacyError> {
+    pub fn new(
+        inner: impl Into<ModuleOptimizer>,
+        config: DpSgdConfig,
+    ) -> Result<Self, PrivacyError> {
         Self::with_rng(inner, config, PrivacyRng::from_entropy())
     }
 
@@ -156,15 +184,19 @@ impl<O> DpSgd<O> {
     ///
     /// # Errors
     /// As [`new`](Self::new).
-    pub fn with_rng(inner: O, config: DpSgdConfig, rng: PrivacyRng) -> Result<Self, PrivacyError> {
+    pub fn with_rng(
+        inner: impl Into<ModuleOptimizer>,
+        config: DpSgdConfig,
+        rng: PrivacyRng,
+    ) -> Result<Self, PrivacyError> {
         config.validate()?;
         Ok(Self {
-            inner,
+            inner: inner.into(),
             config,
             rng,
             steps: 0,
             pld: PldAccountant::new(),
-            noise_fraction: 1.0,
+            sums: ClippedSums::default(),
         })
     }
 
@@ -174,7 +206,7 @@ impl<O> DpSgd<O> {
     }
 
     /// The wrapped optimizer.
-    pub fn inner(&self) -> &O {
+    pub fn inner(&self) -> &ModuleOptimizer {
         &self.inner
     }
 
@@ -184,108 +216,83 @@ impl<O> DpSgd<O> {
     }
 
     /// One DP-SGD step of `model` with learning rate `lr` on a Poisson-sampled `batch` (`None`
-    /// when no example joined), `loss_fn(model, batch)` being the loss of a batch (it sees one
-    /// example as a batch of one). Returns the updated model.
+    /// when no example joined), `loss_fn(model, example)` being the loss of one example, seen
+    /// as a batch of one (every leaf of `batch` keeps a leading dim of 1: an existing batched
+    /// forward pass works unchanged). `batch` is any [`Tree`] whose leaves have the batch as
+    /// their leading axis (a tensor, a tuple `(x, y)`, a struct). Returns the updated model, as
+    /// Burn's optimizers do, in training mode (`Module::train` is applied to a model whose
+    /// parameters are not autodiff tensors yet, as Burn's optimizer step needs; evaluate with
+    /// `model.valid()`).
     ///
     /// # Errors
     /// [`PrivacyError::Vmap`] when the per-example gradients fail (a module with BatchNorm,
-    /// inputs that do not fit), [`PrivacyError::Accounting`].
-    pub fn step<AB, M, A, F>(
+    /// inputs that do not fit), [`PrivacyError::Accounting`]. A failed step is not accounted.
+    pub fn step<M, A, F>(
         &mut self,
-        lr: f64,
+        lr: impl Into<ModuleLearningRate>,
         model: M,
         loss_fn: F,
         batch: Option<A>,
     ) -> Result<M, PrivacyError>
     where
-        AB: AutodiffBackend + BatchOps,
-        AB::InnerBackend: BatchOps,
-        M: AutodiffModule<AB>,
-        O: Optimizer<M, AB>,
-        A: Tree<AB>,
-        F: Fn(&M, A) -> Tensor<AB, 1>,
+        M: Module + 'static,
+        A: Tree + 'static,
+        F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
     {
         let grads = self.noisy_gradient(&model, loss_fn, batch)?;
+        // Burn's optimizers step a model in training mode (autodiff parameters).
+        let model = if clipped::is_autodiff(&model) {
+            model
+        } else {
+            model.train()
+        };
         Ok(self.inner.step(lr, model, grads.into_gradients_params()))
     }
 
     /// The privatized gradient of one step, without stepping the optimizer: the clipped sum
-    /// plus noise, divided by `q·N`. The step is accounted. For custom training loops (and the
-    /// data-parallel one).
+    /// plus noise, divided by `q·N`. The step is accounted. For custom training loops.
     ///
     /// # Errors
     /// As [`step`](Self::step).
-    pub fn noisy_gradient<AB, M, A, F>(
+    pub fn noisy_gradient<M, A, F>(
         &mut self,
         model: &M,
         loss_fn: F,
         batch: Option<A>,
-    ) -> Result<ParamGrads<AB::InnerBackend>, PrivacyError>
+    ) -> Result<ParamGrads, PrivacyError>
     where
-        AB: AutodiffBackend + BatchOps,
-        AB::InnerBackend: BatchOps,
-        M: AutodiffModule<AB>,
-        A: Tree<AB>,
-        F: Fn(&M, A) -> Tensor<AB, 1>,
+        M: Module + 'static,
+        A: Tree + 'static,
+        F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
     {
-        prepare_module(model, "DpSgd::step")?;
-        let Some(batch) = batch else {
-            return self.privatize(ParamGrads::zeros_like(model));
+        let sum = match batch {
+            None => ParamGrads::zeros(NAME, model)?,
+            Some(batch) => self.sums.sum(self.clipping(), model, loss_fn, batch)?,
         };
-        let (c, per_layer) = (self.config.clip_norm, self.config.per_layer);
-        let clip = move |g: ParamGrads<AB::InnerBackend>| {
-            if per_layer {
-                clip_per_layer(g, c)
-            } else {
-                clip_by_global_norm(g, c)
-            }
-        };
-        // Any batch size: the rows a microbatch size divides run microbatched, the ragged rest
-        // as one more vectorized pass; the sum is the same.
-        let (leaves, def) = batch.flatten();
-        let size = leaves
-            .first()
-            .and_then(|l| l.shape().to_vec().first().copied())
-            .unwrap_or(0);
-        let split = match self.config.microbatch_size {
-            Some(m) if m < size => size - size % m,
-            _ => 0,
-        };
-        let part = |rows: std::ops::Range<usize>| -> Result<A, PrivacyError> {
-            let leaves = leaves
-                .iter()
-                .map(|l| l.clone().slice_axis(0, crate::tree::rows(rows.clone())))
-                .collect();
-            Ok(A::unflatten(&def, leaves)?)
-        };
-        let mut sum: Option<ParamGrads<AB::InnerBackend>> = None;
-        if split > 0 {
-            let (s, _) = micro_grad_module(&loss_fn)
-                .microbatch_size(self.config.microbatch_size)
-                .transform_fn(clip)
-                .call(model, part(0..split)?)?;
-            sum = Some(s);
-        }
-        if split < size || size == 0 {
-            let (s, _) = micro_grad_module(&loss_fn)
-                .transform_fn(clip)
-                .call(model, part(split..size)?)?;
-            sum = Some(match sum {
-                Some(a) => a.sum_with(s),
-                None => s,
-            });
-        }
-        self.privatize(sum.expect("a part ran"))
+        self.privatize(sum)
     }
 
-    /// Noise on the clipped sum (this peer's share of it in a data-parallel step), the step
-    /// accounted, the division by `q·N`.
-    fn privatize<B: Backend>(&mut self, sum: ParamGrads<B>) -> Result<ParamGrads<B>, PrivacyError> {
-        let std = self.config.noise_multiplier * self.config.clip_norm * self.noise_fraction;
+    /// How every example's gradient is clipped.
+    fn clipping(&self) -> Clipping {
+        Clipping {
+            norm: self.config.clip_norm,
+            per_layer: self.config.per_layer,
+            microbatch_size: self.config.microbatch_size,
+        }
+    }
+
+    /// Noise on the clipped sum, the step accounted, the division by `q·N`.
+    fn privatize(&mut self, sum: ParamGrads) -> Result<ParamGrads, PrivacyError> {
+        let std = self.config.noise_multiplier * self.config.clip_norm;
         let noisy = add_gaussian_noise(sum, std, &mut self.rng)?;
         self.account()?;
         let expected = self.config.expected_batch_size();
-        Ok(noisy.map_flat(|t| t / expected))
+        Ok(noisy.map(|_, g| {
+            Leaf(Dispatch::float_div_scalar(
+                g.into_dispatch(),
+                expected.into(),
+            ))
+        }))
     }
 
     /// Records one step of the mechanism in both accountants.
@@ -294,26 +301,6 @@ impl<O> DpSgd<O> {
         self.pld.compose(event, 1)?;
         self.steps += 1;
         Ok(())
-    }
-
-    /// Runs `f` with this peer drawing `fraction` of the noise's standard deviation (a
-    /// data-parallel step's share).
-    #[cfg(feature = "collective")]
-    pub(crate) fn with_noise_fraction<T>(
-        &mut self,
-        fraction: f64,
-        f: impl FnOnce(&mut Self) -> T,
-    ) -> T {
-        self.noise_fraction = fraction;
-        let out = f(self);
-        self.noise_fraction = 1.0;
-        out
-    }
-
-    /// The wrapped optimizer, mutably.
-    #[cfg(feature = "collective")]
-    pub(crate) fn inner_mut(&mut self) -> &mut O {
-        &mut self.inner
     }
 
     /// The RDP accountant of the steps so far.
@@ -368,35 +355,52 @@ impl<O> DpSgd<O> {
     }
 }
 
-/// Per-layer clipping: every parameter tensor of one example's gradient scaled to L2 norm at most
-/// `max_norm / √P` (`P` tensors), so the whole gradient's norm is at most `max_norm`, the
-/// sensitivity DP-SGD's noise is calibrated to. Written for one example, as
-/// [`clip_by_global_norm`].
+/// Per-layer clipping: every float leaf of one example's gradient tree (every parameter tensor
+/// of a [`ParamGrads`]) scaled to L2 norm at most `max_norm / √P` (`P` float leaves), so the
+/// whole gradient's norm is at most `max_norm`, the sensitivity DP-SGD's noise is calibrated
+/// to. Written for one example, as [`clip_by_global_norm`](crate::clip_by_global_norm); in a
+/// `transform_fn` it clips every example independently (a factored weight gradient's norm is
+/// taken from its factors and the scaling multiplies one factor).
 ///
 /// ```
-/// use burn::backend::Autodiff;
 /// use burn::nn::{Linear, LinearConfig};
-/// use burn::tensor::Tensor;
+/// use burn::tensor::{Device, Tensor};
 /// use burn_vmap::privacy::clip_per_layer;
-/// use burn_vmap::testing::TestBackend;
-/// use burn_vmap::{global_norm, ParamGrads, Vmap};
-/// type I = Vmap<TestBackend>;
-/// type AD = Autodiff<I>;
-/// let device = Default::default();
-/// let model: Linear<AD> = LinearConfig::new(3, 2).init(&device);
-/// let loss = model.forward(Tensor::<AD, 2>::ones([1, 3], &device) * 100.0).sum();
-/// let g = clip_per_layer(ParamGrads::<I>::from_module(&mut loss.backward(), &model), 1.0);
-/// assert!(global_norm(&g).into_scalar() <= 1.0 + 1e-5);
+/// use burn_vmap::{global_norm, micro_grad_module};
+/// let device = Device::default();
+/// let model: Linear = LinearConfig::new(3, 2).init(&device);
+/// let x = Tensor::<2>::ones([4, 3], &device) * 100.0;
+/// let (g, _) = micro_grad_module(|m: &Linear, (x,): (Tensor<2>,)| m.forward(x).sum())
+///     .transform_fn(|g| clip_per_layer(g, 1.0))
+///     .call(&model, (x,))
+///     .unwrap();
+/// // Four examples, each clipped to norm 1: the sum's norm is at most 4.
+/// assert!(global_norm(&g).into_scalar::<f32>() <= 4.0 + 1e-4);
+/// let bias: Tensor<1> = g.get("bias").unwrap(); // each example's bias gradient: 1/√2 at most
+/// assert!(bias.powi_scalar(2).sum().sqrt().into_scalar::<f32>() <= 4.0 / 2f32.sqrt() + 1e-4);
 /// ```
-pub fn clip_per_layer<B: Backend>(grads: ParamGrads<B>, max_norm: f64) -> ParamGrads<B> {
-    let per_tensor = max_norm / (grads.len().max(1) as f64).sqrt();
-    grads.map(|_, g| {
-        let t = g.tensor();
-        let rank = t.shape().num_dims();
-        let sq = B::float_sum(B::float_mul(t.clone(), t.clone()));
-        let norm = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(sq)).sqrt();
-        let factor = norm.clamp_min(per_tensor).recip() * per_tensor;
-        let factor = B::float_reshape(factor.into_primitive().tensor(), vec![1; rank].into());
-        TensorPrimitive::Float(B::float_mul(t, factor))
-    })
+///
+/// # Panics
+/// If the tree has no float leaf.
+pub fn clip_per_layer<T: Tree>(grads: T, max_norm: f64) -> T {
+    let (leaves, def) = grads.flatten();
+    let count = leaves.iter().filter(|l| l.kind_name() == "float").count();
+    assert!(count > 0, "clip_per_layer: the tree has no float leaf");
+    let per_tensor = max_norm / (count as f64).sqrt();
+    let leaves = leaves
+        .into_iter()
+        .map(|leaf| {
+            if leaf.kind_name() != "float" {
+                return leaf;
+            }
+            let t = leaf.into_dispatch();
+            let rank = t.shape().num_dims();
+            let sq = Dispatch::float_sum(Dispatch::float_mul(t.clone(), t.clone()));
+            let norm = Tensor::<1>::from_dispatch(Dispatch::float_reshape(sq, [1].into())).sqrt();
+            let factor = norm.clamp_min(per_tensor).recip() * per_tensor;
+            let factor = Dispatch::float_reshape(factor.into_dispatch(), vec![1; rank].into());
+            Leaf(Dispatch::float_mul(t, factor))
+        })
+        .collect();
+    T::unflatten(&def, leaves).expect("the same tree rebuilds")
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::Dataset;
-use burn::tensor::backend::Backend;
+use burn::tensor::Device;
 use rand::distr::{Bernoulli, Distribution};
 
 use super::{PrivacyError, PrivacyRng};
@@ -118,45 +118,44 @@ pub struct PoissonBatch<O> {
 /// use std::sync::Arc;
 /// use burn::data::dataloader::batcher::Batcher;
 /// use burn::data::dataset::InMemDataset;
-/// use burn::tensor::{backend::Backend, Tensor};
+/// use burn::tensor::{Device, Tensor};
 /// use burn_vmap::privacy::{PoissonLoader, PrivacyRng};
-/// use burn_vmap::testing::TestBackend;
 ///
 /// #[derive(Clone)]
 /// struct Rows;
-/// impl<B: Backend> Batcher<B, [f32; 2], Tensor<B, 2>> for Rows {
-///     fn batch(&self, items: Vec<[f32; 2]>, device: &B::Device) -> Tensor<B, 2> {
-///         let rows: Vec<Tensor<B, 2>> =
-///             items.iter().map(|r| Tensor::<B, 1>::from_floats(*r, device).unsqueeze()).collect();
+/// impl Batcher<[f32; 2], Tensor<2>> for Rows {
+///     fn batch(&self, items: Vec<[f32; 2]>, device: &Device) -> Tensor<2> {
+///         let rows: Vec<Tensor<2>> =
+///             items.iter().map(|r| Tensor::<1>::from_floats(*r, device).unsqueeze()).collect();
 ///         Tensor::cat(rows, 0)
 ///     }
 /// }
 ///
 /// let data = InMemDataset::new((0..100).map(|i| [i as f32, 1.0]).collect());
-/// let mut loader = PoissonLoader::<TestBackend, _, _>::with_rng(
-///     Arc::new(data), Arc::new(Rows), 0.1, Default::default(), PrivacyRng::seeded(3),
+/// let mut loader = PoissonLoader::with_rng(
+///     Arc::new(data), Arc::new(Rows), 0.1, Device::default(), PrivacyRng::seeded(3),
 /// ).unwrap();
 /// let step = loader.next_batch();
 /// assert_eq!(step.expected_size, 10.0);
 /// assert_eq!(step.batch.map_or(0, |b| b.dims()[0]), step.size);
 /// ```
-pub struct PoissonLoader<B: Backend, I, O> {
+pub struct PoissonLoader<I, O> {
     dataset: Arc<dyn Dataset<I>>,
-    batcher: Arc<dyn Batcher<B, I, O>>,
+    batcher: Arc<dyn Batcher<I, O>>,
     sampler: PoissonSampler,
-    device: B::Device,
+    device: Device,
 }
 
-impl<B: Backend, I, O> PoissonLoader<B, I, O> {
+impl<I, O> PoissonLoader<I, O> {
     /// A loader over `dataset` at `sampling_rate`, sampling from the operating system's entropy.
     ///
     /// # Errors
     /// [`PrivacyError::Argument`] for a rate outside `[0, 1]`.
     pub fn new(
         dataset: Arc<dyn Dataset<I>>,
-        batcher: Arc<dyn Batcher<B, I, O>>,
+        batcher: Arc<dyn Batcher<I, O>>,
         sampling_rate: f64,
-        device: B::Device,
+        device: Device,
     ) -> Result<Self, PrivacyError> {
         Self::with_rng(
             dataset,
@@ -173,9 +172,9 @@ impl<B: Backend, I, O> PoissonLoader<B, I, O> {
     /// As [`new`](Self::new).
     pub fn with_rng(
         dataset: Arc<dyn Dataset<I>>,
-        batcher: Arc<dyn Batcher<B, I, O>>,
+        batcher: Arc<dyn Batcher<I, O>>,
         sampling_rate: f64,
-        device: B::Device,
+        device: Device,
         rng: PrivacyRng,
     ) -> Result<Self, PrivacyError> {
         let sampler = PoissonSampler::with_rng(dataset.len(), sampling_rate, rng)?;
@@ -198,7 +197,7 @@ impl<B: Backend, I, O> PoissonLoader<B, I, O> {
         let size = indices.len();
         let items: Vec<I> = indices
             .into_iter()
-            .filter_map(|i| self.dataset.get(i))
+            .filter_map(|i| self.dataset.get(i).ok())
             .collect();
         let batch = (!items.is_empty()).then(|| self.batcher.batch(items, &self.device));
         PoissonBatch {

@@ -17,15 +17,20 @@ pub(crate) fn create<P>(shape: Shape, make: impl FnOnce(Shape) -> P) -> VmapTens
 }
 
 /// A new unbatched tensor holding `data`.
-pub(crate) fn from_data<P>(
-    mut data: TensorData,
-    make: impl FnOnce(TensorData) -> P,
-) -> VmapTensor<P> {
-    let scalar = data.shape.num_dims() == 0;
-    if scalar {
-        data.shape = Shape::from(vec![1]);
-    }
+pub(crate) fn from_data<P>(data: TensorData, make: impl FnOnce(TensorData) -> P) -> VmapTensor<P> {
+    let scalar = data.shape().num_dims() == 0;
+    let data = if scalar {
+        with_shape(data, Shape::from(vec![1]))
+    } else {
+        data
+    };
     VmapTensor::new(make(data), BatchDims::none()).with_scalar(scalar)
+}
+
+/// `data` with another shape of as many elements (no copy).
+fn with_shape(data: TensorData, shape: Shape) -> TensorData {
+    let (bytes, _, dtype) = data.into_parts();
+    TensorData::from_bytes(bytes, shape, dtype)
 }
 
 /// Reads an unbatched tensor back (the caller has checked that it is unbatched).
@@ -39,9 +44,9 @@ where
     let scalar = t.is_scalar();
     let pending = read(t.inner());
     async move {
-        let mut data = pending.await?;
+        let data = pending.await?;
         if scalar {
-            data.shape = Shape::from(Vec::<usize>::new());
+            return Ok(with_shape(data, Shape::from(Vec::<usize>::new())));
         }
         Ok(data)
     }

@@ -6,7 +6,6 @@
 use burn_backend::backend::Backend;
 
 use super::helpers::{align, materialize};
-use crate::compat;
 use crate::physical::Kind;
 use crate::tensor::{BatchDims, VmapTensor};
 
@@ -17,8 +16,7 @@ pub(crate) fn unary<P: Clone, Q>(t: VmapTensor<P>, f: impl FnOnce(P) -> Q) -> Vm
 }
 
 /// A binary elementwise op whose backend broadcasts size-1 dims (add, mul, comparisons, ...):
-/// an operand missing a level gets a size-1 dim there, nothing is copied (a left operand may
-/// be: [`compat::binary_lhs`]).
+/// an operand missing a level gets a size-1 dim there, nothing is copied.
 #[inline]
 pub(crate) fn binary<B: Backend, K1: Kind<B>, K2: Kind<B>, Q>(
     lhs: VmapTensor<K1::P>,
@@ -28,7 +26,7 @@ pub(crate) fn binary<B: Backend, K1: Kind<B>, K2: Kind<B>, Q>(
     // Both operands have the logical rank of the result (rank 0 held as `[.., 1]`).
     let scalar = lhs.is_scalar();
     let bdims = BatchDims::union([&lhs.bdims, &rhs.bdims]);
-    let l = compat::binary_lhs::<B, K1>(align::<B, K1>(lhs, &bdims), &bdims);
+    let l = align::<B, K1>(lhs, &bdims);
     let r = align::<B, K2>(rhs, &bdims);
     VmapTensor::new(f(l, r), bdims).with_scalar(scalar)
 }

@@ -6,9 +6,13 @@
 //! test suite run in strict mode proves that every op it touches has a real rule.
 //!
 //! Ops that use it (every other op has a real rule): `bool_argwhere` (and `argwhere`/`nonzero`
-//! built on it), whose output size depends on the values, so it can only be batched when every
-//! example has the same number of hits.
+//! built on it) and `float_mask_select` / `int_mask_select` / `bool_mask_select`, whose output
+//! size depends on the values, so they can only be batched when every example has the same
+//! number of hits. They are also the only ops of the engine that read tensor values (each
+//! example's inner op reads its own), so on a backend that cannot (Burn's capture backend: see
+//! `crate::compat`) they panic before running.
 
+use core::future::Future;
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
@@ -16,15 +20,24 @@ use burn_backend::backend::Backend;
 use burn_backend::{Shape, Slice, TensorMetadata};
 
 use super::helpers::materialize;
-use crate::physical::{Kind, with_batch_sizes};
+use crate::physical::{Bool, Kind, with_batch_sizes};
 use crate::tensor::{BatchDims, VmapTensor};
 
 static WARNED: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
 
-/// Called by an op about to run the loop fallback: panics in strict mode, else warns once per
-/// op.
+/// Called by an op about to run the loop fallback on `device`: panics in strict mode or on a
+/// backend that cannot read values, else warns once per op.
 #[track_caller]
-pub(crate) fn enter(op: &'static str) {
+pub(crate) fn enter<B: Backend>(op: &'static str, device: &B::Device) {
+    if !crate::compat::reads_values::<B>(device) {
+        panic!(
+            "vmap: {op}: the result's size depends on each example's values, which the loop \
+             fallback reads, and this backend ({}) records ops without running them; call the op \
+             outside vmap, or make the result size fixed (a mask with `mask_where` / \
+             `mask_fill`)",
+            B::name(device)
+        );
+    }
     if crate::strict::is_strict() {
         panic!(
             "vmap: {op}: no batching rule for this op, and strict mode (BURN_VMAP_STRICT=1 or \
@@ -98,4 +111,36 @@ pub(crate) fn stack<B: Backend, K: Kind<B>>(
         K::reshape(stacked, with_batch_sizes(bdims, &shape)),
         bdims.clone(),
     )
+}
+
+/// `mask_select(tensor, mask)` (`float_`, `int_` or `bool_`): the inner op on unbatched
+/// operands; otherwise the loop fallback over the examples of both (materialized over their
+/// batch dims), each selecting its own elements, stacked (see [`stack`]).
+#[allow(clippy::manual_async_fn)] // The op traits ask for `'static + Send`.
+pub(crate) fn mask_select<B, K, F, Fut>(
+    op: &'static str,
+    tensor: VmapTensor<K::P>,
+    mask: VmapTensor<B::BoolTensorPrimitive>,
+    select: F,
+) -> impl Future<Output = VmapTensor<K::P>> + 'static + Send
+where
+    B: Backend,
+    K: Kind<B>,
+    F: Fn(K::P, B::BoolTensorPrimitive) -> Fut + Send + 'static,
+    Fut: Future<Output = K::P> + Send + 'static,
+{
+    async move {
+        let bdims = BatchDims::union([&tensor.bdims, &mask.bdims]);
+        if bdims.is_empty() {
+            return VmapTensor::unbatched(select(tensor.inner(), mask.inner()).await);
+        }
+        enter::<B>(op, &tensor.device());
+        let examples = unbind::<B, K>(tensor, &bdims);
+        let masks = unbind::<B, Bool>(mask, &bdims);
+        let mut outs = Vec::with_capacity(examples.len());
+        for (t, m) in examples.into_iter().zip(masks) {
+            outs.push(select(t, m).await);
+        }
+        stack::<B, K>(op, outs, &bdims)
+    }
 }

@@ -59,7 +59,7 @@ pub(crate) fn materialize<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, target: &
 }
 
 /// Like [`materialize`], for the tensor an op writes into (`slice_assign`, `scatter`,
-/// `select_add`), which the backend copies first: see [`compat::write_target`].
+/// `select_assign`), which the backend copies first: see [`compat::write_target`].
 pub(crate) fn write_target<B: Backend, K: Kind<B>>(
     t: VmapTensor<K::P>,
     target: &BatchDims,

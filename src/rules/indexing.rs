@@ -1,4 +1,5 @@
-//! Indexing ops: gather, scatter, select, select_add, slice_assign, mask_where, mask_fill.
+//! Indexing ops: gather, scatter, select, select_assign, slice_assign, mask_where, mask_fill,
+//! gather_nd, scatter_nd.
 //!
 //! Batched or unbatched tensors, indices and values in any mix. Indexing happens independently
 //! per example, so every operand that the op reads per example is materialized over the union of
@@ -7,12 +8,11 @@
 //! take several operands see at least one batched.
 
 use burn_backend::backend::Backend;
-use burn_backend::tensor::{Bool, Int};
 use burn_backend::{Shape, Slice, TensorMetadata};
 
 use super::helpers::{batch_slices, materialize, write_target};
 use crate::compat;
-use crate::physical::Kind;
+use crate::physical::{Bool, Int, Kind};
 use crate::tensor::{BatchDims, VmapTensor};
 
 type IntP<B> = <B as burn_backend::backend::BackendTypes>::IntTensorPrimitive;
@@ -30,7 +30,7 @@ pub(crate) fn gather<B: Backend, K: Kind<B>>(
     VmapTensor::new(K::gather(dim + nb, t, i), bdims)
 }
 
-/// `scatter_add(dim, tensor, indices, value)` and `bool_scatter_or`.
+/// `scatter(dim, tensor, indices, value, update)` and `bool_scatter_or`.
 pub(crate) fn scatter<B: Backend, K: Kind<B>>(
     dim: usize,
     tensor: VmapTensor<K::P>,
@@ -102,9 +102,9 @@ pub(crate) fn select<B: Backend, K: Kind<B>>(
     VmapTensor::new(K::gather(pdim, t, i), bdims)
 }
 
-/// `select_add(tensor, dim, indices, value)` (and `bool_select_or`); a batched index becomes a
-/// scatter along the same dim (`scatter_f`).
-pub(crate) fn select_add<B: Backend, K: Kind<B>>(
+/// `select_assign(tensor, dim, indices, value, update)` (and `bool_select_or`); a batched index
+/// becomes a scatter with the same update along the same dim (`scatter_f`).
+pub(crate) fn select_assign<B: Backend, K: Kind<B>>(
     tensor: VmapTensor<K::P>,
     dim: usize,
     indices: VmapTensor<IntP<B>>,
@@ -179,7 +179,7 @@ fn prepend_example_index<B: Backend>(indices: IntP<B>) -> IntP<B> {
     let shape = indices.shape();
     let rank = shape.num_dims();
     let e = shape[0];
-    let device = B::int_device(&indices);
+    let device = indices.device();
     let dtype = indices.dtype().into();
     let ids = B::int_arange(0..e as i64, &device, dtype);
     let mut col: Vec<usize> = vec![e];

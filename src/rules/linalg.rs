@@ -2,12 +2,11 @@
 
 use burn_backend::backend::Backend;
 use burn_backend::ops::FloatTensorOps;
-use burn_backend::tensor::Float;
 use burn_backend::{Shape, TensorMetadata};
 
 use super::helpers::align;
 use crate::compat;
-use crate::physical::Kind;
+use crate::physical::{Float, Kind};
 use crate::tensor::{BatchDims, VmapTensor};
 
 /// `matmul(lhs, rhs)` over the last two logical dims, broadcasting the leading ones.

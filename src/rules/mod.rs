@@ -14,7 +14,7 @@
 //! | `elementwise.rs` | unary and binary elementwise ops (broadcasting or materializing) |
 //! | `reduce.rs` | reductions, scans and sorts along a dim, whole-tensor reductions |
 //! | `view.rs` | reshape, permute, swap_dims, flip, expand, slice, cat |
-//! | `indexing.rs` | gather, scatter, select, select_add, slice_assign, masks, `*_nd` |
+//! | `indexing.rs` | gather, scatter, select, select_assign, slice_assign, masks, `*_nd` |
 //! | `linalg.rs` | matmul and `linear` (a batch folded into the matmul rows) |
 //! | `factored/` | factored per-example weight gradients (dense layers, convolutions, embeddings) and the ops that keep them factored |
 //! | `module.rs` | convolutions, pools, attention (the batch folded into `N`, or groups) |

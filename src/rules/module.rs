@@ -2,12 +2,13 @@
 //! the vmap batch dims fold into `N`, so a batched input with unbatched weights runs as one
 //! large op (`[b.., N, ...] -> [b*...*N, ...]`), not a loop.
 
+use burn_backend::Scalar;
 use burn_backend::backend::Backend;
-use burn_backend::tensor::Float;
+use burn_backend::ops::FloatTensorOps;
 use burn_backend::{Shape, TensorMetadata};
 
 use super::helpers::materialize;
-use crate::physical::{Kind, with_batch_sizes};
+use crate::physical::{Float, Kind, with_batch_sizes};
 use crate::tensor::{BatchDims, VmapTensor};
 
 /// `[b.., N, rest..] -> [b*..*N, rest..]`.
@@ -317,4 +318,31 @@ pub(crate) fn deform_conv2d_backward<B: Backend>(
         mask: mask.map(|m| channels_into_examples::<B>(m, &bdims)),
         bias: bias.map(|b| rows_into_examples::<B>(b, &bdims)),
     }
+}
+
+/// Burn's default `batch_norm` (`(x - mean) / sqrt(variance + ε) · γ + β`, the `[C]` parameters
+/// broadcast along dim 1), through the rules of `Vmap<B>`'s ops: the path of per-example
+/// parameters or statistics (the op's override takes the shared ones).
+pub(crate) fn batch_norm_default<B: Backend>(
+    x: VmapTensor<FP<B>>,
+    gamma: VmapTensor<FP<B>>,
+    beta: VmapTensor<FP<B>>,
+    mean: VmapTensor<FP<B>>,
+    variance: VmapTensor<FP<B>>,
+    epsilon: f64,
+) -> VmapTensor<FP<B>> {
+    type V<B> = crate::Vmap<B>;
+    let shape = x.shape();
+    let mut dims = vec![1; shape.num_dims()];
+    dims[1] = shape[1];
+    let per_channel = |t| V::<B>::float_reshape(t, Shape::from(dims.clone()));
+    let variance = V::<B>::float_add_scalar(per_channel(variance), Scalar::Float(epsilon));
+    let normalized = V::<B>::float_div(
+        V::<B>::float_sub(x, per_channel(mean)),
+        V::<B>::float_sqrt(variance),
+    );
+    V::<B>::float_add(
+        V::<B>::float_mul(normalized, per_channel(gamma)),
+        per_channel(beta),
+    )
 }

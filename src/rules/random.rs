@@ -9,7 +9,7 @@
 //! - [`Randomness::Same`] at a level: no batch dim there, one draw shared by the examples;
 //! - [`Randomness::Error`] (the default) at a level: the draw is refused. Backend ops cannot
 //!   return errors, so the refusal is recorded (`level::refuse`) and the enclosing `vmap` call returns
-//!   [`VmapError::Randomness`](crate::VmapError::Randomness) once the function returns (the
+//!   `VmapError::Randomness` once the function returns (the
 //!   draw itself returns an unbatched placeholder so that the function can finish).
 
 use burn_backend::Shape;

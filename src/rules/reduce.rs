@@ -1,12 +1,11 @@
 //! Reductions and scans (JAX's `defreducer`): the logical dim moves past the batch dims.
 
 use burn_backend::backend::Backend;
-use burn_backend::tensor::{Float, Int};
 use burn_backend::{Scalar, Shape, TensorMetadata};
 
 use super::helpers::physical_dim;
 use crate::compat::kernel_layout;
-use crate::physical::Kind;
+use crate::physical::{Float, Int, Kind};
 use crate::tensor::VmapTensor;
 
 /// An op along one logical dim (`sum_dim`, `argmax`, `cumsum`, `unfold`, ...).
@@ -34,6 +33,42 @@ pub(crate) fn reduce_dim<B: Backend, K: Kind<B>, Q>(
     }
     let pdim = physical_dim(&t.bdims, dim);
     t.map(|inner| f(kernel_layout::<B, K>(inner), pdim))
+}
+
+/// An op along one logical dim with two results of the input's batch dims (`sort_with_indices`,
+/// `topk_with_indices`), as [`reduce_dim`].
+pub(crate) fn reduce_dim_pair<B: Backend, K: Kind<B>, Q: Clone, R: Clone>(
+    t: VmapTensor<K::P>,
+    dim: usize,
+    f: impl FnOnce(K::P, usize) -> (Q, R),
+) -> (VmapTensor<Q>, VmapTensor<R>) {
+    let bdims = t.bdims.clone();
+    let scalar = t.is_scalar();
+    let (a, b) = reduce_dim::<B, K, _>(t, dim, f).inner();
+    (
+        VmapTensor::new(a, bdims.clone()).with_scalar(scalar),
+        VmapTensor::new(b, bdims).with_scalar(scalar),
+    )
+}
+
+/// `float_sum_dims(t, dims)`: one inner op over the dims moved past the batch dims; with an
+/// empty dim among them, one dim at a time (a sum over no element is 0 on every backend: see
+/// [`reduce_dim_or`]).
+pub(crate) fn sum_dims<B: Backend>(
+    t: VmapTensor<B::FloatTensorPrimitive>,
+    dims: &[usize],
+) -> VmapTensor<B::FloatTensorPrimitive> {
+    let physical = t.physical_shape();
+    let pdims: Vec<usize> = dims.iter().map(|&d| physical_dim(&t.bdims, d)).collect();
+    if pdims.iter().any(|&d| physical[d] == 0) {
+        return dims.iter().fold(t, |t, &d| {
+            reduce_dim_or::<B, Float>(t, d, B::float_sum_dim, 0.0)
+        });
+    }
+    if !t.is_batched() {
+        return t.map(|inner| B::float_sum_dims(inner, &pdims));
+    }
+    t.map(|inner| B::float_sum_dims(kernel_layout::<B, Float>(inner), &pdims))
 }
 
 /// A reduction with a value over no element (a sum's 0, a product's 1, a float mean's NaN)
@@ -67,7 +102,7 @@ impl<B: Backend> Fill<B> for Float {
         B::float_full(
             shape,
             Scalar::Float(value),
-            &B::float_device(like),
+            &like.device(),
             like.dtype().into(),
         )
     }
@@ -78,7 +113,7 @@ impl<B: Backend> Fill<B> for Int {
         B::int_full(
             shape,
             Scalar::Int(value as i64),
-            &B::int_device(like),
+            &like.device(),
             like.dtype().into(),
         )
     }

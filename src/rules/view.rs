@@ -1,7 +1,7 @@
-//! Views and shape ops: reshape, permute, swap_dims, flip, expand, slice.
+//! Views and shape ops: reshape, permute, swap_dims, flip, expand, slice, pad, cat.
 
 use burn_backend::backend::Backend;
-use burn_backend::{Shape, Slice};
+use burn_backend::{Shape, Slice, TensorMetadata};
 
 use super::helpers::{batch_axes, batch_slices};
 use crate::physical::{Kind, with_batch_sizes};
@@ -31,7 +31,7 @@ pub(crate) fn reshape<B: Backend, K: Kind<B>>(
         return VmapTensor::new(inner, bdims).with_scalar(scalar);
     }
     let (data, _, bdims) = t.into_stored();
-    if crate::compat::reshapes_at_once::<B>(&K::device(&data)) {
+    if crate::compat::reshapes_at_once::<B>(&data.device()) {
         return VmapTensor::new(K::reshape(data, phys), bdims).with_scalar(scalar);
     }
     VmapTensor::reshaped(data, bdims, phys, K::reshape).with_scalar(scalar)
@@ -114,6 +114,26 @@ pub(crate) fn slice<B: Backend, K: Kind<B>>(
     }
     let slices = batch_slices(&t.bdims, slices);
     t.map(|inner| K::slice(inner, &slices))
+}
+
+/// `pad(tensor, padding)` (one `(before, after)` pair per logical dim, any mode): the batch dims
+/// get `(0, 0)`, one inner pad. Padding never mixes examples (a reflection stays inside its
+/// example's dims).
+pub(crate) fn pad<P: Clone>(
+    t: VmapTensor<P>,
+    padding: &[(usize, usize)],
+    f: impl FnOnce(P, &[(usize, usize)]) -> P,
+) -> VmapTensor<P> {
+    if t.bdims.is_empty() {
+        return t.map(|inner| f(inner, padding));
+    }
+    let full: Vec<(usize, usize)> = t
+        .bdims
+        .sizes()
+        .map(|_| (0, 0))
+        .chain(padding.iter().copied())
+        .collect();
+    t.map(|inner| f(inner, &full))
 }
 
 /// `cat(tensors, dim)`: batch dims are materialized over their union, then one inner `cat`.

@@ -18,8 +18,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use burn_backend::{DType, QTensorPrimitive, Shape, TensorMetadata};
-use burn_std::quantization::{QuantAcc, QuantPropagation, QuantScheme};
+use burn_backend::{DType, Shape, TensorMetadata};
 
 use crate::level::Level;
 
@@ -253,11 +252,11 @@ impl<P: TensorMetadata> VmapTensor<P> {
     /// batched at `bdims` (`[1]` when `bdims` is empty).
     ///
     /// ```
-    /// use burn::tensor::{backend::Backend, Tensor, TensorMetadata};
+    /// use burn_backend::{TensorData, TensorMetadata};
+    /// use burn_backend::ops::FloatTensorOps;
+    /// use burn_flex::Flex;
     /// use burn_vmap::tensor::{BatchDims, VmapTensor};
-    /// use burn_vmap::testing::TestBackend;
-    /// let device = Default::default();
-    /// let one = Tensor::<TestBackend, 1>::from_floats([2.0], &device).into_primitive().tensor();
+    /// let one = Flex::float_from_data(TensorData::from([2.0f32]), &Default::default());
     /// let t = VmapTensor::from_physical_scalar(one, BatchDims::none());
     /// assert_eq!(t.shape().num_dims(), 0);
     /// ```
@@ -387,27 +386,22 @@ impl<P> VmapTensor<P> {
     /// applied so far kept it factored (see "Factored products" above).
     ///
     /// ```
-    /// use burn::backend::Autodiff;
-    /// use burn::nn::{Linear, LinearConfig};
-    /// use burn::tensor::Tensor;
-    /// use burn_vmap::testing::TestBackend;
-    /// use burn_vmap::{vmap, ParamGrads, Vmap};
-    /// type V = Vmap<TestBackend>;
-    /// type AD = Autodiff<V>;
+    /// use burn_backend::ops::{FloatTensorOps, ModuleOps};
+    /// use burn_backend::TensorData;
+    /// use burn_flex::Flex;
+    /// use burn_vmap::level::Level;
+    /// use burn_vmap::{BatchOps, Vmap};
+    /// type V = Vmap<Flex>;
     /// let device = Default::default();
-    /// let layer: Linear<AD> = LinearConfig::new(3, 2).init(&device);
-    /// let _ = (layer.weight.val(), layer.bias.as_ref().map(|b| b.val())); // draw before vmap
-    /// let xs = Tensor::<AD, 2>::ones([4, 3], &device);
-    /// let grads: ParamGrads<V> = vmap(|x: Tensor<AD, 1>| {
-    ///     let mut g = layer.forward(x).sum().backward();
-    ///     ParamGrads::from_module(&mut g, &layer)
-    /// })
-    /// .call(xs)
-    /// .unwrap();
-    /// let w: Tensor<V, 3> = grads.get("weight").unwrap(); // [4, 3, 2], per example
-    /// let squared_norms = (w.clone() * w.clone()).sum_dim(2).sum_dim(1); // still factored
-    /// assert!(w.into_primitive().tensor().is_factored());
-    /// assert_eq!(squared_norms.dims(), [4, 1, 1]);
+    /// let level = Level::fresh();
+    /// let rows = |n: usize| TensorData::new(vec![0.5f32; 4 * n], [4, 1, n]);
+    /// // Four examples of one row each: the input `x` and the output gradient `g` of a layer.
+    /// let x = V::float_batch(V::float_from_data(rows(6), &device), 0, level);
+    /// let g = V::float_batch(V::float_from_data(rows(5), &device), 0, level);
+    /// let w = V::linear_weight_backward(x, g); // per example `xᵀ g`, [6, 5]
+    /// assert!(w.is_factored());
+    /// let squared_norms = V::float_sum(V::float_mul(w.clone(), w)); // from the factors
+    /// assert!(!squared_norms.is_factored());
     /// ```
     pub fn is_factored(&self) -> bool {
         matches!(self.lazy, Lazy::Factored { .. } | Lazy::Hadamard { .. })
@@ -517,6 +511,8 @@ impl<P: Clone> VmapTensor<P> {
 }
 
 impl<P: TensorMetadata> TensorMetadata for VmapTensor<P> {
+    type Device = P::Device;
+
     fn dtype(&self) -> DType {
         self.data.dtype()
     }
@@ -546,22 +542,14 @@ impl<P: TensorMetadata> TensorMetadata for VmapTensor<P> {
             Lazy::Hadamard { operands, .. } => operands[0].rank(),
         }
     }
-}
 
-impl<P: QTensorPrimitive> QTensorPrimitive for VmapTensor<P> {
-    fn scheme(&self) -> &QuantScheme {
-        self.data.scheme()
+    fn device(&self) -> Self::Device {
+        self.data.device()
     }
 
-    fn acc_precision(&self) -> QuantAcc {
-        self.data.acc_precision()
-    }
-
-    fn propagation(&self) -> QuantPropagation {
-        self.data.propagation()
-    }
-
-    fn default_scheme() -> QuantScheme {
-        P::default_scheme()
+    /// Only a tensor held as its physical tensor may be written in place: a lazy form's stored
+    /// data is a factor or the source of a pending reshape, shared with what it stands for.
+    fn can_mut(&self) -> bool {
+        matches!(self.lazy, Lazy::Ready) && self.data.can_mut()
     }
 }

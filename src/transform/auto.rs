@@ -2,13 +2,21 @@
 //! dims (jax_autovmap).
 
 use burn_backend::Shape;
-use burn_backend::backend::Backend;
 
+use crate::Vmap;
 use crate::VmapError;
-use crate::batching::BatchOps;
-use crate::level::Level;
-use crate::transform::transform_call;
+use crate::graph::Program;
+use crate::graph::TensorSig;
+use crate::guard;
+use crate::level::{Level, Randomness, VmapScope};
+use crate::runtime::{Job, UserBackend, on_backend};
+use crate::transform::run::{
+    Cache, any_autodiff, batch, common_device, lift, lower, record_on, unbatch,
+};
 use crate::tree::{Leaf, Spec, Tree};
+
+/// The transform's name in errors.
+const NAME: &str = "auto_vmap";
 
 /// Base ranks: per argument (a tree prefix of the arguments) `Some(rank)`, the rank the function
 /// expects, or `None`, passed whole (never mapped).
@@ -40,11 +48,12 @@ impl<const N: usize> From<[usize; N]> for Ranks {
 ///     out[idx] = f(leaf[idx broadcast to the leaf's batch shape] for every leaf)
 /// ```
 ///
-/// It runs as one batched call of `f`, one vmap level per batch dim; the outermost level maps
-/// only the leaves that have that many batch dims. A size-1 batch dim that broadcasts is not
-/// mapped: it is dropped by a reshape (a view), never copied. Leaves with rank `None`, or with
-/// exactly their base rank, are passed whole to every example. With no batch dim at all, `f` is
-/// simply called.
+/// It runs as one batched call of `f`, one vmap level per batch dim (the outermost level maps
+/// only the leaves that have that many batch dims): `f` is recorded once for one example (and
+/// kept for later calls with the same per-example signature) and the recording runs on the
+/// batch. A size-1 batch dim that broadcasts is not mapped: it is dropped by a reshape (a
+/// view), never copied. Leaves with rank `None`, or with exactly their base rank, are passed
+/// whole to every example. With no batch dim at all, `f` is simply called.
 ///
 /// Ranks are a tree prefix of the arguments ([`Ranks`]): one rank for every leaf (`1`), one per
 /// argument (`[0, 1, 2]`, `[Some(1), None]`), or nested [`Spec`]s for structs and maps
@@ -55,40 +64,35 @@ impl<const N: usize> From<[usize; N]> for Ranks {
 /// matrix `m`, i.e. ranks `(0, 1, 2)`, called with one scalar per example, 2 vectors and one
 /// shared matrix:
 /// ```
-/// use burn::tensor::Tensor;
-/// use burn_vmap::testing::TestBackend;
+/// use burn::tensor::{Device, Tensor};
 /// use burn_vmap::transform::auto_vmap;
-/// use burn_vmap::Vmap;
-/// type B = Vmap<TestBackend>;
-/// let device = Default::default();
+/// let device = Device::default();
 ///
-/// let foo = |(s, v, m): (Tensor<B, 0>, Tensor<B, 1>, Tensor<B, 2>)| -> Tensor<B, 0> {
+/// // Burn's scalars are one-element vectors here: `s` has base rank 1 with shape [1].
+/// let foo = |(s, v, m): (Tensor<1>, Tensor<1>, Tensor<2>)| -> Tensor<1> {
 ///     let n = v.dims()[0] as f32; // |v|, the element count of one example's v
 ///     let mv = m.matmul(v.clone().unsqueeze_dim::<2>(1)).squeeze_dim::<1>(1);
-///     let vmv: Tensor<B, 0> = (v * mv).sum().reshape([0usize; 0]);
-///     vmv + s.mul_scalar(n)
+///     (v * mv).sum() + s.mul_scalar(n)
 /// };
-/// let s = Tensor::<B, 1>::from_floats([2.0, 0.0], &device); // batch shape [2]
-/// let v = Tensor::<B, 2>::ones([2, 3], &device); //             batch shape [2]
-/// let m = Tensor::<B, 2>::ones([3, 3], &device); //              batch shape []
+/// let s = Tensor::<2>::from_floats([[2.0], [0.0]], &device); // batch shape [2]
+/// let v = Tensor::<2>::ones([2, 3], &device); //                batch shape [2]
+/// let m = Tensor::<2>::ones([3, 3], &device); //                batch shape []
 ///
-/// let out: Tensor<B, 1> = auto_vmap(foo).ranks([0, 1, 2]).call((s, v, m.clone())).unwrap();
+/// let out: Tensor<2> = auto_vmap(foo).ranks([1, 1, 2]).call((s, v, m.clone())).unwrap();
 /// assert_eq!(out.into_data().to_vec::<f32>().unwrap(), vec![15.0, 9.0]);
 ///
 /// // Batch shapes broadcast from the right: [2, 1] x [4] -> [2, 4].
-/// let s = Tensor::<B, 2>::from_floats([[1.0], [2.0]], &device);
-/// let v = Tensor::<B, 2>::ones([4, 3], &device);
-/// let out: Tensor<B, 2> = auto_vmap(foo).ranks([0, 1, 2]).call((s, v, m)).unwrap();
-/// assert_eq!(out.dims(), [2, 4]);
+/// let s = Tensor::<3>::from_floats([[[1.0]], [[2.0]]], &device);
+/// let v = Tensor::<2>::ones([4, 3], &device);
+/// let out: Tensor<3> = auto_vmap(foo).ranks([1, 1, 2]).call((s, v, m)).unwrap();
+/// assert_eq!(out.dims(), [2, 4, 1]);
 /// ```
 ///
 /// # Gradients
-/// Differentiable on `Autodiff<Vmap<_>>` like [`vmap`](crate::vmap): leaves mapped at every
-/// level get the right gradients with `backward` inside or outside the call. A leaf that is
-/// not mapped at some level (a broadcast size-1 dim, or fewer batch dims than the broadcast
-/// shape) behaves like a `vmap` input with `in_axes` `None`: inside the call its gradient is
-/// per example; with `backward` outside it is summed over that level (numpy broadcasting's
-/// gradient), as JAX does.
+/// Like [`vmap`](crate::vmap), `auto_vmap` takes its arguments without their autodiff graph:
+/// differentiate through it from a loss that calls it, under
+/// [`per_example_grads`](crate::per_example_grads) (a parameter used by every example then gets
+/// one gradient per example; the batch gradient is their sum).
 ///
 /// # Shapes
 /// Output leaf = broadcast batch shape + the shape `f` returns for one example.
@@ -97,11 +101,15 @@ impl<const N: usize> From<[usize; N]> for Ranks {
 /// - [`VmapError::RankTooSmall`]: a leaf has fewer dims than its base rank;
 /// - [`VmapError::IncompatibleBatchShapes`]: batch shapes that do not broadcast;
 /// - [`VmapError::TreeMismatch`]: ranks that do not fit the arguments;
-/// - [`VmapError::LeafMismatch`]: argument or result types whose ranks do not match.
+/// - [`VmapError::LeafMismatch`]: argument or result types whose ranks do not match;
+/// - the recording errors of [`vmap`](crate::vmap) ([`VmapError::ForeignTensor`],
+///   [`VmapError::ValueRead`], [`VmapError::Randomness`], ...).
 pub fn auto_vmap<F>(f: F) -> AutoVmapped<F> {
     AutoVmapped {
         f,
         ranks: Spec::Leaf(None),
+        randomness: Randomness::Error,
+        cache: Cache::default(),
     }
 }
 
@@ -110,15 +118,18 @@ pub fn auto_vmap<F>(f: F) -> AutoVmapped<F> {
 pub struct AutoVmapped<F> {
     f: F,
     ranks: Ranks,
+    randomness: Randomness,
+    cache: Cache,
 }
 
 /// How one leaf enters the batched call.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct LeafPlan {
-    /// Batch dims of the leaf (its leading dims), as broadcast positions.
+    /// Position of the leaf's first batch dim in the broadcast batch shape.
     first_pos: usize,
     /// For each batch dim of the leaf: mapped at its level (`true`) or dropped (`false`).
     mapped: Vec<bool>,
-    /// The batch dim expanded to the broadcast size instead of dropped (see `plan_leaf`).
+    /// The batch dim expanded to the broadcast size instead of dropped (see [`plan_leaf`]).
     expanded: Option<usize>,
 }
 
@@ -137,23 +148,28 @@ impl<F> AutoVmapped<F> {
         self
     }
 
+    /// What random ops inside `f` do, for every batch dim, as
+    /// [`Vmapped::randomness`](crate::transform::vmap::Vmapped::randomness) (default
+    /// [`Randomness::Error`]).
+    pub fn randomness(mut self, randomness: Randomness) -> Self {
+        self.randomness = randomness;
+        self
+    }
+
     /// The broadcast batch shape that calling with `inputs` would have, without calling `f`.
     ///
     /// ```
-    /// use burn::tensor::Tensor;
-    /// use burn_vmap::testing::TestBackend;
+    /// use burn::tensor::{Device, Tensor};
     /// use burn_vmap::transform::auto_vmap;
-    /// use burn_vmap::Vmap;
-    /// type B = Vmap<TestBackend>;
-    /// let d = Default::default();
-    /// let f = |(v, m): (Tensor<B, 1>, Tensor<B, 2>)| m.matmul(v.unsqueeze_dim(1));
-    /// let inputs = (Tensor::<B, 3>::zeros([2, 1, 3], &d), Tensor::<B, 3>::zeros([4, 3, 3], &d));
+    /// let d = Device::default();
+    /// let f = |(v, m): (Tensor<1>, Tensor<2>)| m.matmul(v.unsqueeze_dim(1));
+    /// let inputs = (Tensor::<3>::zeros([2, 1, 3], &d), Tensor::<3>::zeros([4, 3, 3], &d));
     /// assert_eq!(auto_vmap(f).ranks([1, 2]).batch_shape(inputs).unwrap(), vec![2, 4]);
     /// ```
     ///
     /// # Errors
     /// As [`call`](Self::call), for the checks that do not need `f`.
-    pub fn batch_shape<B: Backend, I: Tree<B>>(&self, inputs: I) -> Result<Vec<usize>, VmapError> {
+    pub fn batch_shape<I: Tree>(&self, inputs: I) -> Result<Vec<usize>, VmapError> {
         let (leaves, def) = inputs.flatten();
         let ranks = self.ranks.broadcast_to(&def, "ranks", "args")?;
         let paths = def.leaf_paths("args");
@@ -162,69 +178,141 @@ impl<F> AutoVmapped<F> {
         broadcast(&batch, &paths)
     }
 
-    transform_call! {
-        vectorized;
-        /// Applies the broadcast function to `inputs`.
-        ///
-        /// `I` is the argument tree with batch dims, `A` what `f` takes (base ranks), `R` what `f`
-        /// returns and `O` the result (the broadcast batch dims in front of every leaf of `R`).
-        ///
-        /// # Errors
-        /// See [`auto_vmap`].
-        pub fn call(&self, inputs: I) -> Result<O, VmapError> {
-            let (leaves, def) = inputs.flatten();
-            let ranks = self.ranks.broadcast_to(&def, "ranks", "args")?;
-            let paths = def.leaf_paths("args");
-            let shapes: Vec<Vec<usize>> = leaves.iter().map(|l| l.shape().to_vec()).collect();
-            let batch = batch_shapes(&shapes, &ranks, &paths)?;
-            let target = broadcast(&batch, &paths)?;
-
-            // One level per broadcast batch dim, outermost first (levels increase inwards).
-            let levels: Vec<Level> = target.iter().map(|_| Level::fresh()).collect();
-            let leaves = leaves
-                .into_iter()
-                .zip(&batch)
-                .zip(&ranks)
-                .map(|((leaf, b), rank)| {
-                    let (leaf, mapped) = match b {
-                        Some(b) if !b.is_empty() => {
-                            let plan = plan_leaf(b, rank.unwrap_or(0), &target);
-                            let mapped: Vec<usize> = plan
-                                .mapped
-                                .iter()
-                                .enumerate()
-                                .filter(|&(_, &m)| m)
-                                .map(|(j, _)| plan.first_pos + j)
-                                .collect();
-                            (enter(leaf, b, &plan, &target, &levels), mapped)
-                        }
-                        _ => (leaf, Vec::new()),
-                    };
-                    // Shared along the levels it is not mapped at: a gradient taken outside sums there.
-                    levels
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| !mapped.contains(i))
-                        .fold(leaf, |leaf, (_, &level)| leaf.shared(level))
-                })
-                .collect();
-            let args = A::unflatten_named(&def, leaves, "args")?;
-            let out = (self.f)(args);
-
-            let (out_leaves, out_def) = out.flatten();
-            let out_leaves = out_leaves
-                .into_iter()
-                .map(|leaf| {
-                    // Innermost level first: each one becomes logical axis 0, pushing the previous.
-                    levels
-                        .iter()
-                        .zip(&target)
-                        .rev()
-                        .fold(leaf, |leaf, (&level, &size)| leaf.unbatch(level, size, 0))
-                })
-                .collect();
-            O::unflatten_named(&out_def, out_leaves, "out")
+    /// Applies the broadcast function to `inputs`.
+    ///
+    /// `I` is the argument tree with batch dims, `A` what `f` takes (base ranks), `R` what `f`
+    /// returns and `O` the result (the broadcast batch dims in front of every leaf of `R`),
+    /// named by the caller: its rank depends on the inputs' batch dims.
+    ///
+    /// # Errors
+    /// See [`auto_vmap`].
+    pub fn call<I, A, R, O>(&self, inputs: I) -> Result<O, VmapError>
+    where
+        F: Fn(A) -> R,
+        I: Tree,
+        A: Tree,
+        R: Tree,
+        O: Tree,
+    {
+        let (leaves, def) = inputs.flatten();
+        let ranks = self.ranks.broadcast_to(&def, "ranks", "args")?;
+        let paths = def.leaf_paths("args");
+        let shapes: Vec<Vec<usize>> = leaves.iter().map(|l| l.shape().to_vec()).collect();
+        let batch = batch_shapes(&shapes, &ranks, &paths)?;
+        let target = broadcast(&batch, &paths)?;
+        if target.is_empty() {
+            // No batch dim: the unbatched fast path.
+            let (out, out_def) = (self.f)(A::unflatten_named(&def, leaves, "args")?).flatten();
+            return O::unflatten_named(&out_def, out, "out");
         }
+
+        // Each leaf with its dropped dims reshaped away (a view), and the broadcast positions of
+        // the batch dims it keeps, which lead its shape.
+        let mut entered = Vec::with_capacity(leaves.len());
+        let mut positions = Vec::with_capacity(leaves.len());
+        for ((leaf, b), rank) in leaves.into_iter().zip(&batch).zip(&ranks) {
+            match b {
+                Some(b) if !b.is_empty() => {
+                    let plan = plan_leaf(b, rank.unwrap_or(0), &target);
+                    positions.push(
+                        (0..b.len())
+                            .filter(|&j| plan.mapped[j])
+                            .map(|j| plan.first_pos + j)
+                            .collect::<Vec<_>>(),
+                    );
+                    entered.push(enter(leaf, b, &plan, &target));
+                }
+                _ => {
+                    positions.push(Vec::new());
+                    entered.push(leaf);
+                }
+            }
+        }
+        let sigs: Vec<TensorSig> = entered
+            .iter()
+            .zip(&positions)
+            .map(|(leaf, pos)| TensorSig {
+                shape: Shape::from(leaf.shape().as_slice()[pos.len()..].to_vec()),
+                dtype: leaf.dtype(),
+            })
+            .collect();
+        let device = common_device(NAME, &entered)?;
+        let autodiff = any_autodiff(&entered);
+        let recorded = self.cache.get_or_record(&def, &sigs, autodiff, || {
+            record_on::<A, R>(NAME, &self.f, &def, &sigs, autodiff, &device)
+        })?;
+        let job = Broadcast {
+            program: &recorded.program,
+            leaves: entered,
+            positions,
+            target,
+            randomness: self.randomness,
+        };
+        let out = on_backend(NAME, &device, job)??;
+        O::unflatten_named(&recorded.out_def, out, "out")
+    }
+}
+
+/// A recorded program run with one vmap level per broadcast batch dim.
+struct Broadcast<'a> {
+    program: &'a Program,
+    leaves: Vec<Leaf>,
+    /// Per leaf: the broadcast positions of its leading (mapped) batch dims, outermost first.
+    positions: Vec<Vec<usize>>,
+    /// The broadcast batch shape.
+    target: Vec<usize>,
+    randomness: Randomness,
+}
+
+impl Job for Broadcast<'_> {
+    type Output = Result<Vec<Leaf>, VmapError>;
+
+    fn run<B: UserBackend>(self, device: B::Device) -> Self::Output {
+        let op = |message| VmapError::Op {
+            transform: NAME,
+            message,
+        };
+        // One level per broadcast batch dim, outermost first (levels increase inwards).
+        let levels: Vec<Level> = self.target.iter().map(|_| Level::fresh()).collect();
+        let mut inputs = Vec::with_capacity(self.leaves.len());
+        for (leaf, pos) in self.leaves.into_iter().zip(&self.positions) {
+            // Each batched dim in turn is the leaf's logical axis 0.
+            let value = pos.iter().fold(lift::<B>(NAME, leaf)?, |v, &p| {
+                batch::<Vmap<B>>(v, 0, levels[p])
+            });
+            inputs.push(value);
+        }
+        let scopes: Vec<VmapScope> = levels
+            .iter()
+            .zip(&self.target)
+            .map(|(&level, &size)| VmapScope::enter(level, size, self.randomness))
+            .collect();
+        let outputs =
+            guard::catch(|| self.program.run::<Vmap<B>>(inputs, &device)).map_err(op)??;
+        if let Some(refused) = scopes.iter().find_map(VmapScope::take_refused) {
+            return Err(VmapError::Randomness {
+                transform: NAME,
+                op: refused.op.into(),
+                size: refused.size,
+            });
+        }
+        drop(scopes);
+        let mut result = Vec::with_capacity(outputs.len());
+        for out in outputs {
+            // Innermost level first: each one becomes logical axis 0, pushing the previous.
+            let out = guard::catch(|| {
+                levels
+                    .iter()
+                    .zip(&self.target)
+                    .rev()
+                    .fold(out, |v, (&level, &size)| {
+                        unbatch::<Vmap<B>>(v, level, size, 0)
+                    })
+            })
+            .map_err(op)?;
+            result.push(Leaf(B::tensor(lower::<B>(out))));
+        }
+        Ok(result)
     }
 }
 
@@ -284,8 +372,8 @@ fn broadcast(batch: &[Option<Vec<usize>>], paths: &[String]) -> Result<Vec<usize
 /// Which batch dims of a leaf are mapped. A dim is mapped when its size is the broadcast size;
 /// a size-1 dim that broadcasts is dropped (the leaf is shared along that level). Dropping every
 /// batch dim of a rank-0 leaf would leave an unbatched rank-0 tensor, which some backends
-/// cannot make by a reshape (see `compat`): then its innermost batch dim is expanded (a view) and
-/// mapped instead.
+/// cannot allocate (cubecl, see `compat.rs`): then its innermost batch dim is expanded (a view)
+/// and mapped instead.
 fn plan_leaf(b: &[usize], rank: usize, target: &[usize]) -> LeafPlan {
     let first_pos = target.len() - b.len();
     let mut mapped: Vec<bool> = b
@@ -306,15 +394,9 @@ fn plan_leaf(b: &[usize], rank: usize, target: &[usize]) -> LeafPlan {
     }
 }
 
-/// Reshapes away the dropped batch dims, expands the chosen one, and batches the mapped ones at
-/// their levels.
-fn enter<B: BatchOps>(
-    leaf: Leaf<B>,
-    b: &[usize],
-    plan: &LeafPlan,
-    target: &[usize],
-    levels: &[Level],
-) -> Leaf<B> {
+/// The leaf with its dropped batch dims reshaped away and the chosen one expanded: its mapped
+/// batch dims lead its shape.
+fn enter(leaf: Leaf, b: &[usize], plan: &LeafPlan, target: &[usize]) -> Leaf {
     let shape = leaf.shape().to_vec();
     let core = &shape[b.len()..];
     let mut leaf = leaf;
@@ -333,11 +415,6 @@ fn enter<B: BatchOps>(
         let mut dims = vec![target[plan.first_pos + j]];
         dims.extend_from_slice(core);
         leaf = leaf.expand(Shape::from(dims));
-    }
-    for (j, &m) in plan.mapped.iter().enumerate() {
-        if m {
-            leaf = leaf.batch(0, levels[plan.first_pos + j]);
-        }
     }
     leaf
 }

@@ -1,10 +1,8 @@
 //! Batch axes: the [`Axes`] type of `in_axes` / `out_axes`, and the checks every vectorizing
 //! transform makes on them (axis normalization, one batch size, at least one mapped argument).
 
-use burn_backend::backend::Backend;
-
 use crate::VmapError;
-use crate::tree::{Leaf, Spec, Tree, TreeDef};
+use crate::tree::{Leaf, Spec, TreeDef};
 
 /// Batch axes: per argument (or output) a tree prefix whose leaves are `Some(axis)` (negative
 /// counts from the end) or `None` (not mapped).
@@ -87,8 +85,8 @@ pub(crate) fn normalize_axis(
 }
 
 /// An argument tree, flattened, with the mapped axis of every leaf checked.
-pub(crate) struct Mapped<B: Backend> {
-    pub(crate) leaves: Vec<Leaf<B>>,
+pub(crate) struct Mapped {
+    pub(crate) leaves: Vec<Leaf>,
     pub(crate) def: TreeDef,
     /// The mapped axis of every leaf, normalized (`None`: passed whole).
     pub(crate) axes: Vec<Option<usize>>,
@@ -96,17 +94,17 @@ pub(crate) struct Mapped<B: Backend> {
     pub(crate) size: usize,
 }
 
-/// Flattens `inputs` and checks `in_axes` against them: every mapped axis within its leaf's
-/// rank, at least one leaf mapped, all mapped axes of one size.
+/// Checks `in_axes` against flattened inputs: every mapped axis within its leaf's rank, at
+/// least one leaf mapped, all mapped axes of one size.
 ///
 /// # Errors
 /// [`VmapError::TreeMismatch`], [`VmapError::AxisOutOfRange`], [`VmapError::NothingMapped`],
 /// [`VmapError::InconsistentBatchSizes`].
-pub(crate) fn map_inputs<B: Backend, I: Tree<B>>(
-    inputs: I,
+pub(crate) fn map_inputs(
+    leaves: Vec<Leaf>,
+    def: TreeDef,
     in_axes: &Axes,
-) -> Result<Mapped<B>, VmapError> {
-    let (leaves, def) = inputs.flatten();
+) -> Result<Mapped, VmapError> {
     let given = in_axes.broadcast_to(&def, "in_axes", "args")?;
     let paths = def.leaf_paths("args");
     let mut sizes: Vec<(String, usize)> = Vec::new();

@@ -1,101 +1,65 @@
 //! Per-example gradients of a Burn module: [`ParamGrads`] and [`per_example_grads`].
 //!
-//! The design choice: models are **built on `Autodiff<Vmap<B>>`** (every Burn model is generic
-//! over `B: Backend`, so this is a type parameter, not a code change). With no batched tensor
-//! in play `Vmap<B>` passes every op straight to `B` (about 1.0x, see the `passthrough` bench),
-//! so the same model instance trains normally and yields per-example gradients on demand, with
-//! no per-step copy of its parameters.
+//! The user's loss is recorded once for one example, with the module's parameters as inputs
+//! (`transform/module.rs`), and run on `Autodiff<Vmap<B>>`: parameters unbatched and tracked,
+//! the example inputs batched at a fresh level. One backward pass of the batched loss gives
+//! every parameter a gradient batched at that level: the per-example gradients (vmap of grad,
+//! never a loop of size-1 passes).
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
+use burn::module::{Module, ParamId};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, TensorPrimitive};
+use burn::tensor::Tensor;
+use burn_autodiff::Autodiff;
 use burn_backend::TensorMetadata;
+use burn_backend::backend::AutodiffBackend;
+use burn_backend::ops::FloatTensorOps;
 
+use crate::Vmap;
 use crate::VmapError;
-use crate::batching::BatchOps;
-use crate::transform::vmap::vmap;
-use crate::tree::{Key, Leaf, Leaves, NodeKind, Tree, TreeDef};
+use crate::graph::Program;
+use crate::guard;
+use crate::level::{Level, Randomness, VmapScope};
+use crate::runtime::{Job, UserBackend, on_backend};
+use crate::transform::axes::{Axes, map_inputs};
+use crate::transform::module::{ModuleParams, record_module_fn};
+use crate::transform::run::{batch, common_device, example_sigs, lift, lower, unbatch};
+use crate::tree::{Key, Leaf, Leaves, Lift, NodeKind, Tree, TreeDef};
+use crate::value::Value;
 
-/// Gradients of a module's float parameters, keyed by parameter path (`"fc1.weight"`), in the
-/// module's visiting order. A [`Tree`], so it can be returned from [`vmap`] (each gradient then
-/// gains the batch dim: per-example gradients), and it converts to Burn's [`GradientsParams`]
-/// for `optimizer.step`.
+/// Gradients of a module's float parameters, keyed by parameter path (`"fc1.weight"`) and
+/// [`ParamId`], in the module's visiting order. Per-example gradients carry the batch as their
+/// leading axis. Converts to Burn's [`GradientsParams`] for `optimizer.step`.
 #[derive(Debug, Clone)]
-pub struct ParamGrads<B: Backend> {
-    entries: Vec<(String, ParamId, TensorPrimitive<B>)>,
+pub struct ParamGrads {
+    entries: Vec<(String, ParamId, Leaf)>,
 }
 
-struct Collect<'a, AB: AutodiffBackend> {
-    grads: &'a mut AB::Gradients,
-    path: Vec<String>,
-    out: Vec<(String, ParamId, TensorPrimitive<AB::InnerBackend>)>,
-}
-
-impl<AB: AutodiffBackend> ModuleVisitor<AB> for Collect<'_, AB> {
-    fn enter_module(&mut self, name: &str, _container_type: &str) {
-        self.path.push(name.to_string());
+impl ParamGrads {
+    pub(crate) fn new(entries: Vec<(String, ParamId, Leaf)>) -> Self {
+        Self { entries }
     }
 
-    fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-    }
-
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<AB, D>>) {
-        if let Some(g) = param.grad_remove(self.grads) {
-            self.out.push((
-                self.path.join("."),
-                param.id,
-                TensorPrimitive::Float(g.into_primitive().tensor()),
-            ));
-        }
-    }
-}
-
-struct Zeros<AB: AutodiffBackend> {
-    path: Vec<String>,
-    out: Vec<(String, ParamId, TensorPrimitive<AB::InnerBackend>)>,
-}
-
-impl<AB: AutodiffBackend> ModuleVisitor<AB> for Zeros<AB> {
-    fn enter_module(&mut self, name: &str, _container_type: &str) {
-        self.path.push(name.to_string());
-    }
-
-    fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-    }
-
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<AB, D>>) {
-        let value = param.val();
-        if value.is_require_grad() {
-            let zeros = Tensor::<AB::InnerBackend, D>::zeros(value.shape(), &value.device());
-            self.out.push((
-                self.path.join("."),
-                param.id,
-                TensorPrimitive::Float(zeros.into_primitive().tensor()),
-            ));
-        }
-    }
-}
-
-impl<B: Backend> ParamGrads<B> {
-    /// Takes the gradients of `module`'s parameters out of `grads` (parameters without a
-    /// gradient are skipped).
-    pub fn from_module<AB, M>(grads: &mut AB::Gradients, module: &M) -> Self
-    where
-        AB: AutodiffBackend<InnerBackend = B>,
-        M: AutodiffModule<AB>,
-    {
-        let mut visitor = Collect::<AB> {
-            grads,
-            path: Vec::new(),
-            out: Vec::new(),
-        };
-        module.visit(&mut visitor);
-        Self {
-            entries: visitor.out,
-        }
+    /// Zeros in the shape of every trainable float parameter of `module`, keyed as the
+    /// module transforms key their gradients: the gradient sum of an empty batch.
+    ///
+    /// # Errors
+    /// [`VmapError::MixesExamples`] for a layer that mixes the examples of a batch (BatchNorm
+    /// in training mode), as a batch would be refused.
+    pub(crate) fn zeros<M: Module>(transform: &'static str, module: &M) -> Result<Self, VmapError> {
+        let (params, _) = ModuleParams::of(transform, module)?;
+        let entries = params
+            .paths
+            .into_iter()
+            .zip(params.ids)
+            .zip(params.tensors)
+            .zip(params.trainable)
+            .filter(|(_, trainable)| *trainable)
+            .map(|(((p, i), t), _)| {
+                let zeros = t.zeros_like(t.shape());
+                (p, i, zeros)
+            })
+            .collect();
+        Ok(Self { entries })
     }
 
     /// Number of parameters with a gradient.
@@ -113,108 +77,53 @@ impl<B: Backend> ParamGrads<B> {
         self.entries.iter().map(|(p, _, _)| p.as_str())
     }
 
-    /// The gradient of the parameter at `path`, as a rank-`D` tensor.
-    ///
-    /// # Panics
-    /// If the gradient's rank is not `D`.
-    pub fn get<const D: usize>(&self, path: &str) -> Option<Tensor<B, D>> {
+    /// The gradient of the parameter at `path`, as a rank-`D` tensor (`None` when there is no
+    /// such parameter or its gradient has another rank).
+    pub fn get<const D: usize>(&self, path: &str) -> Option<Tensor<D>> {
         let (_, _, g) = self.entries.iter().find(|(p, _, _)| p == path)?;
-        assert_eq!(
-            g.rank(),
-            D,
-            "ParamGrads::get: `{path}` has rank {}, not {D}",
-            g.rank()
-        );
-        Some(Tensor::from_primitive(g.clone()))
+        g.clone().into_tensor().ok()
     }
 
     /// The gradient of parameter `id`, as a rank-`D` tensor.
-    pub fn get_by_id<const D: usize>(&self, id: ParamId) -> Option<Tensor<B, D>> {
+    pub fn get_by_id<const D: usize>(&self, id: ParamId) -> Option<Tensor<D>> {
         let (_, _, g) = self.entries.iter().find(|(_, i, _)| *i == id)?;
-        (g.rank() == D).then(|| Tensor::from_primitive(g.clone()))
+        g.clone().into_tensor().ok()
     }
 
-    /// Applies `f` to every gradient primitive.
-    pub fn map(self, mut f: impl FnMut(&str, TensorPrimitive<B>) -> TensorPrimitive<B>) -> Self {
-        Self {
-            entries: self
-                .entries
-                .into_iter()
-                .map(|(p, i, g)| {
-                    let g = f(&p, g);
-                    (p, i, g)
-                })
-                .collect(),
-        }
+    /// The gradients as tensors of any rank: `(path, id, gradient)`.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, ParamId, &Leaf)> {
+        self.entries.iter().map(|(p, i, g)| (p.as_str(), *i, g))
     }
 
-    /// Applies `f` to every gradient seen as one flat vector, then restores the gradient's
-    /// shape: the map for elementwise work on a whole gradient tree (adding noise, squaring,
-    /// taking signs), whatever the parameters' ranks.
-    ///
-    /// ```
-    /// use burn::backend::Autodiff;
-    /// use burn::nn::{Linear, LinearConfig};
-    /// use burn::tensor::Tensor;
-    /// use burn_vmap::testing::TestBackend;
-    /// use burn_vmap::{ParamGrads, Vmap};
-    /// type I = Vmap<TestBackend>;
-    /// type AD = Autodiff<I>;
-    /// let device = Default::default();
-    /// let model: Linear<AD> = LinearConfig::new(3, 2).init(&device);
-    /// let loss = model.forward(Tensor::<AD, 2>::ones([1, 3], &device)).sum();
-    /// let grads = ParamGrads::<I>::from_module(&mut loss.backward(), &model);
-    ///
-    /// let doubled = grads.clone().map_flat(|g| g * 2.0);
-    /// let w: Tensor<I, 2> = doubled.get("weight").unwrap();
-    /// assert_eq!(w.dims(), [3, 2]);
-    /// assert_eq!(w.into_data().to_vec::<f32>().unwrap(), vec![2.0; 6]);
-    /// ```
-    ///
-    /// # Panics
-    /// If `f` returns a vector of another length than it was given (a bug in `f`: the map is
-    /// for elementwise functions).
-    pub fn map_flat(self, f: impl Fn(Tensor<B, 1>) -> Tensor<B, 1>) -> Self {
-        self.map(|path, g| {
-            let shape = g.shape();
-            let n = shape.num_elements();
-            let flat = Tensor::<B, 1>::from_primitive(g).reshape([n]);
-            let out = f(flat);
-            assert_eq!(
-                out.dims()[0],
-                n,
-                "ParamGrads::map_flat: the function returned {} values for `{path}`, which has {n}; \
-                 map_flat is for elementwise functions",
-                out.dims()[0]
-            );
-            TensorPrimitive::Float(B::float_reshape(out.into_primitive().tensor(), shape))
-        })
+    /// Applies `f(path, gradient)` to every gradient.
+    pub fn map(self, mut f: impl FnMut(&str, Leaf) -> Leaf) -> Self {
+        let entries = self
+            .entries
+            .into_iter()
+            .map(|(p, i, g)| {
+                let g = f(&p, g);
+                (p, i, g)
+            })
+            .collect();
+        Self { entries }
     }
 
-    /// Per-example gradients (leading batch dim) averaged over the batch: the batch gradient of
-    /// a mean loss.
-    pub fn mean_batch(self) -> Self {
-        self.map(|_, g| TensorPrimitive::Float(reduce_first::<B>(g.tensor(), true)))
-    }
-
-    /// Per-example gradients summed over the batch.
-    pub fn sum_batch(self) -> Self {
-        self.map(|_, g| TensorPrimitive::Float(reduce_first::<B>(g.tensor(), false)))
-    }
-
-    /// Per-example global L2 norms over all parameters: shape `[batch]`.
+    /// Each example's global L2 norm over every parameter: per-example gradients in, `[batch]`
+    /// out.
     ///
     /// # Panics
     /// If there is no gradient.
-    pub fn per_example_norms(&self) -> Tensor<B, 1> {
-        let mut total: Option<Tensor<B, 1>> = None;
+    pub fn per_example_norms(&self) -> Tensor<1> {
+        let mut total: Option<Tensor<1>> = None;
         for (_, _, g) in &self.entries {
             let shape = g.shape();
             let rows = shape[0];
-            let cols = shape.num_elements() / rows.max(1);
-            let flat = B::float_reshape(g.clone().tensor(), [rows, cols].into());
-            let t: Tensor<B, 2> = Tensor::from_primitive(TensorPrimitive::Float(flat));
-            let sq = (t.clone() * t).sum_dim(1).squeeze_dim::<1>(1);
+            let flat: Tensor<2> = g
+                .clone()
+                .reshape([rows, shape.num_elements() / rows.max(1)].into())
+                .into_tensor()
+                .expect("a float gradient");
+            let sq = flat.powi_scalar(2).sum_dim(1).squeeze_dim::<1>(1);
             total = Some(match total {
                 Some(acc) => acc + sq,
                 None => sq,
@@ -223,56 +132,55 @@ impl<B: Backend> ParamGrads<B> {
         total.expect("per_example_norms: no gradient").sqrt()
     }
 
-    /// Zeros in the shape of every trainable parameter of `module`, keyed as
-    /// [`from_module`](Self::from_module) keys them: the gradient of an empty batch.
-    pub fn zeros_like<AB, M>(module: &M) -> Self
-    where
-        AB: AutodiffBackend<InnerBackend = B>,
-        M: AutodiffModule<AB>,
-    {
-        let mut zeros = Zeros::<AB> {
-            path: Vec::new(),
-            out: Vec::new(),
-        };
-        module.visit(&mut zeros);
-        Self { entries: zeros.out }
+    /// Sums per-example gradients over the batch (the leading axis).
+    pub fn sum_batch(self) -> Self {
+        self.reduce_batch(false)
     }
 
-    /// The entrywise sum of two gradient trees of one module (the same parameters in the same
-    /// order, as two calls on one model give).
-    pub(crate) fn sum_with(self, other: Self) -> Self {
-        debug_assert_eq!(self.entries.len(), other.entries.len());
-        Self {
-            entries: self
-                .entries
-                .into_iter()
-                .zip(other.entries)
-                .map(|((p, i, a), (_, _, b))| {
-                    (
-                        p,
-                        i,
-                        TensorPrimitive::Float(B::float_add(a.tensor(), b.tensor())),
-                    )
-                })
-                .collect(),
-        }
+    /// Averages per-example gradients over the batch (the leading axis).
+    pub fn mean_batch(self) -> Self {
+        self.reduce_batch(true)
     }
 
-    /// Converts to Burn's [`GradientsParams`] for `optimizer.step(lr, model, grads)`.
+    fn reduce_batch(self, mean: bool) -> Self {
+        let entries = self
+            .entries
+            .into_iter()
+            .map(|(p, i, g)| {
+                let shape = g.shape();
+                let t = g.into_dispatch();
+                let t = if mean {
+                    burn_dispatch::Dispatch::float_mean_dim(t, 0)
+                } else {
+                    burn_dispatch::Dispatch::float_sum_dim(t, 0)
+                };
+                let g = Leaf(t).reshape(shape.as_slice()[1..].to_vec().into());
+                (p, i, g)
+            })
+            .collect();
+        Self { entries }
+    }
+
+    /// The gradients as Burn's [`GradientsParams`], for `optimizer.step` (of summed or
+    /// averaged gradients: see [`sum_batch`](Self::sum_batch)).
+    ///
+    /// # Panics
+    /// For a parameter of rank above 8.
     pub fn into_gradients_params(self) -> GradientsParams {
         let mut out = GradientsParams::new();
         for (_, id, g) in self.entries {
-            register::<B>(&mut out, id, g);
+            register(&mut out, id, g);
         }
         out
     }
 }
 
-fn register<B: Backend>(out: &mut GradientsParams, id: ParamId, g: TensorPrimitive<B>) {
+/// Registers a gradient of any rank.
+pub(crate) fn register(out: &mut GradientsParams, id: ParamId, g: Leaf) {
     macro_rules! by_rank {
         ($($d:literal),*) => {
-            match g.rank() {
-                $($d => out.register::<B, $d>(id, Tensor::from_primitive(g)),)*
+            match g.shape().num_dims() {
+                $($d => out.register::<$d>(id, g.into_tensor().expect("a float gradient")),)*
                 r => panic!("ParamGrads: parameters of rank {r} are not supported"),
             }
         };
@@ -280,19 +188,8 @@ fn register<B: Backend>(out: &mut GradientsParams, id: ParamId, g: TensorPrimiti
     by_rank!(1, 2, 3, 4, 5, 6, 7, 8)
 }
 
-/// Sums (or averages) over the leading dim and drops it.
-fn reduce_first<B: Backend>(t: B::FloatTensorPrimitive, mean: bool) -> B::FloatTensorPrimitive {
-    let shape = t.shape();
-    let r = if mean {
-        B::float_mean_dim(t, 0)
-    } else {
-        B::float_sum_dim(t, 0)
-    };
-    B::float_reshape(r, shape.iter().skip(1).copied().collect())
-}
-
-impl<B: Backend> Tree<B> for ParamGrads<B> {
-    fn flatten_into(self, leaves: &mut Vec<Leaf<B>>) -> TreeDef {
+impl Tree for ParamGrads {
+    fn flatten_into(self, leaves: &mut Vec<Leaf>) -> TreeDef {
         let mut keys = Vec::with_capacity(self.entries.len() + 1);
         let mut children = Vec::with_capacity(self.entries.len() + 1);
         let ids: Vec<(String, ParamId)> = self
@@ -304,7 +201,7 @@ impl<B: Backend> Tree<B> for ParamGrads<B> {
         children.push(TreeDef::Static(std::sync::Arc::new(ids)));
         for (p, _, g) in self.entries {
             keys.push(Key::Field(p));
-            leaves.push(Leaf::Float(g));
+            leaves.push(g);
             children.push(TreeDef::Leaf);
         }
         TreeDef::Node {
@@ -314,8 +211,8 @@ impl<B: Backend> Tree<B> for ParamGrads<B> {
         }
     }
 
-    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
-        let bad = |leaves: &Leaves<B>| VmapError::TreeMismatch {
+    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves) -> Result<Self, VmapError> {
+        let bad = |leaves: &Leaves| VmapError::TreeMismatch {
             what: "tree".into(),
             path: leaves.path(),
             why: format!("expected ParamGrads, found {def:?}"),
@@ -336,173 +233,189 @@ impl<B: Backend> Tree<B> for ParamGrads<B> {
             .ok_or_else(|| bad(leaves))?;
         let mut entries = Vec::with_capacity(ids.len());
         for (path, id) in ids {
-            match leaves.with_key(Key::Field(path.clone()), |l| l.next_leaf())? {
-                Leaf::Float(g) => entries.push((path.clone(), *id, g)),
-                other => {
-                    return Err(VmapError::TreeMismatch {
-                        what: "tree".into(),
-                        path: path.clone(),
-                        why: format!(
-                            "expected a float gradient, found a {} tensor",
-                            other.kind_name()
-                        ),
-                    });
-                }
-            }
+            let g = leaves.with_key(Key::Field(path.clone()), |l| l.next_leaf())?;
+            entries.push((path.clone(), *id, g));
         }
         Ok(Self { entries })
     }
 }
 
-/// Makes `module` ready for a per-example transform, or says why it cannot be: every
-/// parameter is read once (Burn initializes parameters lazily, on first use, and that random
-/// draw must not happen inside vmap), and a module that mixes the examples of a batch is refused
-/// before anything runs, so its state is left as it was.
-///
-/// The refused layers are those whose training-mode forward pass computes statistics over the
-/// batch: Burn's `BatchNorm` (on an autodiff backend it normalizes with the batch's mean and
-/// variance and overwrites its running statistics). A per-example gradient through it is not
-/// the gradient of one example, and under vmap its running statistics would become batched
-/// tensors that outlive the call.
-///
-/// # Errors
-/// [`VmapError::MixesExamples`] naming the module's path and the fix.
-pub(crate) fn prepare_module<B: Backend, M: burn::module::Module<B>>(
-    module: &M,
-    transform: &'static str,
-) -> Result<(), VmapError> {
-    let mut check = CheckModule {
-        path: Vec::new(),
-        found: None,
-    };
-    module.visit(&mut check);
-    if let Some((path, layer)) = check.found {
-        return Err(VmapError::MixesExamples {
-            transform,
-            path,
-            layer,
-        });
-    }
-    module.visit(&mut InitParams);
-    Ok(())
+/// Per-example gradients are `ParamGrads` too (their ranks live at run time), so a transform
+/// returning `ParamGrads` for one example returns `ParamGrads` for the batch.
+impl Lift for ParamGrads {
+    type Lifted = ParamGrads;
 }
 
-/// The layers whose training-mode forward pass mixes the examples of a batch, by the type name
-/// Burn's `#[derive(Module)]` reports for the fields they own (`"Struct:BatchNorm"`).
-const MIXES_EXAMPLES: &[&str] = &["BatchNorm"];
-
-/// Finds the first layer of [`MIXES_EXAMPLES`] and its path (`""` for the module itself).
-struct CheckModule {
-    path: Vec<String>,
-    found: Option<(String, &'static str)>,
-}
-
-impl<B: Backend> ModuleVisitor<B> for CheckModule {
-    fn enter_module(&mut self, name: &str, container_type: &str) {
-        let owner = container_type.strip_prefix("Struct:").unwrap_or("");
-        if self.found.is_none()
-            && let Some(layer) = MIXES_EXAMPLES.iter().find(|l| **l == owner)
-        {
-            // `name` is a field of the layer: the layer's own path is the enclosing one.
-            self.found = Some((self.path.join("."), layer));
-        }
-        self.path.push(name.to_string());
-    }
-
-    fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-    }
-}
-
-/// Initializes every parameter of `module` now: reads each once, which runs Burn's lazy
-/// initialization.
+/// Per-example gradients of `loss_fn` with respect to every trainable float parameter of
+/// `module`, in one batched backward pass.
 ///
-/// Burn draws a parameter's initial values on first use, and each clone of a parameter that was
-/// never read draws its own: two clones of a fresh model (say, one per optimizer, or a
-/// baseline and a DP run) start from different weights. Call this once after `init` to fix the
-/// weights. The transforms that take a module ([`per_example_grads`],
-/// [`micro_grad_module`](crate::micro_grad_module)) call it themselves (a draw inside vmap would
-/// need a [`Randomness`](crate::Randomness) choice).
-///
+/// ```text
+/// for every example i (row i of every tensor of `inputs`):
+///     grads_i = grad(loss_fn(module, inputs_i)) w.r.t. the module's parameters
+/// return stack(grads_i)   # each parameter's gradient gains a leading batch axis
 /// ```
-/// use burn::module::Module;
+///
+/// `loss_fn` is written for one example and returns its loss as a one-element tensor
+/// (`Tensor<1>` of shape `[1]`, what `mean()` gives). The module is unmodified Burn 0.22 code;
+/// it is recorded once with its parameters as inputs and run on the batch (see
+/// [`vmap`](crate::vmap) for what a recording implies). `Dropout` layers in training mode draw
+/// an independent mask per example, as the loop over examples would.
+///
+/// # Example
+/// ```
 /// use burn::nn::{Linear, LinearConfig};
-/// use burn_vmap::testing::TestBackend;
-/// use burn_vmap::transform::grad::init_params;
-/// let model: Linear<TestBackend> = LinearConfig::new(3, 2).init(&Default::default());
-/// init_params(&model);
-/// let (a, b) = (model.clone(), model);
-/// assert_eq!(a.weight.val().into_data(), b.weight.val().into_data());
-/// ```
-pub fn init_params<B: Backend, M: burn::module::Module<B>>(module: &M) {
-    module.visit(&mut InitParams);
-}
-
-/// Reads every parameter once, which runs Burn's lazy initialization.
-struct InitParams;
-
-impl<B: Backend> ModuleVisitor<B> for InitParams {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let _ = param.val();
-    }
-}
-
-/// Per-example gradients of `module`'s parameters: JAX's `vmap(grad(loss))`.
+/// use burn::tensor::{Device, Tensor};
+/// use burn_vmap::per_example_grads;
 ///
-/// `loss_fn(module, example)` computes the loss of ONE example (the batch axis of every input
-/// leaf, axis 0, is removed); it runs once, on the whole batch, and one backward pass gives
-/// every example's gradient. Returns [`ParamGrads`] whose tensors have a leading batch dim.
-///
-/// The module lives on `Autodiff<V>` with `V` = [`Vmap<B>`](crate::Vmap): build it there once
-/// (it trains normally on that backend) — no parameter copy per step.
-///
-/// ```
-/// use burn::backend::Autodiff;
-/// use burn::nn::{Linear, LinearConfig};
-/// use burn::tensor::Tensor;
-/// use burn_vmap::testing::TestBackend;
-/// use burn_vmap::{per_example_grads, Vmap};
-/// type AD = Autodiff<Vmap<TestBackend>>;
-/// let device = Default::default();
-/// let model: Linear<AD> = LinearConfig::new(3, 1).init(&device);
-/// let xs = Tensor::<AD, 2>::ones([5, 3], &device);
-/// let grads = per_example_grads(&model, xs, |m: &Linear<AD>, x: Tensor<AD, 1>| {
-///     m.forward(x).powi_scalar(2).sum()
-/// })
-/// .unwrap();
-/// let w: Tensor<Vmap<TestBackend>, 3> = grads.get("weight").unwrap();
-/// assert_eq!(w.dims(), [5, 3, 1]);
+/// let device = Device::default();
+/// let model: Linear = LinearConfig::new(3, 2).init(&device);
+/// let xs = Tensor::<2>::ones([5, 3], &device);
+/// let ys = Tensor::<2>::zeros([5, 2], &device);
+/// let loss = |m: &Linear, (x, y): (Tensor<1>, Tensor<1>)| (m.forward(x) - y).powi_scalar(2).mean();
+/// let grads = per_example_grads(&model, (xs, ys), loss).unwrap();
+/// assert_eq!(grads.get::<3>("weight").unwrap().dims(), [5, 3, 2]); // [batch, d_in, d_out]
+/// assert_eq!(grads.get::<2>("bias").unwrap().dims(), [5, 2]);
 /// ```
 ///
 /// # Errors
-/// As [`vmap`]: inconsistent batch sizes, or inputs whose ranks do not fit `loss_fn`; and
-/// [`VmapError::MixesExamples`] for a module containing a layer that mixes the examples of a
-/// batch (`BatchNorm` in training mode), refused before anything runs.
-pub fn per_example_grads<AB, M, I, A, F>(
+/// The errors of [`vmap`](crate::vmap) (batch sizes, axes, recording), and
+/// [`VmapError::LossNotScalar`] when the loss of one example has more than one element.
+pub fn per_example_grads<M, I, A, F>(
     module: &M,
     inputs: I,
     loss_fn: F,
-) -> Result<ParamGrads<AB::InnerBackend>, VmapError>
+) -> Result<ParamGrads, VmapError>
 where
-    AB: AutodiffBackend + BatchOps,
-    AB::InnerBackend: BatchOps,
-    M: AutodiffModule<AB>,
-    I: Tree<AB>,
-    A: Tree<AB>,
-    F: Fn(&M, A) -> Tensor<AB, 1>,
+    M: Module,
+    I: Tree,
+    A: Tree,
+    F: Fn(&M, A) -> Tensor<1>,
 {
-    prepare_module(module, "per_example_grads")?;
-    let grads: ParamGrads<AB::InnerBackend> = vmap(|args: A| {
-        let loss = loss_fn(module, args);
-        let mut grads = loss.backward();
-        ParamGrads::<AB::InnerBackend>::from_module::<AB, M>(&mut grads, module)
-    })
-    .call(inputs)?;
-    // Physical `[batch, ..]` tensors, as promised (layers' weight gradients are factored
-    // products until read; `micro_grad_module` keeps them factored through clipping and sums).
-    Ok(grads.map(|_, g| {
-        TensorPrimitive::Float(<AB::InnerBackend as BatchOps>::float_materialize(
-            g.tensor(),
-        ))
-    }))
+    const T: &str = "per_example_grads";
+    let (leaves, def) = inputs.flatten();
+    let mapped = map_inputs(leaves, def, &Axes::from(0))?;
+    let (params, _) = ModuleParams::of(T, module)?;
+    let sigs = example_sigs(&mapped.leaves, &mapped.axes);
+    let device = common_device(T, &mapped.leaves)?;
+    let recorded = record_module_fn(T, module, &loss_fn, &mapped.def, &sigs, device.settings())?;
+    let grads = ExampleGrads {
+        transform: T,
+        program: &recorded.program,
+        params: params.tensors,
+        trainable: params.trainable.clone(),
+        inputs: mapped.leaves,
+        axes: mapped.axes,
+        size: mapped.size,
+        randomness: Randomness::Different,
+    };
+    let grads = on_backend(T, &device, grads)??;
+    let entries = params
+        .paths
+        .into_iter()
+        .zip(params.ids)
+        .zip(grads)
+        .filter_map(|((p, i), g)| g.map(|g| (p, i, g)))
+        .collect();
+    Ok(ParamGrads::new(entries))
+}
+
+/// Per-example gradients of a recorded loss (the program's first output; its first inputs are
+/// the module's parameters): one gradient per parameter, batch first, `None` for a frozen one.
+pub(crate) struct ExampleGrads<'a> {
+    pub(crate) transform: &'static str,
+    pub(crate) program: &'a Program,
+    pub(crate) params: Vec<Leaf>,
+    pub(crate) trainable: Vec<bool>,
+    pub(crate) inputs: Vec<Leaf>,
+    pub(crate) axes: Vec<Option<usize>>,
+    pub(crate) size: usize,
+    pub(crate) randomness: Randomness,
+}
+
+impl Job for ExampleGrads<'_> {
+    type Output = Result<Vec<Option<Leaf>>, VmapError>;
+
+    fn run<B: UserBackend>(self, device: B::Device) -> Self::Output {
+        type AD<B> = Autodiff<Vmap<B>>;
+        let transform = self.transform;
+        let level = Level::fresh();
+        let mut tracked = Vec::with_capacity(self.params.len());
+        let mut inputs: Vec<Value<AD<B>>> = Vec::with_capacity(self.program_inputs());
+        for (leaf, trainable) in self.params.into_iter().zip(&self.trainable) {
+            let t = AD::<B>::from_inner(lift::<B>(transform, leaf)?.float());
+            let t = if *trainable {
+                AD::<B>::float_set_require_grad(t, true)
+            } else {
+                t
+            };
+            tracked.push(t.clone());
+            inputs.push(Value::Float(t));
+        }
+        for (leaf, axis) in self.inputs.into_iter().zip(&self.axes) {
+            let v = lift::<B>(transform, leaf)?;
+            let v = match axis {
+                Some(a) => batch::<Vmap<B>>(v, *a, level),
+                None => v,
+            };
+            inputs.push(into_autodiff::<B>(v));
+        }
+        let scope = VmapScope::enter(level, self.size, self.randomness);
+        let grads = guard::catch(|| -> Result<_, VmapError> {
+            let loss = self
+                .program
+                .run::<AD<B>>(inputs, &device)?
+                .into_iter()
+                .next()
+                .expect("a loss output")
+                .float();
+            let numel = loss.shape().num_elements();
+            if numel != 1 {
+                return Err(VmapError::LossNotScalar {
+                    shape: loss.shape().to_vec(),
+                });
+            }
+            Ok(AD::<B>::backward(loss))
+        })
+        .map_err(|message| VmapError::Op { transform, message })??;
+        if let Some(refused) = scope.take_refused() {
+            return Err(VmapError::Randomness {
+                transform,
+                op: refused.op.into(),
+                size: refused.size,
+            });
+        }
+        let size = self.size;
+        let mut out = Vec::with_capacity(tracked.len());
+        for (t, trainable) in tracked.iter().zip(&self.trainable) {
+            if !trainable {
+                out.push(None);
+                continue;
+            }
+            let g = match AD::<B>::grad(t, &grads) {
+                Some(g) => g,
+                // Not reached by the loss: a zero gradient for every example.
+                None => Vmap::<B>::float_zeros(t.shape(), &device, t.dtype().into()),
+            };
+            let g = guard::catch(|| unbatch::<Vmap<B>>(Value::Float(g), level, size, 0))
+                .map_err(|message| VmapError::Op { transform, message })?;
+            out.push(Some(Leaf(B::tensor(lower::<B>(g)))));
+        }
+        drop(scope);
+        Ok(out)
+    }
+}
+
+impl ExampleGrads<'_> {
+    fn program_inputs(&self) -> usize {
+        self.params.len() + self.inputs.len()
+    }
+}
+
+/// A value of `Vmap<B>` as a value of `Autodiff<Vmap<B>>` (float tensors untracked).
+pub(crate) fn into_autodiff<B: UserBackend>(v: Value<Vmap<B>>) -> Value<Autodiff<Vmap<B>>> {
+    match v {
+        Value::Float(t) => Value::Float(Autodiff::<Vmap<B>>::from_inner(t)),
+        Value::Int(t) => Value::Int(t),
+        Value::Bool(t) => Value::Bool(t),
+    }
 }

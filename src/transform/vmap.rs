@@ -1,43 +1,48 @@
 //! [`vmap`]: map a function over a batch axis.
 
 use crate::VmapError;
-use crate::batching::BatchOps;
-use crate::level::{Level, Randomness, VmapScope, is_finished};
-use crate::transform::axes::{Axes, AxesOptions, Mapped, axes_setters, map_inputs, normalize_axis};
-use crate::transform::transform_call;
-use crate::tree::{Lift, Tree};
+use crate::level::Randomness;
+use crate::transform::axes::{AxesOptions, Mapped, axes_setters, map_inputs, normalize_axis};
+use crate::transform::run::{Batched, Cache, any_autodiff, common_device, example_sigs, record_on};
+use crate::tree::{Leaf, Lift, Tree, TreeDef};
 
 /// Vectorizes `f` over a batch axis: JAX's `jax.vmap`.
 ///
 /// The returned [`Vmapped`] is configured with [`in_axes`](Vmapped::in_axes) and
-/// [`out_axes`](Vmapped::out_axes) (both default to axis 0 for every tensor) and applied with
+/// [`out_axes`](Vmapped::out_axes) (both default to axis 0 of every tensor) and applied with
 /// [`call`](Vmapped::call). Semantically,
 ///
 /// ```text
 /// vmap(f)(xs) == stack([f(x) for x in unstack(xs, in_axes)], out_axes)
 /// ```
 ///
-/// but it runs as one batched computation: `f` is called **once**, on tensors of the
-/// [`Vmap`](crate::Vmap) backend (or `Autodiff<Vmap<_>>`) that carry the batch dimension
-/// invisibly. The function sees each mapped argument without its mapped axis (one rank less);
-/// unmapped arguments are passed whole. Because Rust types carry ranks, the argument and result
-/// types of `f` and of the call differ by the mapped axes, and are checked when the call runs.
+/// but it runs as one batched computation: `f` is recorded **once**, for one example, on Burn's
+/// capture device, and the recording runs on the whole batch with a batching rule per operation
+/// (the [`Vmap`](crate::Vmap) engine), on the backend of the arguments' device (Flex, wgpu,
+/// CUDA). The function sees each mapped argument without its mapped axis (one rank less);
+/// unmapped arguments are passed whole. The recording is cached per argument signature (shapes
+/// of one example and dtypes, never the batch size), so later calls run it directly.
+///
+/// `f` is an ordinary Burn function of its arguments. What a recording implies:
+/// - `f` reads tensors only through its arguments: a tensor it closes over lives on another
+///   device than the recording, and is an error ([`VmapError::ForeignTensor`]) naming the fix
+///   (pass it as an argument with `in_axes` `None`);
+/// - `f`'s control flow cannot depend on tensor values (reading one is
+///   [`VmapError::ValueRead`]), as under `jax.jit`.
 ///
 /// # Example
 /// ```
-/// use burn::tensor::Tensor;
-/// use burn_vmap::testing::TestBackend;
-/// use burn_vmap::{vmap, Vmap};
-/// type B = Vmap<TestBackend>;
-/// let device = Default::default();
+/// use burn::tensor::{Device, Tensor};
+/// use burn_vmap::vmap;
+/// let device = Device::default();
 ///
 /// // One example: a vector times a matrix.
-/// let f = |(v, m): (Tensor<B, 1>, Tensor<B, 2>)| v.unsqueeze::<2>().matmul(m).squeeze::<1>();
-/// let vs = Tensor::<B, 2>::from_floats([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], &device);
-/// let m = Tensor::<B, 2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
+/// let f = |(v, m): (Tensor<1>, Tensor<2>)| v.unsqueeze::<2>().matmul(m).squeeze::<1>();
+/// let vs = Tensor::<2>::from_floats([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], &device);
+/// let m = Tensor::<2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
 ///
 /// // Map over the rows of `vs`, share `m`.
-/// let out: Tensor<B, 2> = vmap(f).in_axes([Some(0), None]).call((vs, m)).unwrap();
+/// let out: Tensor<2> = vmap(f).in_axes([Some(0), None]).call((vs, m)).unwrap();
 /// assert_eq!(out.into_data().to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0, 4.0, 6.0]);
 /// ```
 ///
@@ -49,12 +54,16 @@ use crate::tree::{Lift, Tree};
 ///   arguments, or argument/result types whose ranks do not match the mapped axes;
 /// - [`VmapError::Randomness`]: `f` draws random numbers and no [`Randomness`] mode was chosen
 ///   (see [`Vmapped::randomness`]);
-/// - [`VmapError::EscapedBatch`]: a result is batched at a vmap level that has already returned.
+/// - [`VmapError::ForeignTensor`], [`VmapError::ValueRead`], [`VmapError::FunctionPanicked`]:
+///   `f` cannot be recorded;
+/// - [`VmapError::Device`]: arguments on different devices, or on a backend burn-vmap does not
+///   run on.
 pub fn vmap<F>(f: F) -> Vmapped<F> {
     Vmapped {
         f,
         axes: AxesOptions::default(),
         randomness: Randomness::Error,
+        cache: Cache::default(),
     }
 }
 
@@ -64,89 +73,7 @@ pub struct Vmapped<F> {
     f: F,
     axes: AxesOptions,
     randomness: Randomness,
-}
-
-/// The batched arguments after validation: leaves moved into a fresh level.
-pub(crate) struct Batched<B: BatchOps> {
-    pub(crate) leaves: Vec<crate::tree::Leaf<B>>,
-    pub(crate) def: crate::tree::TreeDef,
-    pub(crate) level: Level,
-    pub(crate) size: usize,
-}
-
-/// Flattens `inputs`, checks `in_axes` and the batch sizes, and batches every mapped leaf at a
-/// fresh level.
-pub(crate) fn batch_inputs<B: BatchOps, I: Tree<B>>(
-    inputs: I,
-    in_axes: &Axes,
-) -> Result<Batched<B>, VmapError> {
-    let Mapped {
-        leaves,
-        def,
-        axes,
-        size,
-    } = map_inputs(inputs, in_axes)?;
-    let level = Level::fresh();
-    let leaves = leaves
-        .into_iter()
-        .zip(axes)
-        .map(|(leaf, axis)| match (axis, leaf) {
-            (Some(a), leaf) => leaf.batch(a, level),
-            // Shared by every example: a gradient from outside the vmap sums over the batch.
-            (None, leaf) => leaf.shared(level),
-        })
-        .collect();
-    Ok(Batched {
-        leaves,
-        def,
-        level,
-        size,
-    })
-}
-
-/// Unbatches every leaf of `out` from `level` into its `out_axes` position.
-pub(crate) fn unbatch_outputs<B: BatchOps, R: Tree<B>, O: Tree<B>>(
-    out: R,
-    out_axes: &Axes,
-    level: Level,
-    size: usize,
-) -> Result<O, VmapError> {
-    let (leaves, def) = out.flatten();
-    let axes = out_axes.broadcast_to(&def, "out_axes", "out")?;
-    let paths = def.leaf_paths("out");
-    let mut result = Vec::with_capacity(leaves.len());
-    for ((leaf, axis), path) in leaves.into_iter().zip(axes).zip(paths) {
-        if let Some(dead) = leaf
-            .batch_dims()
-            .as_slice()
-            .iter()
-            .find(|d| d.level != level && is_finished(d.level))
-        {
-            return Err(VmapError::EscapedBatch {
-                path,
-                level: dead.level.id(),
-            });
-        }
-        match axis {
-            Some(a) => {
-                let shape = leaf.shape();
-                let a = normalize_axis("out_axes", a, shape.num_dims() + 1, &path, &shape)?;
-                result.push(leaf.unbatch(level, size, a));
-            }
-            None => {
-                if leaf.batch_dims().position(level).is_some() {
-                    return Err(VmapError::TreeMismatch {
-                        what: "out_axes".into(),
-                        path,
-                        why: "the output varies across the batch but its out_axes entry is None"
-                            .into(),
-                    });
-                }
-                result.push(leaf);
-            }
-        }
-    }
-    O::unflatten_named(&def, result, "out")
+    cache: Cache,
 }
 
 impl<F> Vmapped<F> {
@@ -155,15 +82,13 @@ impl<F> Vmapped<F> {
     /// Chooses what random ops inside `f` do (torch.func's `randomness`): see [`Randomness`].
     /// The default, [`Randomness::Error`], makes [`call`](Self::call) return
     /// [`VmapError::Randomness`] when `f` draws random numbers (`Tensor::random`,
-    /// `burn::nn::Dropout` in training mode, ...).
+    /// `random_like`, and `burn::nn::Dropout` on an autodiff device).
     ///
     /// ```
-    /// use burn::tensor::{Distribution, Tensor};
-    /// use burn_vmap::testing::TestBackend;
-    /// use burn_vmap::{vmap, Randomness, Vmap};
-    /// type B = Vmap<TestBackend>;
-    /// let xs = Tensor::<B, 2>::zeros([8, 100], &Default::default());
-    /// let ys: Tensor<B, 2> = vmap(|x: Tensor<B, 1>| x.random_like(Distribution::Default))
+    /// use burn::tensor::{Device, Distribution, Tensor};
+    /// use burn_vmap::{vmap, Randomness};
+    /// let xs = Tensor::<2>::zeros([8, 100], &Device::default());
+    /// let ys: Tensor<2> = vmap(|x: Tensor<1>| x.random_like(Distribution::Default))
     ///     .randomness(Randomness::Different)
     ///     .call(xs)
     ///     .unwrap();
@@ -174,46 +99,121 @@ impl<F> Vmapped<F> {
         self
     }
 
-    transform_call! {
-        lifted;
-        /// Applies the vectorized function to `inputs`; the result is `f`'s output with one more
-        /// axis on every tensor ([`Lift`]: `Tensor<B, D>` becomes `Tensor<B, D + 1>`), so it
-        /// needs no annotation.
-        ///
-        /// `I` is the batched argument tree, `A` what `f` takes (mapped axes removed), `R` what
-        /// `f` returns. For a result that is not `R` lifted (an `out_axes` of `None`, or a struct
-        /// without a [`Lift`] type), name it with [`call_as`](Vmapped::call_as).
-        ///
-        /// # Errors
-        /// See [`vmap`].
-        [R: Lift<BO>]
-        pub fn call(&self, inputs: I) -> Result<R::Lifted, VmapError> {
-            self.call_as(inputs)
-        }
+    /// Applies the vectorized function to `inputs`; the result is `f`'s output with one more
+    /// axis on every tensor ([`Lift`]: `Tensor<D>` becomes `Tensor<D + 1>`), so it needs no
+    /// annotation.
+    ///
+    /// `I` is the batched argument tree, `A` what `f` takes (mapped axes removed), `R` what `f`
+    /// returns. For a result that is not `R` lifted (an `out_axes` of `None`, or a struct
+    /// without a [`Lift`] type), name it with [`call_as`](Vmapped::call_as).
+    ///
+    /// # Errors
+    /// See [`vmap`].
+    pub fn call<I, A, R>(&self, inputs: I) -> Result<R::Lifted, VmapError>
+    where
+        F: Fn(A) -> R,
+        I: Tree,
+        A: Tree,
+        R: Tree + Lift,
+        R::Lifted: Tree,
+    {
+        self.call_as::<I, A, R, R::Lifted>(inputs)
     }
 
-    transform_call! {
-        vectorized;
-        /// As [`call`](Vmapped::call), with the result type `O` named by the caller (`let out:
-        /// O = vmap(f).call_as(xs)?`): the batch axes inserted at `out_axes`, none for an
-        /// `out_axes` of `None`. Checked when the call runs.
-        ///
-        /// # Errors
-        /// See [`vmap`].
-        pub fn call_as(&self, inputs: I) -> Result<O, VmapError> {
-            let batched = batch_inputs(inputs, &self.axes.in_axes)?;
-            let args = A::unflatten_named(&batched.def, batched.leaves, "args")?;
-            let scope = VmapScope::enter(batched.level, batched.size, self.randomness);
-            let out = (self.f)(args);
-            if let Some(refused) = scope.take_refused() {
-                return Err(VmapError::Randomness {
-                    transform: "vmap",
-                    op: refused.op.into(),
-                    size: refused.size,
-                });
-            }
-            drop(scope);
-            unbatch_outputs(out, &self.axes.out_axes, batched.level, batched.size)
-        }
+    /// As [`call`](Vmapped::call), with the result type `O` named by the caller (`let out: O =
+    /// vmap(f).call_as(xs)?`): the batch axes inserted at `out_axes`, none for an `out_axes` of
+    /// `None`. Checked when the call runs.
+    ///
+    /// # Errors
+    /// See [`vmap`].
+    pub fn call_as<I, A, R, O>(&self, inputs: I) -> Result<O, VmapError>
+    where
+        F: Fn(A) -> R,
+        I: Tree,
+        A: Tree,
+        R: Tree,
+        O: Tree,
+    {
+        let (leaves, def) = inputs.flatten();
+        let mapped = map_inputs(leaves, def, &self.axes.in_axes)?;
+        let (leaves, out_def) = self.run_mapped::<A, R>(mapped)?;
+        O::unflatten_named(&out_def, leaves, "out")
     }
+
+    /// Runs checked arguments: records `f` (or takes the cached recording) and runs it batched.
+    pub(crate) fn run_mapped<A: Tree, R: Tree>(
+        &self,
+        mapped: Mapped,
+    ) -> Result<(Vec<Leaf>, TreeDef), VmapError>
+    where
+        F: Fn(A) -> R,
+    {
+        run_vmap::<A, R>(
+            "vmap",
+            &self.f,
+            &self.cache,
+            mapped,
+            &self.axes.out_axes,
+            self.randomness,
+        )
+    }
+}
+
+/// Records (or takes from `cache`) `f` for one example of `mapped` and runs it batched, with
+/// outputs at `out_axes`: the body shared by `vmap` and the transforms built on it.
+pub(crate) fn run_vmap<A: Tree, R: Tree>(
+    transform: &'static str,
+    f: &impl Fn(A) -> R,
+    cache: &Cache,
+    mapped: Mapped,
+    out_axes: &crate::transform::Axes,
+    randomness: Randomness,
+) -> Result<(Vec<Leaf>, TreeDef), VmapError> {
+    let Mapped {
+        leaves,
+        def,
+        axes,
+        size,
+    } = mapped;
+    let device = common_device(transform, &leaves)?;
+    let sigs = example_sigs(&leaves, &axes);
+    let autodiff = any_autodiff(&leaves);
+    let recorded = cache.get_or_record(&def, &sigs, autodiff, || {
+        record_on::<A, R>(transform, f, &def, &sigs, autodiff, &device)
+    })?;
+    let out_def = recorded.out_def.clone();
+    let given = out_axes.broadcast_to(&out_def, "out_axes", "out")?;
+    let out_paths = out_def.leaf_paths("out");
+    let mut resolved = Vec::with_capacity(given.len());
+    for ((axis, sig), path) in given
+        .iter()
+        .zip(recorded.program.output_sigs())
+        .zip(&out_paths)
+    {
+        resolved.push(match axis {
+            Some(a) => {
+                let rank = sig.shape.num_dims() + 1;
+                Some(normalize_axis(
+                    "out_axes",
+                    *a,
+                    rank,
+                    path,
+                    sig.shape.as_slice(),
+                )?)
+            }
+            None => None,
+        });
+    }
+    let leaves = Batched {
+        transform,
+        program: &recorded.program,
+        leaves,
+        axes,
+        size,
+        out_axes: resolved,
+        out_paths,
+        randomness,
+    }
+    .run_on(&device)?;
+    Ok((leaves, out_def))
 }

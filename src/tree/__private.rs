@@ -1,6 +1,5 @@
 //! What `#[derive(Tree)]` expands to. Not public API.
-
-pub use burn_backend::backend::Backend;
+#![allow(missing_docs)]
 
 use super::{Key, Leaves, NodeKind, TreeDef};
 use crate::VmapError;
@@ -17,11 +16,11 @@ pub fn struct_def(name: &'static str, fields: Vec<(Key, TreeDef)>) -> TreeDef {
 
 /// The children of `def`, checked to be a struct node with exactly the named `fields`
 /// (`name`, the deriving struct's, is for messages).
-pub fn named_children<'a, B: Backend>(
+pub fn named_children<'a>(
     def: &'a TreeDef,
     name: &'static str,
     fields: &[&str],
-    leaves: &Leaves<B>,
+    leaves: &Leaves,
 ) -> Result<&'a [TreeDef], VmapError> {
     children(def, fields, |k, f| matches!(k, Key::Field(k) if k == f))
         .map_err(|found| mismatch(leaves, name, &fields.join(", "), found))
@@ -29,11 +28,11 @@ pub fn named_children<'a, B: Backend>(
 
 /// The children of `def`, checked to be a struct node with exactly the fields at `indices`
 /// (`name`, the deriving tuple struct's, is for messages).
-pub fn tuple_children<'a, B: Backend>(
+pub fn tuple_children<'a>(
     def: &'a TreeDef,
     name: &'static str,
     indices: &[usize],
-    leaves: &Leaves<B>,
+    leaves: &Leaves,
 ) -> Result<&'a [TreeDef], VmapError> {
     children(def, indices, |k, i| matches!(k, Key::Index(k) if k == i)).map_err(|found| {
         let fields: Vec<String> = indices.iter().map(|i| i.to_string()).collect();
@@ -61,12 +60,7 @@ fn children<'a, E>(
     }
 }
 
-fn mismatch<B: Backend>(
-    leaves: &Leaves<B>,
-    name: &str,
-    fields: &str,
-    found: &TreeDef,
-) -> VmapError {
+fn mismatch(leaves: &Leaves, name: &str, fields: &str, found: &TreeDef) -> VmapError {
     VmapError::TreeMismatch {
         what: "tree".into(),
         path: leaves.path(),

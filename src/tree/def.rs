@@ -128,11 +128,10 @@ impl TreeDef {
     /// [`same_structure`](TreeDef::same_structure)).
     ///
     /// ```
-    /// use burn::tensor::Tensor;
-    /// use burn_vmap::testing::TestBackend;
+    /// use burn::tensor::{Device, Tensor};
     /// use burn_vmap::{Static, Tree};
-    /// let device = Default::default();
-    /// let t = || Tensor::<TestBackend, 1>::zeros([2], &device);
+    /// let device = Device::default();
+    /// let t = || Tensor::<1>::zeros([2], &device);
     /// let (_, a) = (t(), Static(1)).flatten();
     /// let (_, b) = (t(), Static(2)).flatten();
     /// let err = a.check_same(&b, "zip_map", "tree").unwrap_err();
@@ -241,9 +240,8 @@ impl TreeDef {
     /// The value of a static node, if it is one holding a `T`.
     ///
     /// ```
-    /// use burn_vmap::testing::TestBackend;
     /// use burn_vmap::{Static, Tree};
-    /// let (_, def) = Tree::<TestBackend>::flatten(Static(3_u8));
+    /// let (_, def) = Static(3_u8).flatten();
     /// assert_eq!(def.static_ref::<u8>(), Some(&3));
     /// assert_eq!(def.static_ref::<u16>(), None);
     /// ```

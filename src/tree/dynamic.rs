@@ -1,11 +1,9 @@
 //! [`DynTree`]: a tree whose structure is known only at run time.
 
-use burn_backend::backend::Backend;
-
 use super::{Key, Leaf, Leaves, NodeKind, Tree, TreeDef};
 use crate::VmapError;
 
-/// A tree of any structure whose leaves have any rank: what a [`custom_vmap`](crate::transform::custom_vmap) rule receives.
+/// A tree of any structure whose leaves have any rank: what a `custom_vmap` rule receives.
 ///
 /// The ranks of a rule's inputs depend on which of them are batched (a batched input has one
 /// more leading axis), so the rule gets them type-erased and picks the typed view that fits the
@@ -13,27 +11,26 @@ use crate::VmapError;
 /// also return one (built with [`DynTree::new`]) when the ranks of its outputs vary.
 ///
 /// ```
-/// use burn::tensor::Tensor;
-/// use burn_vmap::testing::TestBackend;
+/// use burn::tensor::{Device, Tensor};
 /// use burn_vmap::tree::DynTree;
-/// let device = Default::default();
-/// let pair = (Tensor::<TestBackend, 2>::ones([4, 3], &device), Tensor::<TestBackend, 1>::ones([3], &device));
+/// let device = Device::default();
+/// let pair = (Tensor::<2>::ones([4, 3], &device), Tensor::<1>::ones([3], &device));
 /// let args = DynTree::new(pair);
 /// assert_eq!(args.leaves().len(), 2);
 /// // The wrong ranks are an error naming the argument, not a panic.
-/// assert!(args.clone().get::<(Tensor<TestBackend, 1>, Tensor<TestBackend, 1>)>().is_err());
-/// let (u, v): (Tensor<TestBackend, 2>, Tensor<TestBackend, 1>) = args.get().unwrap();
+/// assert!(args.clone().get::<(Tensor<1>, Tensor<1>)>().is_err());
+/// let (u, v): (Tensor<2>, Tensor<1>) = args.get().unwrap();
 /// assert_eq!((u.dims(), v.dims()), ([4, 3], [3]));
 /// ```
 #[derive(Debug, Clone)]
-pub struct DynTree<B: Backend> {
-    pub(crate) leaves: Vec<Leaf<B>>,
+pub struct DynTree {
+    pub(crate) leaves: Vec<Leaf>,
     pub(crate) def: TreeDef,
 }
 
-impl<B: Backend> DynTree<B> {
+impl DynTree {
     /// Erases the types of a tree.
-    pub fn new<T: Tree<B>>(tree: T) -> Self {
+    pub fn new<T: Tree>(tree: T) -> Self {
         let (leaves, def) = tree.flatten();
         Self { leaves, def }
     }
@@ -43,12 +40,12 @@ impl<B: Backend> DynTree<B> {
     /// # Errors
     /// [`VmapError::LeafMismatch`] (and the other tree errors) naming the leaf, e.g. `args[1]`,
     /// whose kind or rank does not fit `T`.
-    pub fn get<T: Tree<B>>(self) -> Result<T, VmapError> {
+    pub fn get<T: Tree>(self) -> Result<T, VmapError> {
         T::unflatten_named(&self.def, self.leaves, "args")
     }
 
     /// The leaves, in leaf order (logical shapes with [`Leaf::shape`]).
-    pub fn leaves(&self) -> &[Leaf<B>] {
+    pub fn leaves(&self) -> &[Leaf] {
         &self.leaves
     }
 
@@ -58,18 +55,18 @@ impl<B: Backend> DynTree<B> {
     }
 
     /// Leaves and structure.
-    pub fn into_parts(self) -> (Vec<Leaf<B>>, TreeDef) {
+    pub fn into_parts(self) -> (Vec<Leaf>, TreeDef) {
         (self.leaves, self.def)
     }
 }
 
-impl<B: Backend> Tree<B> for DynTree<B> {
-    fn flatten_into(self, leaves: &mut Vec<Leaf<B>>) -> TreeDef {
+impl Tree for DynTree {
+    fn flatten_into(self, leaves: &mut Vec<Leaf>) -> TreeDef {
         leaves.extend(self.leaves);
         self.def
     }
 
-    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
+    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves) -> Result<Self, VmapError> {
         let leaves = (0..def.num_leaves())
             .map(|_| leaves.next_leaf())
             .collect::<Result<_, _>>()?;
@@ -80,14 +77,15 @@ impl<B: Backend> Tree<B> for DynTree<B> {
     }
 }
 
-impl<B: Backend> DynTree<B> {
+#[allow(dead_code)] // for the transforms, not ported yet
+impl DynTree {
     /// As [`get`](DynTree::get), naming the root `root` in errors.
-    pub(crate) fn into_tree<T: Tree<B>>(self, root: &str) -> Result<T, VmapError> {
+    pub(crate) fn into_tree<T: Tree>(self, root: &str) -> Result<T, VmapError> {
         T::unflatten_named(&self.def, self.leaves, root)
     }
 
     /// The children of the root node (the tree itself when it is not a node).
-    pub(crate) fn children(self) -> Vec<DynTree<B>> {
+    pub(crate) fn children(self) -> Vec<DynTree> {
         let TreeDef::Node { children, .. } = self.def else {
             return vec![self];
         };
@@ -102,7 +100,7 @@ impl<B: Backend> DynTree<B> {
     }
 
     /// A tuple of trees.
-    pub(crate) fn tuple(items: Vec<DynTree<B>>) -> Self {
+    pub(crate) fn tuple(items: Vec<DynTree>) -> Self {
         let keys = (0..items.len()).map(Key::Index).collect();
         let mut leaves = Vec::new();
         let mut children = Vec::with_capacity(items.len());

@@ -2,9 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use burn::tensor::{Bool, Float, Int, Tensor};
-use burn_backend::TensorMetadata;
-use burn_backend::backend::Backend;
+use burn::tensor::Tensor;
+use burn::tensor::kind::{Basic, TensorKind};
 
 use super::{Key, Leaf, Leaves, NodeKind, Tree, TreeDef};
 use crate::VmapError;
@@ -17,47 +16,20 @@ fn mismatch(path: String, want: &str, def: &TreeDef) -> VmapError {
     }
 }
 
-fn leaf_error<B: Backend>(
-    path: String,
-    expected: &'static str,
-    expected_rank: usize,
-    leaf: &Leaf<B>,
-) -> VmapError {
-    let shape = leaf.shape();
-    VmapError::LeafMismatch {
-        path,
-        expected,
-        expected_rank,
-        got: leaf.kind_name(),
-        got_rank: shape.num_dims(),
-        shape: shape.to_vec(),
+/// A tensor of any rank and kind (float, int, bool) is a leaf.
+impl<const D: usize, K: TensorKind + Basic> Tree for Tensor<D, K> {
+    fn flatten_into(self, leaves: &mut Vec<Leaf>) -> TreeDef {
+        leaves.push(Leaf::new(self));
+        TreeDef::Leaf
+    }
+
+    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves) -> Result<Self, VmapError> {
+        if !matches!(def, TreeDef::Leaf) {
+            return Err(mismatch(leaves.path(), "a tensor", def));
+        }
+        leaves.next_leaf()?.into_tensor_at(&leaves.path())
     }
 }
-
-macro_rules! tensor_tree {
-    ($kind:ty, $variant:ident, $name:literal) => {
-        impl<B: Backend, const D: usize> Tree<B> for Tensor<B, D, $kind> {
-            fn flatten_into(self, leaves: &mut Vec<Leaf<B>>) -> TreeDef {
-                leaves.push(Leaf::$variant(self.into_primitive()));
-                TreeDef::Leaf
-            }
-
-            fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
-                if !matches!(def, TreeDef::Leaf) {
-                    return Err(mismatch(leaves.path(), "a tensor", def));
-                }
-                match leaves.next_leaf()? {
-                    Leaf::$variant(p) if p.rank() == D => Ok(Tensor::from_primitive(p)),
-                    other => Err(leaf_error(leaves.path(), $name, D, &other)),
-                }
-            }
-        }
-    };
-}
-
-tensor_tree!(Float, Float, "float");
-tensor_tree!(Int, Int, "int");
-tensor_tree!(Bool, Bool, "bool");
 
 /// Checks `def` is a node of `kind` with `n` children (any count when `n` is `None`).
 fn node(
@@ -83,8 +55,8 @@ fn node(
     }
 }
 
-impl<B: Backend> Tree<B> for () {
-    fn flatten_into(self, _leaves: &mut Vec<Leaf<B>>) -> TreeDef {
+impl Tree for () {
+    fn flatten_into(self, _leaves: &mut Vec<Leaf>) -> TreeDef {
         TreeDef::Node {
             kind: NodeKind::Tuple,
             keys: vec![],
@@ -92,7 +64,7 @@ impl<B: Backend> Tree<B> for () {
         }
     }
 
-    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
+    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves) -> Result<Self, VmapError> {
         node(def, NodeKind::Tuple, Some(0), || leaves.path())?;
         Ok(())
     }
@@ -100,13 +72,13 @@ impl<B: Backend> Tree<B> for () {
 
 macro_rules! tuple_tree {
     ($n:literal; $($t:ident $i:tt),+) => {
-        impl<B: Backend, $($t: Tree<B>),+> Tree<B> for ($($t,)+) {
-            fn flatten_into(self, leaves: &mut Vec<Leaf<B>>) -> TreeDef {
+        impl<$($t: Tree),+> Tree for ($($t,)+) {
+            fn flatten_into(self, leaves: &mut Vec<Leaf>) -> TreeDef {
                 let children = vec![$(self.$i.flatten_into(leaves)),+];
                 TreeDef::Node { kind: NodeKind::Tuple, keys: (0..$n).map(Key::Index).collect(), children }
             }
 
-            fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
+            fn unflatten_from(def: &TreeDef, leaves: &mut Leaves) -> Result<Self, VmapError> {
                 let (_, children) = node(def, NodeKind::Tuple, Some($n), || leaves.path())?;
                 Ok(($(leaves.with_key(Key::Index($i), |l| $t::unflatten_from(&children[$i], l))?,)+))
             }
@@ -123,10 +95,7 @@ tuple_tree!(6; T0 0, T1 1, T2 2, T3 3, T4 4, T5 5);
 tuple_tree!(7; T0 0, T1 1, T2 2, T3 3, T4 4, T5 5, T6 6);
 tuple_tree!(8; T0 0, T1 1, T2 2, T3 3, T4 4, T5 5, T6 6, T7 7);
 
-fn seq_def<B: Backend, T: Tree<B>>(
-    items: impl Iterator<Item = T>,
-    leaves: &mut Vec<Leaf<B>>,
-) -> TreeDef {
+fn seq_def<T: Tree>(items: impl Iterator<Item = T>, leaves: &mut Vec<Leaf>) -> TreeDef {
     let children: Vec<TreeDef> = items.map(|x| x.flatten_into(leaves)).collect();
     TreeDef::Node {
         kind: NodeKind::Seq,
@@ -135,12 +104,12 @@ fn seq_def<B: Backend, T: Tree<B>>(
     }
 }
 
-impl<B: Backend, T: Tree<B>> Tree<B> for Vec<T> {
-    fn flatten_into(self, leaves: &mut Vec<Leaf<B>>) -> TreeDef {
+impl<T: Tree> Tree for Vec<T> {
+    fn flatten_into(self, leaves: &mut Vec<Leaf>) -> TreeDef {
         seq_def(self.into_iter(), leaves)
     }
 
-    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
+    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves) -> Result<Self, VmapError> {
         let (_, children) = node(def, NodeKind::Seq, None, || leaves.path())?;
         children
             .iter()
@@ -150,12 +119,12 @@ impl<B: Backend, T: Tree<B>> Tree<B> for Vec<T> {
     }
 }
 
-impl<B: Backend, T: Tree<B>, const N: usize> Tree<B> for [T; N] {
-    fn flatten_into(self, leaves: &mut Vec<Leaf<B>>) -> TreeDef {
+impl<T: Tree, const N: usize> Tree for [T; N] {
+    fn flatten_into(self, leaves: &mut Vec<Leaf>) -> TreeDef {
         seq_def(self.into_iter(), leaves)
     }
 
-    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
+    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves) -> Result<Self, VmapError> {
         let items = Vec::<T>::unflatten_from(def, leaves)?;
         let got = items.len();
         items.try_into().map_err(|_| VmapError::LeafCount {
@@ -166,8 +135,8 @@ impl<B: Backend, T: Tree<B>, const N: usize> Tree<B> for [T; N] {
     }
 }
 
-impl<B: Backend, T: Tree<B>> Tree<B> for Option<T> {
-    fn flatten_into(self, leaves: &mut Vec<Leaf<B>>) -> TreeDef {
+impl<T: Tree> Tree for Option<T> {
+    fn flatten_into(self, leaves: &mut Vec<Leaf>) -> TreeDef {
         let children = match self {
             Some(x) => vec![x.flatten_into(leaves)],
             None => vec![],
@@ -179,7 +148,7 @@ impl<B: Backend, T: Tree<B>> Tree<B> for Option<T> {
         }
     }
 
-    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
+    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves) -> Result<Self, VmapError> {
         let (_, children) = node(def, NodeKind::Option, None, || leaves.path())?;
         match children {
             [] => Ok(None),
@@ -191,18 +160,18 @@ impl<B: Backend, T: Tree<B>> Tree<B> for Option<T> {
     }
 }
 
-impl<B: Backend, T: Tree<B>> Tree<B> for Box<T> {
-    fn flatten_into(self, leaves: &mut Vec<Leaf<B>>) -> TreeDef {
+impl<T: Tree> Tree for Box<T> {
+    fn flatten_into(self, leaves: &mut Vec<Leaf>) -> TreeDef {
         (*self).flatten_into(leaves)
     }
 
-    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
+    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves) -> Result<Self, VmapError> {
         T::unflatten_from(def, leaves).map(Box::new)
     }
 }
 
-impl<B: Backend, T: Tree<B>> Tree<B> for BTreeMap<String, T> {
-    fn flatten_into(self, leaves: &mut Vec<Leaf<B>>) -> TreeDef {
+impl<T: Tree> Tree for BTreeMap<String, T> {
+    fn flatten_into(self, leaves: &mut Vec<Leaf>) -> TreeDef {
         let mut keys = Vec::with_capacity(self.len());
         let mut children = Vec::with_capacity(self.len());
         for (k, v) in self {
@@ -216,7 +185,7 @@ impl<B: Backend, T: Tree<B>> Tree<B> for BTreeMap<String, T> {
         }
     }
 
-    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
+    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves) -> Result<Self, VmapError> {
         let (keys, children) = node(def, NodeKind::Map, None, || leaves.path())?;
         let mut out = BTreeMap::new();
         for (k, c) in keys.iter().zip(children) {
@@ -230,12 +199,12 @@ impl<B: Backend, T: Tree<B>> Tree<B> for BTreeMap<String, T> {
     }
 }
 
-impl<B: Backend, T: Clone + PartialEq + Send + Sync + 'static> Tree<B> for Static<T> {
-    fn flatten_into(self, _leaves: &mut Vec<Leaf<B>>) -> TreeDef {
+impl<T: Clone + PartialEq + Send + Sync + 'static> Tree for Static<T> {
+    fn flatten_into(self, _leaves: &mut Vec<Leaf>) -> TreeDef {
         TreeDef::static_value(self.0)
     }
 
-    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
+    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves) -> Result<Self, VmapError> {
         match def {
             TreeDef::Static(_) => def.static_ref::<T>().cloned().map(Static).ok_or_else(|| {
                 mismatch(
@@ -253,11 +222,10 @@ impl<B: Backend, T: Clone + PartialEq + Send + Sync + 'static> Tree<B> for Stati
 /// flags, sizes. Compared and hashed by value.
 ///
 /// ```
-/// use burn_vmap::testing::TestBackend;
 /// use burn_vmap::{Static, Tree};
-/// let (leaves, def) = Tree::<TestBackend>::flatten(Static("relu"));
+/// let (leaves, def) = Static("relu").flatten();
 /// assert!(leaves.is_empty());
-/// let back: Static<&str> = Tree::<TestBackend>::unflatten(&def, leaves).unwrap();
+/// let back: Static<&str> = Tree::unflatten(&def, leaves).unwrap();
 /// assert_eq!(back, Static("relu"));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]

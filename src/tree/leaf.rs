@@ -1,105 +1,162 @@
-//! [`Leaf`]: one type-erased tensor of a flattened tree, and the operations the transforms
-//! apply to leaves of any kind and rank (shape moves, concatenation, zeros, level moves).
+//! [`Leaf`]: one tensor of a flattened tree, of any rank and kind, and the shape moves the
+//! transforms make on leaves (slices, concatenation, stacking, zeros), all on the user's device.
 
-use core::ops::Range;
-
-use burn_backend::backend::Backend;
-use burn_backend::tensor::{Bool, Float, Int};
-use burn_backend::{DType, Shape, Slice, TensorMetadata, TensorPrimitive};
-
-use crate::VmapError;
-use crate::batching::BatchOps;
-use crate::compat;
-use crate::level::Level;
-use crate::physical::Kind;
-use crate::tensor::BatchDims;
+use burn::tensor::kind::{Kind, TensorKind};
+use burn::tensor::{Device, Tensor};
+use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
+use burn_backend::{DType, Shape, Slice, TensorData, TensorMetadata};
+use burn_dispatch::{Dispatch, DispatchTensor};
 
 use super::Key;
+use crate::VmapError;
 
-/// One leaf of a flattened tree: a tensor primitive of any rank.
+/// One leaf of a flattened tree: a Burn tensor of any rank and kind (float, int or bool), on
+/// the user's device.
+///
+/// ```
+/// use burn::tensor::{Device, Tensor};
+/// use burn_vmap::tree::Leaf;
+/// let t = Tensor::<2>::zeros([2, 3], &Device::default());
+/// let leaf = Leaf::new(t);
+/// assert_eq!((leaf.kind_name(), leaf.shape().to_vec()), ("float", vec![2, 3]));
+/// let back: Tensor<2> = leaf.into_tensor().unwrap();
+/// assert_eq!(back.dims(), [2, 3]);
+/// ```
 #[derive(Debug, Clone)]
-pub enum Leaf<B: Backend> {
-    /// A float tensor (possibly quantized).
-    Float(TensorPrimitive<B>),
-    /// An int tensor.
-    Int(B::IntTensorPrimitive),
-    /// A bool tensor.
-    Bool(B::BoolTensorPrimitive),
+pub struct Leaf(pub(crate) DispatchTensor);
+
+/// Calls the backend method of the leaf's kind.
+macro_rules! by_kind {
+    ($leaf:expr, $float:ident, $int:ident, $bool:ident ($($arg:expr),*)) => {{
+        let t = $leaf.0;
+        Leaf(match kind_of(t.dtype()) {
+            Kind::Float => Dispatch::$float(t, $($arg),*),
+            Kind::Int => Dispatch::$int(t, $($arg),*),
+            Kind::Bool => Dispatch::$bool(t, $($arg),*),
+        })
+    }};
 }
 
-impl<B: Backend> Leaf<B> {
+/// `"float"`, `"int"` or `"bool"`.
+pub(crate) fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Float => "float",
+        Kind::Int => "int",
+        Kind::Bool => "bool",
+    }
+}
+
+fn kind_of(dtype: DType) -> Kind {
+    if dtype.is_float() || matches!(dtype, DType::QFloat(_)) {
+        Kind::Float
+    } else if dtype.is_bool() {
+        Kind::Bool
+    } else {
+        Kind::Int
+    }
+}
+
+impl Leaf {
+    /// The leaf holding `tensor`.
+    pub fn new<const D: usize, K: TensorKind + burn::tensor::kind::Basic>(
+        tensor: Tensor<D, K>,
+    ) -> Self {
+        Leaf(tensor.into_dispatch())
+    }
+
+    /// The tensor, as a `Tensor<D, K>`.
+    ///
+    /// # Errors
+    /// [`VmapError::LeafMismatch`] (at path `leaf`) when the leaf's kind or rank is not `K`'s
+    /// and `D`.
+    pub fn into_tensor<const D: usize, K: TensorKind + burn::tensor::kind::Basic>(
+        self,
+    ) -> Result<Tensor<D, K>, VmapError> {
+        self.into_tensor_at("leaf")
+    }
+
+    /// As [`into_tensor`](Self::into_tensor), naming the leaf `path` in errors.
+    pub(crate) fn into_tensor_at<const D: usize, K: TensorKind + burn::tensor::kind::Basic>(
+        self,
+        path: &str,
+    ) -> Result<Tensor<D, K>, VmapError> {
+        let shape = self.shape();
+        if self.kind() != K::KIND || shape.num_dims() != D {
+            return Err(VmapError::LeafMismatch {
+                path: path.to_string(),
+                expected: kind_name(K::KIND),
+                expected_rank: D,
+                got: self.kind_name(),
+                got_rank: shape.num_dims(),
+                shape: shape.to_vec(),
+            });
+        }
+        Ok(Tensor::from_dispatch(self.0))
+    }
+
+    /// The tensor kind.
+    pub(crate) fn kind(&self) -> Kind {
+        kind_of(self.dtype())
+    }
+
     /// `"float"`, `"int"` or `"bool"`.
     pub fn kind_name(&self) -> &'static str {
-        match self {
-            Leaf::Float(_) => "float",
-            Leaf::Int(_) => "int",
-            Leaf::Bool(_) => "bool",
-        }
+        kind_name(self.kind())
     }
 
-    /// The (logical) shape.
+    /// The shape.
     pub fn shape(&self) -> Shape {
-        match self {
-            Leaf::Float(t) => t.shape(),
-            Leaf::Int(t) => t.shape(),
-            Leaf::Bool(t) => t.shape(),
-        }
-    }
-
-    /// The device the tensor is on.
-    pub fn device(&self) -> B::Device {
-        match self {
-            Leaf::Float(TensorPrimitive::Float(t)) => B::float_device(t),
-            Leaf::Float(TensorPrimitive::QFloat(t)) => B::q_device(t),
-            Leaf::Int(t) => B::int_device(t),
-            Leaf::Bool(t) => B::bool_device(t),
-        }
-    }
-
-    /// Maps the primitive, keeping the kind.
-    pub fn map(
-        self,
-        float: impl FnOnce(TensorPrimitive<B>) -> TensorPrimitive<B>,
-        int: impl FnOnce(B::IntTensorPrimitive) -> B::IntTensorPrimitive,
-        bool_: impl FnOnce(B::BoolTensorPrimitive) -> B::BoolTensorPrimitive,
-    ) -> Self {
-        match self {
-            Leaf::Float(t) => Leaf::Float(float(t)),
-            Leaf::Int(t) => Leaf::Int(int(t)),
-            Leaf::Bool(t) => Leaf::Bool(bool_(t)),
-        }
+        self.0.shape()
     }
 
     /// The element type.
-    pub(crate) fn dtype(&self) -> DType {
-        match self {
-            Leaf::Float(t) => t.dtype(),
-            Leaf::Int(t) => t.dtype(),
-            Leaf::Bool(t) => t.dtype(),
-        }
+    pub fn dtype(&self) -> DType {
+        self.0.dtype()
+    }
+
+    /// The device the tensor is on.
+    pub fn device(&self) -> Device {
+        Device::new(self.0.device())
+    }
+
+    /// The underlying dispatch tensor.
+    pub(crate) fn into_dispatch(self) -> DispatchTensor {
+        self.0
+    }
+
+    /// The values, read back (for tests and messages).
+    pub fn to_data(&self) -> TensorData {
+        let t = self.0.clone();
+        let read = match self.kind() {
+            Kind::Float => burn_backend::read_sync(Dispatch::float_into_data(t)),
+            Kind::Int => burn_backend::read_sync(Dispatch::int_into_data(t)),
+            Kind::Bool => burn_backend::read_sync(Dispatch::bool_into_data(t)),
+        };
+        read.expect("vmap: reading a leaf's values")
     }
 
     // ---------------------------------------------------------------------------------------------
-    // Shape moves (a quantized float is dequantized first)
+    // Shape moves
     // ---------------------------------------------------------------------------------------------
 
-    /// Reshapes the leaf (to rank 0 through its data where the backend cannot reshape to it:
-    /// see [`compat::rank0_through_data`]).
+    /// Reshapes the leaf.
     pub(crate) fn reshape(self, shape: Shape) -> Self {
-        if shape.num_dims() == 0 && !compat::reshapes_to_rank0::<B>(&self.device()) {
-            return compat::rank0_through_data(self);
-        }
-        self.view(View::Reshape(shape))
+        by_kind!(self, float_reshape, int_reshape, bool_reshape(shape))
     }
 
-    /// Expands the leaf to `shape` (a view).
+    /// Expands the leaf to `shape` (a broadcast view).
     pub(crate) fn expand(self, shape: Shape) -> Self {
-        self.view(View::Expand(shape))
+        by_kind!(self, float_expand, int_expand, bool_expand(shape))
+    }
+
+    /// Permutes the leaf's axes.
+    pub(crate) fn permute(self, axes: &[usize]) -> Self {
+        by_kind!(self, float_permute, int_permute, bool_permute(axes))
     }
 
     /// Slices the leaf.
     pub(crate) fn slice(self, slices: &[Slice]) -> Self {
-        self.view(View::Slice(slices))
+        by_kind!(self, float_slice, int_slice, bool_slice(slices))
     }
 
     /// The part `slice` of `axis` (every element of the other dims), keeping the rank.
@@ -109,224 +166,129 @@ impl<B: Backend> Leaf<B> {
         self.slice(&slices)
     }
 
-    /// Row `t` of the leading axis, without that axis (rank one less).
-    pub(crate) fn index(&self, t: usize) -> Self {
-        let shape = self.shape();
-        self.clone()
-            .slice_axis(0, rows(t..t + 1))
-            .reshape(Shape::from(shape[1..].to_vec()))
+    /// Row `t` of `axis`, without that axis (rank one less).
+    pub(crate) fn index(&self, axis: usize, t: usize) -> Self {
+        let mut shape = self.shape();
+        shape.remove(axis);
+        self.clone().slice_axis(axis, rows(t..t + 1)).reshape(shape)
     }
 
-    /// The rows `indices` of `dim`, in that order.
-    pub(crate) fn select(self, dim: usize, indices: B::IntTensorPrimitive) -> Self {
-        self.view(View::Select(dim, indices))
-    }
-
-    fn view(self, op: View<'_, B>) -> Self {
-        match self {
-            Leaf::Float(t) => Leaf::Float(TensorPrimitive::Float(view::<B, Float>(t.tensor(), op))),
-            Leaf::Int(t) => Leaf::Int(view::<B, Int>(t, op)),
-            Leaf::Bool(t) => Leaf::Bool(view::<B, Bool>(t, op)),
+    /// Moves `axis` to position `to`, shifting the axes in between.
+    pub(crate) fn move_axis(self, axis: usize, to: usize) -> Self {
+        if axis == to {
+            return self;
         }
+        let rank = self.shape().num_dims();
+        let mut axes: Vec<usize> = (0..rank).filter(|&d| d != axis).collect();
+        axes.insert(to, axis);
+        self.permute(&axes)
     }
 
-    // ---------------------------------------------------------------------------------------------
-    // Several leaves
-    // ---------------------------------------------------------------------------------------------
+    /// Inserts an axis of size `size` at `axis`, broadcasting the leaf along it.
+    pub(crate) fn broadcast_axis(self, axis: usize, size: usize) -> Self {
+        let mut unit = self.shape();
+        unit.insert(axis, 1);
+        let mut full = unit.clone();
+        full[axis] = size;
+        self.reshape(unit).expand(full)
+    }
 
-    /// Concatenates leaves of one kind along `axis`. One leaf is the result itself (some
-    /// backends copy even a one-tensor `cat`: see [`crate::compat`]).
+    /// Concatenates leaves of one kind along `axis`.
     ///
     /// # Panics
-    /// With no leaf, or leaves of different kinds (callers check both).
-    pub(crate) fn cat(mut leaves: Vec<Self>, axis: usize) -> Self {
-        if leaves.len() == 1 {
-            return leaves.pop().expect("one leaf");
-        }
+    /// If `leaves` is empty.
+    pub(crate) fn cat(leaves: Vec<Self>, axis: usize) -> Self {
         let kind = leaves
             .first()
-            .map(Leaf::kind_name)
-            .expect("vmap: internal error: cat of no leaf");
-        let (mut floats, mut ints, mut bools) = (Vec::new(), Vec::new(), Vec::new());
-        for leaf in leaves {
-            if leaf.kind_name() != kind {
-                panic!(
-                    "vmap: internal error: expected a {kind} leaf, got a {} leaf",
-                    leaf.kind_name()
-                );
-            }
-            match leaf {
-                Leaf::Float(t) => floats.push(t.tensor()),
-                Leaf::Int(t) => ints.push(t),
-                Leaf::Bool(t) => bools.push(t),
-            }
-        }
-        match kind {
-            "float" => Leaf::Float(TensorPrimitive::Float(B::float_cat(floats, axis))),
-            "int" => Leaf::Int(B::int_cat(ints, axis)),
-            _ => Leaf::Bool(B::bool_cat(bools, axis)),
-        }
+            .expect("vmap: internal: cat of no leaves")
+            .kind();
+        let ts: Vec<DispatchTensor> = leaves.into_iter().map(|l| l.0).collect();
+        Leaf(match kind {
+            Kind::Float => Dispatch::float_cat(ts, axis),
+            Kind::Int => Dispatch::int_cat(ts, axis),
+            Kind::Bool => Dispatch::bool_cat(ts, axis),
+        })
     }
 
-    /// Stacks leaves of equal shape along a new leading axis (at least one leaf).
-    pub(crate) fn stack(leaves: Vec<Self>) -> Self {
+    /// Stacks leaves of one kind and shape along a new leading axis.
+    pub(crate) fn stack(leaves: Vec<Self>, axis: usize) -> Self {
         let leaves = leaves
             .into_iter()
             .map(|l| {
-                let mut shape = l.shape().to_vec();
-                shape.insert(0, 1);
-                l.reshape(Shape::from(shape))
+                let mut shape = l.shape();
+                shape.insert(axis, 1);
+                l.reshape(shape)
             })
             .collect();
-        Self::cat(leaves, 0)
+        Self::cat(leaves, axis)
     }
 
-    /// A zero-filled (false) leaf of kind `kind` (`"float"`, `"int"`, `"bool"`).
-    pub(crate) fn zeros(kind: &str, shape: Shape, dtype: DType, device: &B::Device) -> Self {
-        match kind {
-            "float" => Leaf::Float(TensorPrimitive::Float(B::float_zeros(
-                shape,
-                device,
-                dtype.into(),
-            ))),
-            "int" => Leaf::Int(B::int_zeros(shape, device, dtype.into())),
-            _ => Leaf::Bool(B::bool_zeros(shape, device, dtype.into())),
-        }
-    }
-
-    /// A zero-filled leaf of this one's kind, dtype and device, of shape `shape`.
+    /// Zeros of `shape`, with the kind and dtype of `self`, on its device.
     pub(crate) fn zeros_like(&self, shape: Shape) -> Self {
-        Self::zeros(self.kind_name(), shape, self.dtype(), &self.device())
+        let device = self.0.device();
+        let dtype = self.dtype();
+        Leaf(match self.kind() {
+            Kind::Float => Dispatch::float_zeros(shape, &device, dtype.into()),
+            Kind::Int => Dispatch::int_zeros(shape, &device, dtype.into()),
+            Kind::Bool => Dispatch::bool_zeros(shape, &device, dtype.into()),
+        })
     }
 }
 
-/// The slice `range` (step 1).
-pub(crate) fn rows(range: Range<usize>) -> Slice {
+/// The slice of rows `range` of an axis.
+pub(crate) fn rows(range: std::ops::Range<usize>) -> Slice {
     Slice::new(range.start as isize, Some(range.end as isize), 1)
 }
 
-/// A shape move, written once for the three kinds.
-enum View<'a, B: Backend> {
-    Reshape(Shape),
-    Expand(Shape),
-    Slice(&'a [Slice]),
-    Select(usize, B::IntTensorPrimitive),
-}
-
-fn view<B: Backend, K: Kind<B>>(t: K::P, op: View<'_, B>) -> K::P {
-    match op {
-        View::Reshape(shape) => K::reshape(t, shape),
-        View::Expand(shape) => K::expand(t, shape),
-        View::Slice(slices) => K::slice(t, slices),
-        View::Select(dim, indices) => K::select(t, dim, indices),
-    }
-}
-
-// -------------------------------------------------------------------------------------------------
-// Level moves
-// -------------------------------------------------------------------------------------------------
-
-impl<B: BatchOps> Leaf<B> {
-    /// Logical `axis` becomes a batch dim at `level`. A quantized input is dequantized: its
-    /// scales are shared by the whole batch.
-    pub(crate) fn batch(self, axis: usize, level: Level) -> Self {
-        match self {
-            Leaf::Float(t) => Leaf::Float(TensorPrimitive::Float(B::float_batch(
-                t.tensor(),
-                axis,
-                level,
-            ))),
-            Leaf::Int(t) => Leaf::Int(B::int_batch(t, axis, level)),
-            Leaf::Bool(t) => Leaf::Bool(B::bool_batch(t, axis, level)),
-        }
-    }
-
-    /// The batch dim at `level` becomes logical `axis` (broadcast to `size` when the leaf is
-    /// not batched there).
-    pub(crate) fn unbatch(self, level: Level, size: usize, axis: usize) -> Self {
-        match self {
-            Leaf::Float(t) => Leaf::Float(TensorPrimitive::Float(B::float_unbatch(
-                t.tensor(),
-                level,
-                size,
-                axis,
-            ))),
-            Leaf::Int(t) => Leaf::Int(B::int_unbatch(t, level, size, axis)),
-            Leaf::Bool(t) => Leaf::Bool(B::bool_unbatch(t, level, size, axis)),
-        }
-    }
-
-    /// The batch dims (none for a quantized float).
-    pub(crate) fn batch_dims(&self) -> BatchDims {
-        match self {
-            Leaf::Float(TensorPrimitive::Float(t)) => B::float_batch_dims(t),
-            Leaf::Float(TensorPrimitive::QFloat(_)) => BatchDims::none(),
-            Leaf::Int(t) => B::int_batch_dims(t),
-            Leaf::Bool(t) => B::bool_batch_dims(t),
-        }
-    }
-
-    /// Enters `level` unmapped, shared by every example ([`BatchOps::float_shared`]: a float
-    /// gradient taken outside the vmap sums over the batch); int and bool leaves are unchanged.
-    pub(crate) fn shared(self, level: Level) -> Self {
-        match self {
-            Leaf::Float(t) => {
-                Leaf::Float(TensorPrimitive::Float(B::float_shared(t.tensor(), level)))
-            }
-            other => other,
-        }
-    }
-}
-
-// -------------------------------------------------------------------------------------------------
-// A cursor over leaves
-// -------------------------------------------------------------------------------------------------
-
-/// A cursor over leaves, with the path of the current position for error messages.
-pub struct Leaves<B: Backend> {
-    iter: std::vec::IntoIter<Leaf<B>>,
-    path: Vec<Key>,
+/// A cursor over the leaves of a tree being rebuilt, which knows the path of the leaf it is at
+/// (for error messages).
+pub struct Leaves {
+    leaves: std::vec::IntoIter<Leaf>,
     root: String,
+    keys: Vec<Key>,
 }
 
-impl<B: Backend> Leaves<B> {
-    /// Starts a cursor named `root` (the first segment of every path in errors).
-    pub fn new(leaves: Vec<Leaf<B>>, root: impl Into<String>) -> Self {
+impl Leaves {
+    /// A cursor over `leaves`, naming the tree's root `root` in paths.
+    pub fn new(leaves: Vec<Leaf>, root: impl Into<String>) -> Self {
         Self {
-            iter: leaves.into_iter(),
-            path: Vec::new(),
+            leaves: leaves.into_iter(),
             root: root.into(),
+            keys: Vec::new(),
         }
     }
 
-    /// The next leaf, or an error naming the current path.
-    pub fn next_leaf(&mut self) -> Result<Leaf<B>, VmapError> {
-        self.iter.next().ok_or_else(|| VmapError::LeafCount {
+    /// The next leaf.
+    ///
+    /// # Errors
+    /// [`VmapError::LeafCount`] naming the path when the leaves run out.
+    pub fn next_leaf(&mut self) -> Result<Leaf, VmapError> {
+        self.leaves.next().ok_or_else(|| VmapError::LeafCount {
             path: self.path(),
             expected: 1,
             got: 0,
         })
     }
 
-    /// Runs `f` one key deeper.
+    /// Runs `f` with `key` appended to the current path.
     pub fn with_key<T>(&mut self, key: Key, f: impl FnOnce(&mut Self) -> T) -> T {
-        self.path.push(key);
+        self.keys.push(key);
         let out = f(self);
-        self.path.pop();
+        self.keys.pop();
         out
     }
 
-    /// The current path, e.g. `args[1].weight`.
+    /// The path of the current position (`args[0].weight`).
     pub fn path(&self) -> String {
-        let mut s = self.root.clone();
-        for k in &self.path {
-            s.push_str(&k.to_string());
+        let mut path = self.root.clone();
+        for key in &self.keys {
+            path.push_str(&key.to_string());
         }
-        s
+        path
     }
 
-    /// Leaves not consumed yet.
+    /// How many leaves are left.
     pub fn remaining(&self) -> usize {
-        self.iter.len()
+        self.leaves.len()
     }
 }

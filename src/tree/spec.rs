@@ -1,7 +1,5 @@
 //! Tree prefixes: one value for a whole subtree (JAX's `in_axes`, optax's accumulator trees).
 
-use burn_backend::backend::Backend;
-
 use super::{Key, Leaf, Leaves, NodeKind, Tree, TreeDef};
 use crate::VmapError;
 
@@ -130,9 +128,9 @@ impl<T> From<Vec<Spec<T>>> for Spec<T> {
 }
 
 /// A [`Spec`] of trees is a tree: `Leaf` is its value, `Seq` a tuple, `Fields` a struct. This
-/// lets a `Spec<Acc<B>>` serve as an accumulator tree.
-impl<B: Backend, T: Tree<B>> Tree<B> for Spec<T> {
-    fn flatten_into(self, leaves: &mut Vec<Leaf<B>>) -> TreeDef {
+/// lets a `Spec` of accumulators serve as an accumulator tree.
+impl<T: Tree> Tree for Spec<T> {
+    fn flatten_into(self, leaves: &mut Vec<Leaf>) -> TreeDef {
         match self {
             Spec::Leaf(t) => t.flatten_into(leaves),
             Spec::Seq(items) => TreeDef::Node {
@@ -154,7 +152,7 @@ impl<B: Backend, T: Tree<B>> Tree<B> for Spec<T> {
         }
     }
 
-    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
+    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves) -> Result<Self, VmapError> {
         match def {
             TreeDef::Node { keys, children, .. }
                 if keys.iter().all(|k| matches!(k, Key::Field(_))) && !keys.is_empty() =>

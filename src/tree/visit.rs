@@ -4,8 +4,8 @@
 //! A flattened tree's leaves are type-erased; these helpers dispatch each leaf on its runtime
 //! rank (0 to [`MAX_RANK`]) and kind to the const-generic method of the visitor.
 
+use burn::tensor::kind::Kind;
 use burn::tensor::{Bool, Int, Tensor};
-use burn_backend::backend::Backend;
 
 use super::Leaf;
 use crate::VmapError;
@@ -23,51 +23,42 @@ pub const MAX_RANK: usize = 8;
 /// overrides only the kinds it changes.
 ///
 /// ```
-/// use burn::tensor::{backend::Backend, Int, Tensor};
+/// use burn::tensor::{Device, Int, Tensor};
 /// use burn_vmap::tree::TensorMapper;
-/// use burn_vmap::testing::TestBackend;
 /// use burn_vmap::Tree;
 ///
 /// /// Scales every float tensor; ints are left alone.
 /// struct Scale(f32);
-/// impl<B: Backend> TensorMapper<B> for Scale {
-///     fn map_float<const D: usize>(&mut self, _path: &str, t: Tensor<B, D>) -> Tensor<B, D> {
+/// impl TensorMapper for Scale {
+///     fn map_float<const D: usize>(&mut self, _path: &str, t: Tensor<D>) -> Tensor<D> {
 ///         t * self.0
 ///     }
 /// }
 ///
-/// let device = Default::default();
+/// let device = Device::default();
 /// let tree = (
-///     Tensor::<TestBackend, 1>::from_floats([1.0, 2.0], &device),
-///     Tensor::<TestBackend, 2, Int>::from_ints([[1, 2]], &device),
+///     Tensor::<1>::from_floats([1.0, 2.0], &device),
+///     Tensor::<2, Int>::from_ints([[1, 2]], &device),
 /// );
 /// let (x, i) = tree.map_tensors(&mut Scale(10.0)).unwrap();
-/// assert_eq!(x.into_data().to_vec::<f32>().unwrap(), vec![10.0, 20.0]);
-/// assert_eq!(i.into_data().convert::<i64>().to_vec::<i64>().unwrap(), vec![1, 2]);
+/// assert_eq!(x.into_data().try_to_vec::<f32>().unwrap(), vec![10.0, 20.0]);
+/// assert_eq!(i.into_data().try_into_vec_as::<i64>().unwrap(), vec![1, 2]);
 /// ```
-pub trait TensorMapper<B: Backend> {
+pub trait TensorMapper {
     /// Maps a float tensor.
-    fn map_float<const D: usize>(&mut self, path: &str, tensor: Tensor<B, D>) -> Tensor<B, D> {
+    fn map_float<const D: usize>(&mut self, path: &str, tensor: Tensor<D>) -> Tensor<D> {
         let _ = path;
         tensor
     }
 
     /// Maps an int tensor.
-    fn map_int<const D: usize>(
-        &mut self,
-        path: &str,
-        tensor: Tensor<B, D, Int>,
-    ) -> Tensor<B, D, Int> {
+    fn map_int<const D: usize>(&mut self, path: &str, tensor: Tensor<D, Int>) -> Tensor<D, Int> {
         let _ = path;
         tensor
     }
 
     /// Maps a bool tensor.
-    fn map_bool<const D: usize>(
-        &mut self,
-        path: &str,
-        tensor: Tensor<B, D, Bool>,
-    ) -> Tensor<B, D, Bool> {
+    fn map_bool<const D: usize>(&mut self, path: &str, tensor: Tensor<D, Bool>) -> Tensor<D, Bool> {
         let _ = path;
         tensor
     }
@@ -80,41 +71,40 @@ pub trait TensorMapper<B: Backend> {
 /// nothing.
 ///
 /// ```
-/// use burn::tensor::{backend::Backend, Tensor};
+/// use burn::tensor::{Device, Tensor};
 /// use burn_vmap::tree::TensorVisitor;
-/// use burn_vmap::testing::TestBackend;
 /// use burn_vmap::Tree;
 ///
 /// /// Counts the float elements and remembers the paths.
 /// #[derive(Default)]
 /// struct Count { elements: usize, paths: Vec<String> }
-/// impl<B: Backend> TensorVisitor<B> for Count {
-///     fn visit_float<const D: usize>(&mut self, path: &str, t: &Tensor<B, D>) {
+/// impl TensorVisitor for Count {
+///     fn visit_float<const D: usize>(&mut self, path: &str, t: &Tensor<D>) {
 ///         self.elements += t.shape().num_elements();
 ///         self.paths.push(path.to_string());
 ///     }
 /// }
 ///
-/// let device = Default::default();
-/// let tree = vec![Tensor::<TestBackend, 2>::zeros([2, 3], &device), Tensor::zeros([1, 1], &device)];
+/// let device = Device::default();
+/// let tree = vec![Tensor::<2>::zeros([2, 3], &device), Tensor::zeros([1, 1], &device)];
 /// let mut count = Count::default();
 /// tree.visit_tensors(&mut count).unwrap();
 /// assert_eq!(count.elements, 7);
 /// assert_eq!(count.paths, vec!["[0]", "[1]"]);
 /// ```
-pub trait TensorVisitor<B: Backend> {
+pub trait TensorVisitor {
     /// Visits a float tensor.
-    fn visit_float<const D: usize>(&mut self, path: &str, tensor: &Tensor<B, D>) {
+    fn visit_float<const D: usize>(&mut self, path: &str, tensor: &Tensor<D>) {
         let _ = (path, tensor);
     }
 
     /// Visits an int tensor.
-    fn visit_int<const D: usize>(&mut self, path: &str, tensor: &Tensor<B, D, Int>) {
+    fn visit_int<const D: usize>(&mut self, path: &str, tensor: &Tensor<D, Int>) {
         let _ = (path, tensor);
     }
 
     /// Visits a bool tensor.
-    fn visit_bool<const D: usize>(&mut self, path: &str, tensor: &Tensor<B, D, Bool>) {
+    fn visit_bool<const D: usize>(&mut self, path: &str, tensor: &Tensor<D, Bool>) {
         let _ = (path, tensor);
     }
 }
@@ -126,40 +116,34 @@ pub trait TensorVisitor<B: Backend> {
 /// `zip_int` / `zip_bool` are overridden.
 ///
 /// ```
-/// use burn::tensor::{backend::Backend, Tensor};
+/// use burn::tensor::{Device, Tensor};
 /// use burn_vmap::tree::TensorZipper;
-/// use burn_vmap::testing::TestBackend;
 /// use burn_vmap::Tree;
 ///
 /// struct Add;
-/// impl<B: Backend> TensorZipper<B> for Add {
-///     fn zip_float<const D: usize>(&mut self, _: &str, a: Tensor<B, D>, b: Tensor<B, D>) -> Tensor<B, D> {
+/// impl TensorZipper for Add {
+///     fn zip_float<const D: usize>(&mut self, _: &str, a: Tensor<D>, b: Tensor<D>) -> Tensor<D> {
 ///         a + b
 ///     }
 /// }
 ///
-/// let device = Default::default();
-/// let a = (Tensor::<TestBackend, 1>::from_floats([1.0, 2.0], &device),);
-/// let b = (Tensor::<TestBackend, 1>::from_floats([10.0, 20.0], &device),);
+/// let device = Device::default();
+/// let a = (Tensor::<1>::from_floats([1.0, 2.0], &device),);
+/// let b = (Tensor::<1>::from_floats([10.0, 20.0], &device),);
 /// let (sum,) = a.zip_map(b, &mut Add).unwrap();
-/// assert_eq!(sum.into_data().to_vec::<f32>().unwrap(), vec![11.0, 22.0]);
+/// assert_eq!(sum.into_data().try_to_vec::<f32>().unwrap(), vec![11.0, 22.0]);
 /// ```
-pub trait TensorZipper<B: Backend> {
+pub trait TensorZipper {
     /// Combines two float tensors of the same rank.
-    fn zip_float<const D: usize>(
-        &mut self,
-        path: &str,
-        a: Tensor<B, D>,
-        b: Tensor<B, D>,
-    ) -> Tensor<B, D>;
+    fn zip_float<const D: usize>(&mut self, path: &str, a: Tensor<D>, b: Tensor<D>) -> Tensor<D>;
 
     /// Combines two int tensors of the same rank (keeps `a` by default).
     fn zip_int<const D: usize>(
         &mut self,
         path: &str,
-        a: Tensor<B, D, Int>,
-        b: Tensor<B, D, Int>,
-    ) -> Tensor<B, D, Int> {
+        a: Tensor<D, Int>,
+        b: Tensor<D, Int>,
+    ) -> Tensor<D, Int> {
         let _ = (path, b);
         a
     }
@@ -168,9 +152,9 @@ pub trait TensorZipper<B: Backend> {
     fn zip_bool<const D: usize>(
         &mut self,
         path: &str,
-        a: Tensor<B, D, Bool>,
-        b: Tensor<B, D, Bool>,
-    ) -> Tensor<B, D, Bool> {
+        a: Tensor<D, Bool>,
+        b: Tensor<D, Bool>,
+    ) -> Tensor<D, Bool> {
         let _ = (path, b);
         a
     }
@@ -193,7 +177,7 @@ macro_rules! with_rank {
     };
 }
 
-fn unsupported(at: &str, rank: usize) -> VmapError {
+pub(crate) fn unsupported(at: &str, rank: usize) -> VmapError {
     VmapError::UnsupportedRank {
         path: at.to_string(),
         rank,
@@ -208,32 +192,36 @@ pub(crate) fn relative<'a>(rooted: &'a str, root: &str) -> &'a str {
     rest.strip_prefix('.').unwrap_or(rest)
 }
 
-pub(crate) fn map_leaf<B: Backend, M: TensorMapper<B>>(
+pub(crate) fn map_leaf<M: TensorMapper>(
     mapper: &mut M,
     path: &str,
     at: &str,
-    leaf: Leaf<B>,
-) -> Result<Leaf<B>, VmapError> {
+    leaf: Leaf,
+) -> Result<Leaf, VmapError> {
     let rank = leaf.shape().num_dims();
-    with_rank!(rank, D => Ok(match leaf {
-        Leaf::Float(p) => Leaf::Float(mapper.map_float::<D>(path, Tensor::from_primitive(p)).into_primitive()),
-        Leaf::Int(p) => Leaf::Int(mapper.map_int::<D>(path, Tensor::from_primitive(p)).into_primitive()),
-        Leaf::Bool(p) => Leaf::Bool(mapper.map_bool::<D>(path, Tensor::from_primitive(p)).into_primitive()),
+    let kind = leaf.kind();
+    let t = leaf.into_dispatch();
+    with_rank!(rank, D => Ok(match kind {
+        Kind::Float => Leaf::new(mapper.map_float::<D>(path, Tensor::from_dispatch(t))),
+        Kind::Int => Leaf::new(mapper.map_int::<D>(path, Tensor::from_dispatch(t))),
+        Kind::Bool => Leaf::new(mapper.map_bool::<D>(path, Tensor::from_dispatch(t))),
     }), Err(unsupported(at, rank)))
 }
 
-pub(crate) fn visit_leaf<B: Backend, V: TensorVisitor<B>>(
+pub(crate) fn visit_leaf<V: TensorVisitor>(
     visitor: &mut V,
     path: &str,
     at: &str,
-    leaf: Leaf<B>,
+    leaf: Leaf,
 ) -> Result<(), VmapError> {
     let rank = leaf.shape().num_dims();
+    let kind = leaf.kind();
+    let t = leaf.into_dispatch();
     with_rank!(rank, D => {
-        match leaf {
-            Leaf::Float(p) => visitor.visit_float::<D>(path, &Tensor::from_primitive(p)),
-            Leaf::Int(p) => visitor.visit_int::<D>(path, &Tensor::from_primitive(p)),
-            Leaf::Bool(p) => visitor.visit_bool::<D>(path, &Tensor::from_primitive(p)),
+        match kind {
+            Kind::Float => visitor.visit_float::<D>(path, &Tensor::from_dispatch(t)),
+            Kind::Int => visitor.visit_int::<D>(path, &Tensor::from_dispatch(t)),
+            Kind::Bool => visitor.visit_bool::<D>(path, &Tensor::from_dispatch(t)),
         }
         Ok(())
     }, Err(unsupported(at, rank)))
@@ -241,28 +229,36 @@ pub(crate) fn visit_leaf<B: Backend, V: TensorVisitor<B>>(
 
 /// Zips two leaves of the same rank (checked by the caller). `path` is what the zipper sees,
 /// `at` the rooted path for errors.
-pub(crate) fn zip_leaf<B: Backend, Z: TensorZipper<B>>(
+pub(crate) fn zip_leaf<Z: TensorZipper>(
     zipper: &mut Z,
     path: &str,
     at: &str,
-    a: Leaf<B>,
-    b: Leaf<B>,
-) -> Result<Leaf<B>, VmapError> {
+    a: Leaf,
+    b: Leaf,
+) -> Result<Leaf, VmapError> {
     let rank = a.shape().num_dims();
-    with_rank!(rank, D => Ok(match (a, b) {
-        (Leaf::Float(a), Leaf::Float(b)) => Leaf::Float(
-            zipper.zip_float::<D>(path, Tensor::from_primitive(a), Tensor::from_primitive(b)).into_primitive(),
-        ),
-        (Leaf::Int(a), Leaf::Int(b)) => Leaf::Int(
-            zipper.zip_int::<D>(path, Tensor::from_primitive(a), Tensor::from_primitive(b)).into_primitive(),
-        ),
-        (Leaf::Bool(a), Leaf::Bool(b)) => Leaf::Bool(
-            zipper.zip_bool::<D>(path, Tensor::from_primitive(a), Tensor::from_primitive(b)).into_primitive(),
-        ),
-        (a, b) => return Err(VmapError::TreeMismatch {
+    let (ka, kb) = (a.kind(), b.kind());
+    if ka != kb {
+        return Err(VmapError::TreeMismatch {
             what: "zip_map".into(),
             path: at.to_string(),
-            why: format!("a {} tensor on the left, a {} tensor on the right", a.kind_name(), b.kind_name()),
-        }),
+            why: format!(
+                "a {} tensor on the left, a {} tensor on the right",
+                a.kind_name(),
+                b.kind_name()
+            ),
+        });
+    }
+    let (a, b) = (a.into_dispatch(), b.into_dispatch());
+    with_rank!(rank, D => Ok(match ka {
+        Kind::Float => Leaf::new(
+            zipper.zip_float::<D>(path, Tensor::from_dispatch(a), Tensor::from_dispatch(b)),
+        ),
+        Kind::Int => Leaf::new(
+            zipper.zip_int::<D>(path, Tensor::from_dispatch(a), Tensor::from_dispatch(b)),
+        ),
+        Kind::Bool => Leaf::new(
+            zipper.zip_bool::<D>(path, Tensor::from_dispatch(a), Tensor::from_dispatch(b)),
+        ),
     }), Err(unsupported(at, rank)))
 }

@@ -211,3 +211,108 @@ pub(crate) fn check_error(
         )),
     }
 }
+
+/// Parameter names of the auto_vmap programs (FORMAT section 4), which `ranks` objects use.
+pub(crate) fn auto_vmap_param_names(case: &Case) -> Vec<String> {
+    let names: &[&str] = match case.program.as_str() {
+        "foo_s_v_m" => &["s", "v", "m"],
+        "alpha_times_norm" => &["v", "alpha"],
+        "dot_a_x_plus_b" => &["p", "x"],
+        "u_times_sum_w" => &["t"],
+        _ => &[],
+    };
+    if names.len() == case.args.len() {
+        return names.iter().map(|n| n.to_string()).collect();
+    }
+    // Otherwise the positional arguments' input names.
+    case.args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| match a {
+            ArgSpec::Input(n) => n.clone(),
+            ArgSpec::Struct(_) => format!("arg{i}"),
+        })
+        .collect()
+}
+
+/// `rank_too_small` / `incompatible_batch_shapes`: the variant, its fields, and a message that
+/// names the arguments (`args[i]`, i the parameter's position) and the sizes.
+pub(crate) fn check_auto_vmap_error(
+    case: &Case,
+    kind: &str,
+    details: &Value,
+    e: &VmapError,
+) -> Result<(), String> {
+    let msg = e.to_string();
+    let names = auto_vmap_param_names(case);
+    let path_of = |name: &str| -> Result<String, String> {
+        names
+            .iter()
+            .position(|n| n == name)
+            .map(|i| format!("args[{i}]"))
+            .ok_or_else(|| format!("runner: {name:?} is not a parameter of {names:?}"))
+    };
+    let numbers = integers_in(&msg);
+    let mentions_all = |sizes: &[usize]| -> Result<(), String> {
+        match sizes.iter().find(|&&n| !numbers.contains(&(n as u64))) {
+            Some(n) => Err(format!("the message does not mention size {n}: {msg}")),
+            None => Ok(()),
+        }
+    };
+    match (kind, e) {
+        (
+            "rank_too_small",
+            VmapError::RankTooSmall {
+                argument,
+                shape,
+                min_rank,
+            },
+        ) => {
+            let want_arg = path_of(details["argument"].as_str().unwrap_or_default())?;
+            let want_shape = json_usizes(&details["shape"]);
+            let want_rank = details["min_rank"].as_u64().unwrap_or(u64::MAX) as usize;
+            if !argument.starts_with(&want_arg) || *shape != want_shape || *min_rank != want_rank {
+                return Err(format!(
+                    "expected {want_arg} of shape {want_shape:?} and min rank {want_rank}, got {e:?}"
+                ));
+            }
+            if !msg.contains(&want_arg) {
+                return Err(format!("the message does not name {want_arg}: {msg}"));
+            }
+            mentions_all(&want_shape)?;
+            mentions_all(&[want_rank])
+        }
+        (
+            "incompatible_batch_shapes",
+            VmapError::IncompatibleBatchShapes {
+                arguments,
+                batch_shapes,
+            },
+        ) => {
+            let want_args = details["arguments"].as_array().cloned().unwrap_or_default();
+            let want_shapes = details["batch_shapes"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for (name, shape) in want_args.iter().zip(&want_shapes) {
+                let path = path_of(name.as_str().unwrap_or_default())?;
+                let shape = json_usizes(shape);
+                let found = arguments
+                    .iter()
+                    .zip(batch_shapes)
+                    .any(|(a, s)| a.starts_with(&path) && *s == shape);
+                if !found {
+                    return Err(format!(
+                        "expected {path} with batch shape {shape:?} among {arguments:?} / {batch_shapes:?}"
+                    ));
+                }
+                if !msg.contains(&path) {
+                    return Err(format!("the message does not name {path}: {msg}"));
+                }
+                mentions_all(&shape)?;
+            }
+            Ok(())
+        }
+        _ => Err(format!("expected a {kind} error, got {e:?}")),
+    }
+}

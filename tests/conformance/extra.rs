@@ -1,11 +1,12 @@
 //! Extra powerpax cases: the reference cases with other parameters and lengths, judged
 //! against host loops written here (f64), through the same apis and comparison.
+//!
+//! NOT BUILT YET: waits for the powerpax apis (`apis/powerpax.rs`: `chunked_vmap`,
+//! `sliced_scan`, `checkpoint_chunked_scan` in the 0.22 crate); declare `mod extra;` in
+//! `main.rs` with them. Backend-free already (it builds cases and runs them through
+//! `run_case`).
 
 use crate::*;
-
-// Extra powerpax cases: the reference cases with other parameters and lengths,
-// judged against host loops written here (f64), through the same apis and comparison.
-// =================================================================================================
 
 /// The first case named `name`, parsed.
 pub(crate) fn load_case(name: &str) -> Case {

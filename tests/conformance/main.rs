@@ -19,16 +19,24 @@
 //! Programs are written once, for any rank: arguments and results are dynamic pytrees ([`Pt`]),
 //! which implement the library's [`Tree`] trait, and each program dispatches on the ranks it
 //! gets (the rank it sees under `vmap` is the logical rank, mapped axes removed). So the same
-//! program runs under any `in_axes` / `out_axes` / batch size, and on other backends
-//! (`Vmap<_>`, `Autodiff<Vmap<_>>`, `Autodiff<_>`).
+//! program runs under any `in_axes` / `out_axes` / batch size.
+//!
+//! Burn 0.22: tensors carry no backend (`Tensor<D, K>`), and a transform *records* the program
+//! once on Burn's capture device, then runs the recording batched (`ARCHITECTURE.md`). So
+//! a program reads tensors only through its arguments (a `captured` input is passed as an
+//! unmapped argument), never reads values, and may take gradients and call `vmap` itself (both
+//! are recorded). `jax.value_and_grad` runs the program eagerly on an autodiff device.
 //!
 //! To add an api: write `fn api_<name>(case: &Case) -> Result<Run, String>` in the "apis"
 //! section and add it to [`run_api`]. To add a program: write it in `programs` and register it
-//! in [`program`] (or [`ad_program`] when it takes gradients itself).
+//! in [`program`].
 //!
 //! The runner is this file; the parts are modules: `case` (the JSON model), `pytree` ([`Pt`]),
-//! `io` (inputs and outputs), `compare`, `apis/` (one function per api), `programs`, and `extra`
-//! (more powerpax cases against host loops).
+//! `io` (inputs and outputs), `compare`, `apis/` (one function per api) and `programs`.
+//! `apis/micro.rs`, `apis/auto.rs`, `apis/powerpax.rs` and `extra.rs` (more powerpax cases
+//! against host loops) are ported as far as the 0.21 transforms show, but are not built until
+//! their transforms are in the 0.22 crate (see the comment at the top of each); their cases
+//! SKIP meanwhile.
 
 // =================================================================================================
 // Rank dispatch
@@ -127,37 +135,19 @@ use std::collections::BTreeMap;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-use burn::backend::Autodiff;
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{BasicOps, Bool, Float, Int, Shape, Tensor, TensorData};
-use burn_vmap::accumulate::{
-    Acc, AccContext, AccKind, Accumulator, Concat, Mean, RunningMean, Sum,
-};
-use burn_vmap::testing::TestBackend;
+use burn::tensor::kind::{Basic, TensorKind};
+use burn::tensor::{Bool, Device, Float, Gradients, Int, Tensor, TensorData};
 use burn_vmap::transform::Axes;
-use burn_vmap::transform::auto::Ranks;
-use burn_vmap::transform::auto_vmap;
-use burn_vmap::transform::micro::LossOutput;
-use burn_vmap::tree::{Key, Leaves, NodeKind, TreeDef};
-use burn_vmap::tree::{Leaf, Spec};
-use burn_vmap::{BatchOps, Tree, Vmap, VmapError, micro_grad, micro_vmap, vmap};
+use burn_vmap::tree::{Key, Leaf, Leaves, NodeKind, Spec, TreeDef};
+use burn_vmap::{Tree, VmapError, vmap};
 use serde_json::Value;
 
-/// The batching backend.
 pub(crate) use apis::*;
 pub(crate) use case::*;
 pub(crate) use compare::*;
 pub(crate) use io::*;
-pub(crate) use programs::{Program, ad_program, program};
+pub(crate) use programs::{GradProgram, Program, grad_program, program};
 pub(crate) use pytree::*;
-
-pub(crate) type V = Vmap<TestBackend>;
-/// Autodiff over the batching backend: gradients inside `vmap` (per-example gradients).
-pub(crate) type AD = Autodiff<V>;
-/// Autodiff with nothing batched (`jax.value_and_grad`, the scans). `Vmap<B>` with no batched
-/// operand calls `B` directly, and holds rank-0 tensors on every backend (Burn 0.21's cubecl
-/// backends cannot allocate one), so the scans' rank-0 carries and steps run on wgpu too.
-pub(crate) type ADPlain = Autodiff<V>;
 
 thread_local! {
     /// Message and location of the last panic on this thread (set by the runner's panic hook).

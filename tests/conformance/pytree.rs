@@ -3,17 +3,20 @@
 use crate::*;
 
 /// A pytree of tensors of any rank and kind, decided at run time: what programs take and return.
+///
+/// Burn 0.22 tensors carry no backend, so neither does `Pt`: the same tree holds the user's
+/// tensors (inputs, outputs) and the capture tensors a recorded program sees.
 #[derive(Debug, Clone)]
-pub(crate) enum Pt<B: Backend> {
-    Leaf(Leaf<B>),
+pub(crate) enum Pt {
+    Leaf(Leaf),
     /// A dict / struct (JAX sorts the keys, as `BTreeMap` does).
-    Dict(BTreeMap<String, Pt<B>>),
+    Dict(BTreeMap<String, Pt>),
     /// A tuple / list.
-    Tuple(Vec<Pt<B>>),
+    Tuple(Vec<Pt>),
 }
 
-impl<B: Backend> Tree<B> for Pt<B> {
-    fn flatten_into(self, leaves: &mut Vec<Leaf<B>>) -> TreeDef {
+impl Tree for Pt {
+    fn flatten_into(self, leaves: &mut Vec<Leaf>) -> TreeDef {
         match self {
             Pt::Leaf(l) => {
                 leaves.push(l);
@@ -44,7 +47,7 @@ impl<B: Backend> Tree<B> for Pt<B> {
         }
     }
 
-    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves<B>) -> Result<Self, VmapError> {
+    fn unflatten_from(def: &TreeDef, leaves: &mut Leaves) -> Result<Self, VmapError> {
         match def {
             TreeDef::Leaf => leaves.next_leaf().map(Pt::Leaf),
             TreeDef::Node {
@@ -82,14 +85,13 @@ impl<B: Backend> Tree<B> for Pt<B> {
     }
 }
 
-/// A typed tensor (or any typed tree) as a [`Pt`].
-pub(crate) fn pt<B: Backend, T: Tree<B>>(t: T) -> Pt<B> {
-    let (leaves, def) = t.flatten();
-    Pt::unflatten(&def, leaves).expect("a flattened tree rebuilds")
+/// A typed tensor as a [`Pt`] leaf.
+pub(crate) fn pt<const D: usize, K: TensorKind + Basic>(t: Tensor<D, K>) -> Pt {
+    Pt::Leaf(Leaf::new(t))
 }
 
-impl<B: Backend> Pt<B> {
-    pub(crate) fn leaf(&self) -> &Leaf<B> {
+impl Pt {
+    pub(crate) fn leaf(&self) -> &Leaf {
         match self {
             Pt::Leaf(l) => l,
             other => panic!("runner: expected a tensor, got {}", other.describe()),
@@ -104,32 +106,39 @@ impl<B: Backend> Pt<B> {
         }
     }
 
-    /// Logical rank of a tensor leaf.
+    /// Rank of a tensor leaf (under `vmap`, the logical rank: mapped axes removed).
     pub(crate) fn rank(&self) -> usize {
         self.leaf().shape().num_dims()
     }
 
+    /// Shape of a tensor leaf.
+    pub(crate) fn dims(&self) -> Vec<usize> {
+        self.leaf().shape().to_vec()
+    }
+
     pub(crate) fn is_float(&self) -> bool {
-        matches!(self.leaf(), Leaf::Float(_))
+        self.leaf().kind_name() == "float"
     }
 
-    /// The typed tree `T` (a tensor of the right kind and rank); panics with the library's
-    /// error otherwise.
-    pub(crate) fn get<T: Tree<B>>(self) -> T {
-        let (leaves, def) = self.flatten();
-        T::unflatten_named(&def, leaves, "program argument")
-            .unwrap_or_else(|e| panic!("runner: {e}"))
+    /// The typed tensor `Tensor<D, K>`; panics with the library's error otherwise.
+    pub(crate) fn get<const D: usize, K: TensorKind + Basic>(self) -> Tensor<D, K> {
+        match self {
+            Pt::Leaf(l) => l
+                .into_tensor::<D, K>()
+                .unwrap_or_else(|e| panic!("runner: {e}")),
+            other => panic!("runner: expected a tensor, got {}", other.describe()),
+        }
     }
 
-    pub(crate) fn f<const D: usize>(self) -> Tensor<B, D> {
-        self.get()
+    pub(crate) fn f<const D: usize>(self) -> Tensor<D> {
+        self.get::<D, Float>()
     }
 
-    pub(crate) fn i<const D: usize>(self) -> Tensor<B, D, Int> {
-        self.get()
+    pub(crate) fn i<const D: usize>(self) -> Tensor<D, Int> {
+        self.get::<D, Int>()
     }
 
-    pub(crate) fn field(&self, key: &str) -> Pt<B> {
+    pub(crate) fn field(&self, key: &str) -> Pt {
         match self {
             Pt::Dict(m) => m
                 .get(key)
@@ -143,7 +152,7 @@ impl<B: Backend> Pt<B> {
     }
 
     /// The positional arguments of a call (the argument tuple).
-    pub(crate) fn into_args(self) -> Vec<Pt<B>> {
+    pub(crate) fn into_args(self) -> Vec<Pt> {
         match self {
             Pt::Tuple(v) => v,
             other => panic!(
@@ -153,9 +162,9 @@ impl<B: Backend> Pt<B> {
         }
     }
 
-    /// Applies `f` to every leaf, keeping the structure.
     /// Leafwise `f(self_leaf, other_leaf)` over two trees of the same structure.
-    pub(crate) fn zip_with(self, other: &Pt<B>, f: impl Fn(Pt<B>, Pt<B>) -> Pt<B> + Copy) -> Pt<B> {
+    #[allow(dead_code)] // used by apis/micro.rs (grad_and_square's variance), not built yet
+    pub(crate) fn zip_with(self, other: &Pt, f: impl Fn(Pt, Pt) -> Pt + Copy) -> Pt {
         match (self, other) {
             (Pt::Dict(a), Pt::Dict(b)) => Pt::Dict(
                 a.into_iter()
@@ -175,7 +184,8 @@ impl<B: Backend> Pt<B> {
         }
     }
 
-    pub(crate) fn map_leaves<C: Backend>(self, f: &mut impl FnMut(Pt<B>) -> Pt<C>) -> Pt<C> {
+    /// Applies `f` to every leaf, keeping the structure.
+    pub(crate) fn map_leaves(self, f: &mut impl FnMut(Pt) -> Pt) -> Pt {
         match self {
             Pt::Leaf(_) => f(self),
             Pt::Dict(m) => Pt::Dict(m.into_iter().map(|(k, v)| (k, v.map_leaves(f))).collect()),
@@ -185,7 +195,7 @@ impl<B: Backend> Pt<B> {
 }
 
 /// `N` positional arguments.
-pub(crate) fn take<const N: usize, B: Backend>(args: Vec<Pt<B>>) -> [Pt<B>; N] {
+pub(crate) fn take<const N: usize>(args: Vec<Pt>) -> [Pt; N] {
     let n = args.len();
     args.try_into()
         .unwrap_or_else(|_| panic!("runner: the program takes {N} arguments, got {n}"))

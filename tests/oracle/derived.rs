@@ -5,8 +5,9 @@
 use burn::tensor::activation;
 use burn::tensor::{Bool, Int, Tensor};
 
-use crate::float_ops::with;
-use crate::harness::{Gen, OpCase, T, V, bo, case, fl, it, op};
+use crate::harness::{Gen, T, bo, fl, it, op};
+use crate::kinds::with;
+use crate::run::{OpCase, case};
 
 /// `Tensor::stack` of two rank-`r` tensors along `dim` (output rank `r + 1`).
 macro_rules! stack2 {
@@ -24,10 +25,9 @@ macro_rules! stack2 {
 
 /// `cat` of three tensors of one kind along a drawn dim (sizes differ along it).
 macro_rules! cat_case {
-    ($name:literal, $cov:literal, $acc:ident, $gen:expr) => {
+    ($name:literal, $acc:ident, $gen:expr) => {
         case(
             $name,
-            &[$cov],
             1..=3,
             |p| {
                 let d = p.dim(1);
@@ -52,7 +52,6 @@ macro_rules! stack_case {
     ($name:literal, $acc:ident, $gen:expr) => {
         case(
             $name,
-            &[],
             0..=3,
             |p| vec![op(&p.shape(), $gen), op(&p.shape(), $gen)],
             |p, a| {
@@ -66,15 +65,14 @@ macro_rules! stack_case {
 pub fn cases() -> Vec<OpCase> {
     vec![
         // --- overridden by Vmap (speed) ----------------------------------------------------
-        unary!("float_neg", [], Gen::F(-2.0, 2.0), f, |x| -x),
-        cat_case!("float_cat", "float_cat", f, Gen::F(-2.0, 2.0)),
-        cat_case!("int_cat", "int_cat", i, Gen::I(-4, 4)),
-        cat_case!("bool_cat", "bool_cat", b, Gen::B),
+        unary!("float_neg", Gen::F(-2.0, 2.0), f, |x| -x),
+        cat_case!("float_cat", f, Gen::F(-2.0, 2.0)),
+        cat_case!("int_cat", i, Gen::I(-4, 4)),
+        cat_case!("bool_cat", b, Gen::B),
         // `linear` (rules fold a batched input into rows) at input ranks 1-3, with and without
         // bias: Burn inserts and removes a leading size-1 dim around a rank-1 input.
         case(
             "linear",
-            &[],
             1..=3,
             |p| {
                 let k = 1 + p.pick(3, 4);
@@ -106,7 +104,6 @@ pub fn cases() -> Vec<OpCase> {
         // them in place), a reduction, an elementwise op, another reshape.
         case(
             "reshape_pending_consumers",
-            &[],
             3..=3,
             |p| {
                 let [m, k, n] = [p.d[0], p.d[1], p.d[2]];
@@ -131,45 +128,13 @@ pub fn cases() -> Vec<OpCase> {
         stack_case!("int_stack", i, Gen::I(-4, 4)),
         stack_case!("bool_stack", b, Gen::B),
         case(
-            "float_repeat_dim",
-            &[],
-            1..=3,
-            |p| vec![fl(&p.shape())],
-            |p, a| {
-                let d = p.dim(1);
-                vec![ranked!(a[0], f, |x| x.repeat_dim(d, 2))]
-            },
-        ),
-        case(
-            "int_repeat_dim",
-            &[],
-            1..=3,
-            |p| vec![it(&p.shape())],
-            |p, a| {
-                let d = p.dim(1);
-                vec![ranked!(a[0], i, |x| x.repeat_dim(d, 3))]
-            },
-        ),
-        case(
-            "bool_repeat_dim",
-            &[],
-            1..=3,
-            |p| vec![bo(&p.shape())],
-            |p, a| {
-                let d = p.dim(1);
-                vec![ranked!(a[0], b, |x| x.repeat_dim(d, 2))]
-            },
-        ),
-        case(
             "float_repeat",
-            &[],
             2..=2,
             |p| vec![fl(&p.shape())],
             |_p, a| vec![T::from(a[0].f::<2>().repeat(&[2, 3]))],
         ),
         case(
             "float_narrow_chunk",
-            &[],
             1..=3,
             |p| vec![fl(&p.shape())],
             |p, a| {
@@ -191,7 +156,6 @@ pub fn cases() -> Vec<OpCase> {
         ),
         case(
             "float_squeeze_unsqueeze_flatten",
-            &[],
             2..=2,
             |p| vec![fl(&[p.d[0], 1, p.d[1]])],
             |_p, a| {
@@ -207,7 +171,6 @@ pub fn cases() -> Vec<OpCase> {
         ),
         case(
             "float_movedim_roll",
-            &[],
             3..=3,
             |p| vec![fl(&p.shape())],
             |p, a| {
@@ -220,7 +183,6 @@ pub fn cases() -> Vec<OpCase> {
         ),
         case(
             "float_tril_triu",
-            &[],
             2..=3,
             |p| vec![fl(&p.shape())],
             |_p, a| {
@@ -232,47 +194,42 @@ pub fn cases() -> Vec<OpCase> {
         ),
         case(
             "float_expand_broadcast_binary",
-            &[],
             2..=2,
             |p| vec![fl(&[p.d[0], 1]), fl(&[1, p.d[1]])],
             |_p, a| vec![T::from(a[0].f::<2>() * a[1].f::<2>())],
         ),
         // --- elementwise defaults ------------------------------------------------------------
-        unary!("float_clamp", [], Gen::F(-2.0, 2.0), f, |x| x
-            .clamp(-0.5, 0.7)),
-        unary!("float_sign_square", [], Gen::FGrid, f, |x| x.clone().sign()
+        unary!("float_clamp", Gen::F(-2.0, 2.0), f, |x| x.clamp(-0.5, 0.7)),
+        unary!("float_sign_square", Gen::FGrid, f, |x| x.clone().sign()
             + x.square()),
-        unary!("float_powi_scalar", [], Gen::F(-2.0, 2.0), f, |x| x
+        unary!("float_powi_scalar", Gen::F(-2.0, 2.0), f, |x| x
             .powi_scalar(3)),
         binary!(
             "float_max_min_pair",
-            [],
             Gen::F(-2.0, 2.0),
             Gen::F(-2.0, 2.0),
             f,
             |x, y| x.clone().max_pair(y.clone()) - y.min_pair(x)
         ),
-        binary!("float_not_equal", [], Gen::FGrid, Gen::FGrid, f, |x, y| x
+        binary!("float_not_equal", Gen::FGrid, Gen::FGrid, f, |x, y| x
             .not_equal(y)),
-        unary!("float_is_nan_inf", [], Gen::F(-2.0, 2.0), f, |x| x
+        unary!("float_is_nan_inf", Gen::F(-2.0, 2.0), f, |x| x
             .clone()
             .log()
             .is_nan()
             .bool_or(x.recip().is_inf())),
-        unary!("int_clamp_sign", [], Gen::I(-4, 4), i, |x| x
+        unary!("int_clamp_sign", Gen::I(-4, 4), i, |x| x
             .clone()
             .clamp(-2, 2)
             + x.sign()),
-        binary!("int_powi", [], Gen::I(-3, 3), Gen::I(0, 3), i, |x, y| x
-            .powi(y)),
-        unary!("bool_xor_not_equal", [], Gen::B, b, |m| m
+        binary!("int_powi", Gen::I(-3, 3), Gen::I(0, 3), i, |x, y| x.powi(y)),
+        unary!("bool_xor_not_equal", Gen::B, b, |m| m
             .clone()
             .bool_xor(m.clone().bool_not())
             .bool_xor(m.not_equal_elem(true))),
         // --- activations (the inner backend's kernels, and Burn's defaults) -------------------
         unary!(
             "activation_relu_gelu_sigmoid",
-            [],
             Gen::F(-3.0, 3.0),
             f,
             |x| activation::relu(x.clone())
@@ -282,7 +239,6 @@ pub fn cases() -> Vec<OpCase> {
         ),
         unary!(
             "activation_log_sigmoid_leaky_hard",
-            [],
             Gen::F(-3.0, 3.0),
             f,
             |x| activation::log_sigmoid(x.clone())
@@ -291,7 +247,6 @@ pub fn cases() -> Vec<OpCase> {
         ),
         case(
             "activation_softmax",
-            &[],
             1..=3,
             |p| vec![fl(&p.shape())],
             |p, a| {
@@ -301,13 +256,10 @@ pub fn cases() -> Vec<OpCase> {
             },
         ),
         // --- reductions ----------------------------------------------------------------------
-        unary!("float_mean_prod", [], Gen::F(0.5, 1.5), f, |x| x
-            .clone()
-            .mean()
+        unary!("float_mean_prod", Gen::F(0.5, 1.5), f, |x| x.clone().mean()
             + x.prod()),
         case(
             "float_max_min_dim",
-            &[],
             1..=3,
             |p| vec![op(&p.shape(), Gen::FDistinct)],
             |p, a| {
@@ -337,7 +289,6 @@ pub fn cases() -> Vec<OpCase> {
         ),
         case(
             "float_var_sum_dims",
-            &[],
             2..=3,
             |p| vec![fl(&p.shape())],
             |p, a| {
@@ -349,7 +300,6 @@ pub fn cases() -> Vec<OpCase> {
         ),
         case(
             "int_max_min_dim",
-            &[],
             1..=3,
             |p| vec![op(&p.shape(), Gen::IDistinct)],
             |p, a| {
@@ -360,38 +310,9 @@ pub fn cases() -> Vec<OpCase> {
                 ]
             },
         ),
-        case(
-            "bool_any_all",
-            &[],
-            1..=3,
-            |p| vec![bo(&p.shape())],
-            |p, a| {
-                let d = p.dim(1);
-                vec![
-                    ranked!(a[0], b, |m| m.clone().any()),
-                    ranked!(a[0], b, |m| m.clone().all()),
-                    ranked!(a[0], b, |m| m.clone().any_dim(d)),
-                    ranked!(a[0], b, |m| m.all_dim(d)),
-                ]
-            },
-        ),
-        case(
-            "float_any_all",
-            &[],
-            1..=3,
-            |p| vec![op(&p.shape(), Gen::FGrid)],
-            |p, a| {
-                let d = p.dim(1);
-                vec![
-                    ranked!(a[0], f, |x| x.clone().any()),
-                    ranked!(a[0], f, |x| x.all_dim(d)),
-                ]
-            },
-        ),
         // --- sorting (Burn's default reads the data back to the host) -----------------------
         case(
             "float_sort",
-            &[],
             1..=3,
             |p| vec![op(&p.shape(), Gen::FDistinct)],
             |p, a| {
@@ -401,7 +322,6 @@ pub fn cases() -> Vec<OpCase> {
         ),
         case(
             "float_sort_with_indices",
-            &[],
             1..=3,
             |p| vec![op(&p.shape(), Gen::FDistinct)],
             |p, a| {
@@ -424,7 +344,6 @@ pub fn cases() -> Vec<OpCase> {
         ),
         case(
             "float_argsort",
-            &[],
             1..=3,
             |p| vec![op(&p.shape(), Gen::FDistinct)],
             |p, a| {
@@ -434,7 +353,6 @@ pub fn cases() -> Vec<OpCase> {
         ),
         case(
             "float_topk",
-            &[],
             1..=3,
             |p| {
                 let d = p.dim(1);
@@ -448,7 +366,6 @@ pub fn cases() -> Vec<OpCase> {
         ),
         case(
             "int_sort",
-            &[],
             1..=3,
             |p| vec![op(&p.shape(), Gen::IDistinct)],
             |p, a| {
@@ -476,7 +393,6 @@ pub fn cases() -> Vec<OpCase> {
         ),
         case(
             "int_topk",
-            &[],
             1..=3,
             |p| {
                 let d = p.dim(1);
@@ -491,19 +407,17 @@ pub fn cases() -> Vec<OpCase> {
         // --- indexing defaults ---------------------------------------------------------------
         case(
             "int_arange_inside",
-            &[],
             1..=1,
             |p| vec![it(&p.shape())],
             |p, a| {
                 vec![T::from(
                     a[0].i::<1>()
-                        + Tensor::<V, 1, Int>::arange(0..p.d[0] as i64, &Default::default()),
+                        + Tensor::<1, Int>::arange(0..p.d[0] as i64, &a[0].i::<1>().device()),
                 )]
             },
         ),
         case(
             "float_mask_where_broadcast_value",
-            &[],
             2..=2,
             |p| vec![fl(&p.shape()), bo(&p.shape()), fl(&p.shape())],
             |p, a| {
@@ -515,7 +429,6 @@ pub fn cases() -> Vec<OpCase> {
         ),
         case(
             "bool_mask_from_comparison",
-            &[],
             1..=3,
             |p| vec![fl(&p.shape()), fl(&p.shape())],
             |_p, a| {
@@ -526,7 +439,6 @@ pub fn cases() -> Vec<OpCase> {
         ),
         case(
             "float_select_then_matmul",
-            &[],
             2..=2,
             |p| {
                 vec![
@@ -543,7 +455,6 @@ pub fn cases() -> Vec<OpCase> {
         ),
         case(
             "bool_select_int_roundtrip",
-            &[],
             1..=2,
             |p| vec![bo(&p.shape())],
             |_p, a| vec![ranked!(a[0], b, |m| m.int().float().bool().int().bool())],
@@ -552,66 +463,26 @@ pub fn cases() -> Vec<OpCase> {
     .into_iter()
     .chain(std::iter::once(case(
         "float_empty_and_matmul_unbatched_rhs",
-        &[],
         2..=2,
         |p| vec![fl(&[p.d[0], p.d[1]])],
         |p, a| {
-            let w = Tensor::<V, 2>::ones([p.d[1], 3], &Default::default());
+            let w = Tensor::<2>::ones([p.d[1], 3], &a[0].f::<2>().device());
             vec![T::from(a[0].f::<2>().matmul(w))]
         },
     )))
     .chain(std::iter::once(case(
         "bool_mask_where_unbatched_mask",
-        &[],
         1..=2,
         |p| vec![fl(&p.shape())],
         |_p, a| {
             vec![ranked!(a[0], f, |x| {
                 let m = crate::harness::same(
                     &x.clone().lower_elem(0.0),
-                    Tensor::<V, _, Bool>::zeros(x.dims(), &x.device()),
+                    Tensor::<_, Bool>::zeros(x.dims(), &x.device()),
                 );
                 x.clone().mask_where(m, x.neg())
             })]
         },
     )))
     .collect()
-}
-
-/// Known gap: `Tensor::one_hot` validates its input by reading the values back to the host
-/// (`TensorCheck::one_hot_tensor`), which is impossible for a batched tensor inside `vmap`.
-/// If this starts passing, move `one_hot` into `cases()`.
-#[test]
-fn known_gap_one_hot_reads_data_inside_vmap() {
-    let device = Default::default();
-    let xs = Tensor::<V, 2, Int>::from_ints([[0, 1], [2, 3]], &device);
-    let r = crate::harness::quietly(|| {
-        let _: Tensor<V, 3> = burn_vmap::vmap(|x: Tensor<V, 1, Int>| x.one_hot::<2>(4).float())
-            .call(xs)
-            .unwrap();
-    });
-    let msg = r.expect_err("one_hot under vmap now works: move it into derived::cases()");
-    assert!(msg.contains("cannot read back"), "{msg}");
-}
-
-/// `gather_nd` through `Vmap` with nothing batched equals the inner backend's (the batched
-/// mixes are in `tests/module_ops.rs`). Burn's default is `unimplemented!`, so `Vmap<B>` forwards
-/// it (and `scatter_nd`, and the int versions) with a batching rule.
-#[test]
-#[cfg(all(feature = "ndarray", not(feature = "wgpu"), not(feature = "cuda")))]
-fn should_forward_gather_nd_when_unbatched() {
-    let device = Default::default();
-    let data = Tensor::<burn_vmap::testing::TestBackend, 2>::from_floats(
-        [[1.0, 2.0], [3.0, 4.0]],
-        &device,
-    );
-    let idx = Tensor::<burn_vmap::testing::TestBackend, 2, Int>::from_ints([[1], [0]], &device);
-    let inner: Tensor<burn_vmap::testing::TestBackend, 2> = data.gather_nd::<2, 2>(idx);
-    let data = Tensor::<V, 2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
-    let idx = Tensor::<V, 2, Int>::from_ints([[1], [0]], &device);
-    let through: Tensor<V, 2> = data.gather_nd::<2, 2>(idx);
-    assert_eq!(
-        through.into_data().to_vec::<f32>().unwrap(),
-        inner.into_data().to_vec::<f32>().unwrap()
-    );
 }

@@ -1,9 +1,21 @@
-//! Edge cases of the oracle: batch size 0, reading data inside `vmap`, explicit nestings.
+//! Edge cases of the law: batch size 0, the recording's trace semantics (value reads),
+//! nestings written out, typed errors, dtypes of results, reductions of batched layouts, empty
+//! dims and short unfold windows, each against the loop.
 
-use burn::tensor::{Int, Tensor, TensorData};
-use burn_vmap::{Vmap, VmapError, vmap};
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use burn_vmap::{VmapError, vmap};
 
-use crate::harness::{Host, LevelCfg, Operand, Rng, T, TOL, V, check_levels, fl, it, quietly};
+use crate::harness::{Gen, Operand, Rng, T, fl, it, op, quietly};
+use crate::host::{Host, TOL};
+use crate::run::{LevelCfg, check_levels};
+
+fn dev() -> Device {
+    Device::default()
+}
+
+fn floats<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
+}
 
 /// Batch size 0: the output has a 0-sized batch axis and the per-example shape.
 fn check_empty_batch(
@@ -39,81 +51,69 @@ type ZeroCase = (
 
 #[test]
 fn batch_size_zero() {
-    let mut failures = Vec::new();
     let cases: Vec<ZeroCase> = vec![
         (
             "exp",
             vec![fl(&[3])],
             vec![Some(0)],
-            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<1>().exp())]),
+            Box::new(|a| vec![T::from(a[0].f::<1>().exp())]),
         ),
         (
             "exp_axis1",
             vec![fl(&[2, 3])],
             vec![Some(1)],
-            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().exp())]),
+            Box::new(|a| vec![T::from(a[0].f::<2>().exp())]),
         ),
         (
             "add_batched_unbatched",
             vec![fl(&[3]), fl(&[3])],
             vec![Some(0), None],
-            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<1>() + a[1].f::<1>())]),
+            Box::new(|a| vec![T::from(a[0].f::<1>() + a[1].f::<1>())]),
         ),
         (
             "add_both_batched",
             vec![fl(&[3]), fl(&[3])],
             vec![Some(0), Some(-1)],
-            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<1>() + a[1].f::<1>())]),
+            Box::new(|a| vec![T::from(a[0].f::<1>() + a[1].f::<1>())]),
         ),
         (
             "int_mul",
             vec![it(&[2, 2]), it(&[2, 2])],
             vec![Some(0), None],
-            Box::new(|a: Vec<T>| vec![T::from(a[0].i::<2>() * a[1].i::<2>())]),
+            Box::new(|a| vec![T::from(a[0].i::<2>() * a[1].i::<2>())]),
         ),
         (
             "sum_dim",
             vec![fl(&[2, 3])],
             vec![Some(0)],
-            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().sum_dim(1))]),
+            Box::new(|a| vec![T::from(a[0].f::<2>().sum_dim(1))]),
         ),
         (
             "sum",
             vec![fl(&[2, 3])],
             vec![Some(0)],
-            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().sum())]),
+            Box::new(|a| vec![T::from(a[0].f::<2>().sum())]),
         ),
         (
             "matmul_batched_lhs",
             vec![fl(&[2, 3]), fl(&[3, 4])],
             vec![Some(0), None],
-            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().matmul(a[1].f::<2>()))]),
-        ),
-        (
-            "matmul_outer_product",
-            vec![fl(&[3, 1]), fl(&[1, 2])],
-            vec![Some(0), None],
-            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().matmul(a[1].f::<2>()))]),
+            Box::new(|a| vec![T::from(a[0].f::<2>().matmul(a[1].f::<2>()))]),
         ),
         (
             "gather_batched_indices",
-            vec![
-                fl(&[2, 3]),
-                Operand {
-                    shape: vec![2, 2],
-                    r#gen: crate::harness::Gen::I(0, 2),
-                },
-            ],
+            vec![fl(&[2, 3]), op(&[2, 2], Gen::I(0, 2))],
             vec![None, Some(0)],
-            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<2>().gather(1, a[1].i::<2>()))]),
+            Box::new(|a| vec![T::from(a[0].f::<2>().gather(1, a[1].i::<2>()))]),
         ),
         (
             "comparison",
             vec![fl(&[3])],
             vec![Some(0)],
-            Box::new(|a: Vec<T>| vec![T::from(a[0].f::<1>().greater_elem(0.0))]),
+            Box::new(|a| vec![T::from(a[0].f::<1>().greater_elem(0.0))]),
         ),
     ];
+    let mut failures = Vec::new();
     for (name, operands, in_axes, f) in cases {
         match quietly(|| check_empty_batch(name, &operands, in_axes.clone(), &*f)) {
             Ok(Ok(())) => {}
@@ -128,69 +128,112 @@ fn batch_size_zero() {
     );
 }
 
+/// Module ops fold the vmap batch into their `N` (`[b.., N, ..] -> [b*N, ..]`) and unfold it
+/// by division (`rules::module::unfold_n`): with no example, `N` is lost and comes back 0.
 #[test]
-fn reading_a_batched_tensor_inside_vmap_panics_with_a_clear_message() {
-    let device = Default::default();
-    let xs = Tensor::<V, 2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
-    let msg = quietly(|| {
-        let _: Tensor<V, 2> = vmap(|v: Tensor<V, 1>| {
-            let _ = v.clone().into_data();
-            v
-        })
-        .call(xs)
-        .unwrap();
-    })
-    .expect_err("reading a batched tensor inside vmap must panic");
-    assert!(msg.contains("cannot read back a tensor batched"), "{msg}");
-
-    // Int and bool too.
-    let is = Tensor::<V, 2, Int>::from_ints([[1, 2], [3, 4]], &device);
-    let msg = quietly(|| {
-        let _: Tensor<V, 2, Int> = vmap(|v: Tensor<V, 1, Int>| {
-            let _ = v.clone().greater_elem(2).into_data();
-            v
-        })
-        .call(is)
-        .unwrap();
-    })
-    .expect_err("reading a batched bool tensor inside vmap must panic");
-    assert!(msg.contains("bool_into_data"), "{msg}");
+#[ignore = "library bug: a module op (conv, pool, attention) at batch size 0 returns N = 0 \
+            (rules::module::unfold_n divides the folded dim by the number of examples)"]
+fn module_ops_at_batch_size_zero() {
+    let f = |a: Vec<T>| {
+        let o = burn::tensor::ops::ConvOptions::new([1, 1], [0, 0], [1, 1], 1);
+        vec![T::from(burn::tensor::module::conv2d(
+            a[0].f::<4>(),
+            a[1].f::<4>(),
+            None,
+            o,
+        ))]
+    };
+    let operands = [fl(&[1, 2, 4, 4]), fl(&[3, 2, 2, 2])];
+    check_empty_batch("conv2d", &operands, vec![Some(0), None], &f).unwrap();
 }
 
+/// A recorded function cannot read values: reading a tensor it computed, of any kind, is
+/// `VmapError::ValueRead`; so is `one_hot`, which validates its input on the host.
 #[test]
-fn reading_an_unbatched_tensor_inside_vmap_works() {
-    let device = Default::default();
-    let xs = Tensor::<V, 2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
-    let w = Tensor::<V, 1>::from_floats([10.0, 20.0], &device);
-    let out: Tensor<V, 2> = vmap(|v: Tensor<V, 1>| {
-        let data = (w.clone() * 2.0).into_data(); // unbatched: readable
-        v + Tensor::<V, 1>::from_data(data, &Default::default())
+fn reading_values_inside_the_recording_is_a_typed_error() {
+    let xs = Tensor::<2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &dev());
+    let is = Tensor::<2, Int>::from_ints([[1, 2], [3, 0]], &dev());
+    let errors: Vec<(&str, VmapError)> = vec![
+        (
+            "float",
+            vmap(|x: Tensor<1>| {
+                let _ = x.clone().exp().into_data();
+                x
+            })
+            .call(xs.clone())
+            .unwrap_err(),
+        ),
+        (
+            "int",
+            vmap(|i: Tensor<1, Int>| {
+                let _ = (i.clone() + 1).into_data();
+                i
+            })
+            .call(is.clone())
+            .unwrap_err(),
+        ),
+        (
+            "bool",
+            vmap(|x: Tensor<1>| {
+                let _ = x.clone().greater_elem(1.5).into_data();
+                x
+            })
+            .call(xs)
+            .unwrap_err(),
+        ),
+        (
+            "one_hot",
+            vmap(|i: Tensor<1, Int>| i.one_hot::<2>(4).float())
+                .call(is)
+                .unwrap_err(),
+        ),
+    ];
+    for (what, err) in errors {
+        assert!(matches!(err, VmapError::ValueRead { .. }), "{what}: {err}");
+    }
+}
+
+/// Reading an argument itself (not a tensor computed from it) is `ValueRead` too: the function
+/// gets views of the recorded inputs, which hold no value (were it the placeholders' data, the
+/// read would silently see zeros, and `argwhere` of a mapped mask would return nothing).
+#[test]
+fn reading_an_argument_inside_the_recording_is_a_typed_error() {
+    let xs = Tensor::<2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &dev());
+    let err = vmap(|x: Tensor<1>| {
+        let seen: Vec<f32> = x.clone().into_data().try_to_vec().unwrap();
+        x * seen[0]
     })
     .call(xs)
-    .unwrap();
-    out.into_data()
-        .assert_eq(&TensorData::from([[21.0f32, 42.0], [23.0, 44.0]]), false);
+    .unwrap_err();
+    assert!(matches!(err, VmapError::ValueRead { .. }), "{err}");
+    // `argwhere` reads its argument to size its result: it sees the zeros and returns no row
+    // for every example, where the loop finds [[0], [2]] and [[1], [2]].
+    let ms = Tensor::<2, Bool>::from_data(
+        TensorData::from([[true, false, true], [false, true, true]]),
+        &dev(),
+    );
+    let err = vmap(|m: Tensor<1, Bool>| m.argwhere())
+        .call_as::<_, _, _, Tensor<3, Int>>(ms)
+        .unwrap_err();
+    assert!(matches!(err, VmapError::ValueRead { .. }), "{err}");
 }
 
-/// The nestings of the brief, spelled out: outer maps `a`, inner maps `b` (different levels);
-/// and both levels on the same operand.
+/// The nestings written out: outer maps `a`, inner maps `b` (different levels); and both
+/// levels on the same operand, the inner on axis -1, transposed by `out_axes`.
 #[test]
 fn explicit_nested_levels() {
-    let device = Default::default();
-    let a = Tensor::<V, 2>::from_floats([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], &device); // [2, 3]
-    let b = Tensor::<V, 2>::from_floats(
+    let a = Tensor::<2>::from_floats([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], &dev());
+    let b = Tensor::<2>::from_floats(
         [
             [1.0, 0.0, -1.0],
             [0.5, 0.5, 0.5],
             [2.0, 2.0, 2.0],
             [0.0, 1.0, 0.0],
         ],
-        &device,
-    ); // [4, 3]
-
-    // out[i, j, 0] = sum(a[i] * b[j])
-    let out: Tensor<V, 3> = vmap(|(a, b): (Tensor<V, 1>, Tensor<V, 2>)| -> Tensor<V, 2> {
-        vmap(|(a, b): (Tensor<V, 1>, Tensor<V, 1>)| (a * b).sum())
+        &dev(),
+    );
+    let out: Tensor<3> = vmap(|(a, b): (Tensor<1>, Tensor<2>)| -> Tensor<2> {
+        vmap(|(a, b): (Tensor<1>, Tensor<1>)| (a * b).sum())
             .in_axes([None, Some(0)])
             .call((a, b))
             .unwrap()
@@ -198,13 +241,12 @@ fn explicit_nested_levels() {
     .in_axes([Some(0), None])
     .call((a.clone(), b.clone()))
     .unwrap();
-    let expected = a.clone().matmul(b.clone().transpose()).reshape([2, 4, 1]);
-    out.into_data()
-        .assert_approx_eq::<f32>(&expected.into_data(), burn::tensor::Tolerance::default());
+    let expected = a.clone().matmul(b.transpose()).reshape([2, 4, 1]);
+    let close = |x: Vec<f32>, y: Vec<f32>| x.iter().zip(&y).all(|(p, q)| (p - q).abs() < 1e-5);
+    assert!(close(floats(out), floats(expected)));
 
-    // Both levels on the same operand, the inner on axis -1: out[i, j] = exp(a[i, j]), transposed by out_axes.
-    let out: Tensor<V, 2> = vmap(|row: Tensor<V, 1>| -> Tensor<V, 1> {
-        vmap(|x: Tensor<V, 0>| x.exp())
+    let out: Tensor<2> = vmap(|row: Tensor<1>| -> Tensor<1> {
+        vmap(|x: Tensor<0>| x.exp())
             .in_axes(-1isize)
             .call(row)
             .unwrap()
@@ -212,272 +254,140 @@ fn explicit_nested_levels() {
     .out_axes(1isize)
     .call(a.clone())
     .unwrap();
-    out.into_data().assert_approx_eq::<f32>(
-        &a.exp().transpose().into_data(),
-        burn::tensor::Tolerance::default(),
-    );
+    assert!(close(floats(out), floats(a.exp().transpose())));
 }
 
 #[test]
-fn vmap_errors_name_the_argument() {
-    let device = Default::default();
-    let a = Tensor::<V, 2>::zeros([2, 3], &device);
-    let b = Tensor::<V, 2>::zeros([3, 3], &device);
-    let f = |(a, b): (Tensor<V, 1>, Tensor<V, 1>)| a + b;
-    let err = vmap(f)
-        .call_as::<_, _, _, _, _, Tensor<V, 2>>((a.clone(), b))
-        .unwrap_err();
-    assert!(
-        matches!(err, VmapError::InconsistentBatchSizes { .. }),
-        "{err}"
-    );
-    let err = vmap(|a: Tensor<V, 1>| a)
-        .in_axes(2isize)
-        .call_as::<_, _, _, _, _, Tensor<V, 2>>(a.clone())
-        .unwrap_err();
-    assert!(matches!(err, VmapError::AxisOutOfRange { .. }), "{err}");
-    let err = vmap(|a: Tensor<V, 2>| a)
+fn errors_name_the_mistake() {
+    let a = Tensor::<2>::zeros([2, 3], &dev());
+    let err = vmap(|a: Tensor<2>| a)
         .in_axes(Option::<isize>::None)
-        .call_as::<_, _, _, _, _, Tensor<V, 2>>(a)
+        .call_as::<_, _, _, Tensor<2>>(a.clone())
         .unwrap_err();
     assert!(matches!(err, VmapError::NothingMapped), "{err}");
-    let _ = Vmap::<burn_vmap::testing::TestBackend>::default();
+    let err = vmap(|a: Tensor<1>| a)
+        .out_axes(3)
+        .call(a.clone())
+        .unwrap_err();
+    assert!(matches!(err, VmapError::AxisOutOfRange { .. }), "{err}");
+    // The function's argument type does not fit the mapped arguments.
+    let err = vmap(|a: Tensor<2>| a)
+        .call_as::<_, _, _, Tensor<3>>(a)
+        .unwrap_err();
+    assert!(matches!(err, VmapError::LeafMismatch { .. }), "{err}");
 }
 
-/// The oracle's loop runs on `Vmap<TestBackend>` with unbatched tensors (the pass-through path).
-/// Check that path against `TestBackend` itself, so a forwarding bug cannot hide in both sides.
-fn pass_through_sample<B: burn::tensor::backend::Backend>(device: &B::Device) -> Vec<TensorData> {
-    use burn::tensor::{Bool, ElementConversion, IndexingUpdateOp};
-    let x = Tensor::<B, 2>::from_floats([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]], device);
-    let y = Tensor::<B, 2>::from_floats([[1.0, 2.0, -3.0], [0.5, -0.5, 4.0]], device);
-    let i = Tensor::<B, 2, Int>::from_ints([[2, 0, 1], [1, 1, 0]], device);
-    let s = Tensor::<B, 1, Int>::from_ints([1, 0, 1], device);
-    let m = Tensor::<B, 2, Bool>::from_bool(
-        TensorData::from([[true, false, true], [false, false, true]]),
-        device,
-    );
-    let xi = Tensor::<B, 2, Int>::from_ints([[5, -3, 7], [2, 0, -8]], device);
-    vec![
-        (x.clone() + y.clone() * 2.0 - y.clone() / 3.0).into_data(),
-        x.clone()
-            .remainder(y.clone())
-            .powf(y.clone().abs())
-            .into_data(),
-        x.clone().matmul(y.clone().transpose()).into_data(),
-        x.clone().gather(1, i.clone()).into_data(),
-        x.clone().select(1, s.clone()).into_data(),
-        x.clone()
-            .scatter(1, i.clone(), y.clone(), IndexingUpdateOp::Add)
-            .into_data(),
-        x.clone()
-            .select_assign(1, s.clone(), y.clone(), IndexingUpdateOp::Add)
-            .into_data(),
-        x.clone()
-            .slice_assign([0..1, 1..3], y.clone().slice([1..2, 0..2]))
-            .into_data(),
-        x.clone()
-            .mask_where(m.clone(), y.clone())
-            .mask_fill(m.clone().bool_not(), 9.0)
-            .into_data(),
-        x.clone().cumsum(1).cummax(0).exp().log().sqrt().into_data(),
-        x.clone().argmax(1).into_data(),
-        x.clone().greater(y.clone()).bool_and(m.clone()).into_data(),
-        x.clone()
-            .swap_dims(0, 1)
-            .flip([0])
-            .reshape([3, 2])
-            .sum_dim(1)
-            .into_data(),
-        x.clone().unfold::<3, usize>(1, 2, 1).into_data(),
-        x.clone().expand([4, 2, 3]).into_data(),
-        xi.clone()
-            .bitwise_xor(i.clone())
-            .bitwise_left_shift_scalar(1i32.elem())
-            .into_data(),
-        (xi.clone() / 3 + xi.clone().remainder_scalar(3))
-            .prod_dim(1)
-            .into_data(),
-        xi.clone().matmul(i.clone().transpose()).into_data(),
-        m.clone().int().float().into_data(),
-        x.clone().int().into_data(),
-        x.sort(1).into_data(),
-    ]
-}
-
+/// Results have the dtypes the loop gives on the user's device: tensors the recorded
+/// function creates (an `arange`, a mask, an `argmax`) take the device's default dtypes and
+/// combine with the arguments.
 #[test]
-fn pass_through_matches_inner_backend() {
-    let device = Default::default();
-    let via_vmap = pass_through_sample::<V>(&device);
-    let direct = pass_through_sample::<burn_vmap::testing::TestBackend>(&device);
-    for (k, (a, b)) in via_vmap.iter().zip(&direct).enumerate() {
-        assert_eq!(a.shape, b.shape, "sample {k}: shape");
-        assert_eq!(a.dtype, b.dtype, "sample {k}: dtype");
-        assert_eq!(
-            a.as_bytes(),
-            b.as_bytes(),
-            "sample {k}: values differ between Vmap<B> (unbatched) and B"
-        );
-    }
+fn created_tensors_take_the_users_device_dtypes() {
+    let xs = Tensor::<2>::from_floats([[1.0, 3.0, 2.0], [0.0, -1.0, 5.0]], &dev());
+    let is = Tensor::<2, Int>::from_ints([[1, 2, 3], [4, 5, 6]], &dev());
+    let ms = Tensor::<2, Bool>::from_data(TensorData::from([[true, false, true]; 2]), &dev());
+    let f = |(x, i, m): (Tensor<1>, Tensor<1, Int>, Tensor<1, Bool>)| {
+        let r = Tensor::<1, Int>::arange(0..3, &i.device());
+        let mask = x.clone().greater_elem(0.5).bool_and(m);
+        (x.argmax(0) + i.clone().narrow(0, 0, 1), r + i, mask)
+    };
+    let (a, r, mask): (Tensor<2, Int>, Tensor<2, Int>, Tensor<2, Bool>) =
+        vmap(f).call((xs.clone(), is.clone(), ms.clone())).unwrap();
+    let (la, lr, lm) = f((
+        xs.narrow(0, 1, 1).reshape([3]),
+        is.narrow(0, 1, 1).reshape([3]),
+        ms.narrow(0, 1, 1).reshape([3]),
+    ));
+    assert_eq!(a.dtype(), la.dtype());
+    assert_eq!(r.dtype(), lr.dtype());
+    assert_eq!(mask.dtype(), lm.dtype());
+    let ints = |t: Tensor<2, Int>| t.into_data().convert::<i64>().try_to_vec::<i64>().unwrap();
+    assert_eq!(ints(a), vec![2, 6]);
+    assert_eq!(ints(r), vec![1, 3, 5, 4, 6, 8]);
 }
 
-/// Burn 0.21's cubecl backends (wgpu, CUDA) compute wrong strides when a non-contiguous tensor
-/// ending in size-1 dims is reshaped to a higher rank (`burn_std::split_strides`); batching
-/// rules make such tensors constantly. `Vmap` routes every inner reshape around it.
-#[test]
-fn reshapes_of_permuted_tensors_ending_in_unit_dims() {
-    let device = Default::default();
-    let x = || Tensor::<V, 1>::from_floats([1., 2., 3., 4., 5., 6.], &device).reshape([1, 1, 2, 3]);
-    let expected = vec![1., 4., 2., 5., 3., 6.];
-    // Inserting a unit dim, and a reshape that also splits a dim.
-    let inserted: Tensor<V, 5> = x().permute([3, 2, 0, 1]).reshape([3, 2, 1, 1, 1]);
-    assert_eq!(inserted.into_data().to_vec::<f32>().unwrap(), expected);
-    let split: Tensor<V, 5> = x().permute([3, 2, 0, 1]).reshape([3, 1, 2, 1, 1]);
-    assert_eq!(split.into_data().to_vec::<f32>().unwrap(), expected);
-    let merged: Tensor<V, 3> = x().permute([3, 2, 0, 1]).reshape([6, 1, 1]);
-    assert_eq!(merged.into_data().to_vec::<f32>().unwrap(), expected);
-    // The same moves under vmap: the batch dim moved to the front, then a level aligned.
-    let xs = Tensor::<V, 1>::from_floats([1., 2., 3., 4., 5., 6.], &device).reshape([2, 3, 1]);
-    let ys: Tensor<V, 4> = vmap(|x: Tensor<V, 2>| x.reshape([1, 3, 1]))
-        .in_axes(1)
-        .call(xs.clone().swap_dims(0, 1))
-        .unwrap();
-    assert_eq!(
-        ys.into_data().to_vec::<f32>().unwrap(),
-        xs.into_data().to_vec::<f32>().unwrap()
-    );
-}
-
-/// Burn 0.21's cubecl reductions misread some permuted layouts (summing over a unit dim of a
-/// tensor with two dims swapped, for one); batched tensors are such views whenever a batch
-/// axis is not the leading one. Every reduced dim of every mapped axis against the loop.
+/// Every reduced dim of every mapped axis, of a batched view with two dims swapped, against
+/// the loop.
 #[test]
 fn reductions_of_batched_permuted_layouts_match_the_loop() {
-    let device = Default::default();
     let values: Vec<f32> = (0..72).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
-    let xs = Tensor::<V, 1>::from_floats(values.as_slice(), &device).reshape([4, 6, 3]);
+    let xs = Tensor::<1>::from_floats(values.as_slice(), &dev()).reshape([4, 6, 3]);
     for axis in 0..3usize {
         for dim in 0..3usize {
-            let f = |x: Tensor<V, 2>| {
+            let f = |x: Tensor<2>| {
                 let y = x.swap_dims(0, 1).unsqueeze_dim::<3>(0);
                 (y.clone().sum_dim(dim), y.max_dim(dim))
             };
-            let (sums, maxes): (Tensor<V, 4>, Tensor<V, 4>) =
+            let (sums, maxes): (Tensor<4>, Tensor<4>) =
                 vmap(f).in_axes(axis as i32).call(xs.clone()).unwrap();
-            let size = xs.dims()[axis];
-            let (mut loop_sums, mut loop_maxes) = (Vec::new(), Vec::new());
-            for i in 0..size {
-                let x: Tensor<V, 2> = xs.clone().narrow(axis, i, 1).squeeze_dim(axis);
-                let (s, m) = f(x);
-                loop_sums.push(s);
-                loop_maxes.push(m);
+            let (mut ls, mut lm) = (Vec::new(), Vec::new());
+            for i in 0..xs.dims()[axis] {
+                let (s, m) = f(xs.clone().narrow(axis, i, 1).squeeze_dim(axis));
+                ls.push(s);
+                lm.push(m);
             }
-            let what = format!("mapped axis {axis}, reduced dim {dim}");
-            let values = |t: Tensor<V, 4>| t.into_data().to_vec::<f32>().unwrap();
-            for (name, got, parts) in [("sum", sums, loop_sums), ("max", maxes, loop_maxes)] {
-                assert_eq!(
-                    values(got),
-                    values(Tensor::stack(parts, 0)),
-                    "{name}: {what}"
-                );
-            }
+            assert_eq!(
+                floats(sums),
+                floats(Tensor::stack::<4>(ls, 0)),
+                "sum: axis {axis}, dim {dim}"
+            );
+            assert_eq!(
+                floats(maxes),
+                floats(Tensor::stack::<4>(lm, 0)),
+                "max: axis {axis}, dim {dim}"
+            );
         }
     }
 }
 
-/// Sums, products and means over an empty dim have a value (0, 1, NaN), on every backend: NdArray
-/// computes them, Burn 0.21's cubecl backends refuse a zero-length axis, `Vmap` answers itself.
+/// Sums, products and means over an empty dim have their identity (0, 1, NaN) under vmap too.
 #[test]
 fn reductions_over_empty_dims_have_their_identity() {
-    let device = Default::default();
-    let x = Tensor::<V, 2>::zeros([0, 3], &device);
-    assert_eq!(
-        x.clone().sum_dim(0).into_data().to_vec::<f32>().unwrap(),
-        vec![0.0; 3]
-    );
-    assert_eq!(
-        x.clone().sum().into_data().to_vec::<f32>().unwrap(),
-        vec![0.0]
-    );
-    let mean = x.clone().mean_dim(0).into_data().to_vec::<f32>().unwrap();
-    assert!(
-        mean.len() == 3 && mean.iter().all(|m| m.is_nan()),
-        "{mean:?}"
-    );
-    let n = Tensor::<V, 2, Int>::zeros([3, 0], &device);
-    let prod = n.clone().prod_dim(1).into_data().convert::<i64>();
-    assert_eq!(prod.to_vec::<i64>().unwrap(), vec![1; 3]);
-    let sum = n.sum_dim(1).into_data().convert::<i64>();
-    assert_eq!(sum.to_vec::<i64>().unwrap(), vec![0; 3]);
-    // Batched: every example's dim is empty.
-    let xs = Tensor::<V, 3>::zeros([2, 0, 3], &device);
-    let sums: Tensor<V, 3> = vmap(|x: Tensor<V, 2>| x.sum_dim(0))
-        .call(xs.clone())
-        .unwrap();
+    let xs = Tensor::<3>::zeros([2, 0, 3], &dev());
+    let (sums, totals, means): (Tensor<3>, Tensor<2>, Tensor<3>) =
+        vmap(|x: Tensor<2>| (x.clone().sum_dim(0), x.clone().sum(), x.mean_dim(0)))
+            .call(xs)
+            .unwrap();
     assert_eq!(sums.dims(), [2, 1, 3]);
-    assert_eq!(sums.into_data().to_vec::<f32>().unwrap(), vec![0.0; 6]);
-    let totals: Tensor<V, 2> = vmap(|x: Tensor<V, 2>| x.sum()).call(xs).unwrap();
-    assert_eq!(totals.into_data().to_vec::<f32>().unwrap(), vec![0.0; 2]);
-}
-
-/// `max_pair` masks its smaller operand: Burn 0.21's cubecl `mask_where` ran one unit per
-/// element of that operand and left the rest of the broadcast output unwritten.
-#[test]
-fn mask_where_writes_the_whole_broadcast_output() {
-    let device = Default::default();
-    let x = Tensor::<V, 2>::from_floats([[0.5]], &device);
-    let y = Tensor::<V, 2>::from_floats([[1.0, -1.0, 0.25]], &device);
-    let max = x.clone().max_pair(y.clone());
+    assert_eq!(floats(sums), vec![0.0; 6]);
+    assert_eq!(floats(totals), vec![0.0; 2]);
+    assert!(floats(means).iter().all(|m| m.is_nan()));
+    let ns = Tensor::<3, Int>::zeros([2, 3, 0], &dev());
+    let prods: Tensor<3, Int> = vmap(|n: Tensor<2, Int>| n.prod_dim(1)).call(ns).unwrap();
     assert_eq!(
-        max.into_data().to_vec::<f32>().unwrap(),
-        vec![1.0, 0.5, 0.5]
-    );
-    let masked = x.mask_fill(y.lower_elem(0.0), 9.0);
-    assert_eq!(
-        masked.into_data().to_vec::<f32>().unwrap(),
-        vec![0.5, 9.0, 0.5]
+        prods
+            .into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .unwrap(),
+        vec![1; 6]
     );
 }
 
-/// `unfold` to a single window shorter than its dim, for every kind, batched and not, against
-/// the windows read on the host (Burn 0.21's cubecl backends read that view as if it were
-/// contiguous: `compat::unfold`).
+/// `unfold` to a single window shorter than its dim, of every kind, batched, against the
+/// windows read on the host.
 #[test]
 fn unfold_to_a_single_short_window() {
-    let device = Default::default();
     let rows = [[1.0f32, 0.0, 3.0], [0.0, 0.0, 6.0]];
-    let x = Tensor::<V, 2>::from_data(TensorData::new(rows.concat(), [2, 3]), &device);
+    let x = Tensor::<2>::from_data(TensorData::new(rows.concat(), [2, 3]), &dev());
     for (size, step) in [(2, 2), (2, 3), (1, 3)] {
         let want: Vec<f32> = rows.iter().flat_map(|r| r[..size].to_vec()).collect();
-        // Unbatched, and batched along the rows: one window per row.
-        let plain: Tensor<V, 3> = x.clone().unfold(1, size, step);
-        let float = |t: Tensor<V, 3>| t.into_data().iter::<f32>().collect::<Vec<_>>();
-        assert_eq!(float(plain), want, "float, size {size}, step {step}");
-        let mapped: Tensor<V, 3> = vmap(|r: Tensor<V, 1>| r.unfold::<2, usize>(0, size, step))
+        let read = |t: Tensor<3>| floats(t);
+        let mapped: Tensor<3> = vmap(|r: Tensor<1>| r.unfold::<2, usize>(0, size, step))
             .call(x.clone())
             .unwrap();
-        assert_eq!(
-            float(mapped),
-            want,
-            "float under vmap, size {size}, step {step}"
-        );
-        let ints: Tensor<V, 3, Int> =
-            vmap(|r: Tensor<V, 1, Int>| r.unfold::<2, usize>(0, size, step))
-                .call(x.clone().int())
-                .unwrap();
-        assert_eq!(
-            float(ints.float()),
-            want,
-            "int under vmap, size {size}, step {step}"
-        );
-        let bools: Tensor<V, 3, burn::tensor::Bool> =
-            vmap(|r: Tensor<V, 1, burn::tensor::Bool>| r.unfold::<2, usize>(0, size, step))
-                .call(x.clone().bool())
-                .unwrap();
+        assert_eq!(read(mapped), want, "float, size {size}, step {step}");
+        let ints: Tensor<3, Int> = vmap(|r: Tensor<1, Int>| r.unfold::<2, usize>(0, size, step))
+            .call(x.clone().int())
+            .unwrap();
+        assert_eq!(read(ints.float()), want, "int, size {size}, step {step}");
+        let bools: Tensor<3, Bool> = vmap(|r: Tensor<1, Bool>| r.unfold::<2, usize>(0, size, step))
+            .call(x.clone().bool())
+            .unwrap();
         let nonzero: Vec<f32> = want.iter().map(|v| f32::from(*v != 0.0)).collect();
         assert_eq!(
-            float(bools.float()),
+            read(bools.float()),
             nonzero,
-            "bool under vmap, size {size}, step {step}"
+            "bool, size {size}, step {step}"
         );
     }
 }

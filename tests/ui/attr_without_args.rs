@@ -1,10 +1,10 @@
-use burn::tensor::{backend::Backend, Tensor};
+use burn::tensor::Tensor;
 use burn_vmap::Tree;
 
 #[derive(Tree)]
-struct Model<B: Backend> {
+struct Model {
     #[tree]
-    weight: Tensor<B, 2>,
+    weight: Tensor<2>,
 }
 
 fn main() {}

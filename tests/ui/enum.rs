@@ -1,9 +1,9 @@
-use burn::tensor::{backend::Backend, Tensor};
+use burn::tensor::Tensor;
 use burn_vmap::Tree;
 
 #[derive(Tree)]
-enum Layer<B: Backend> {
-    Dense(Tensor<B, 2>),
+enum Layer {
+    Dense(Tensor<2>),
     Identity,
 }
 

@@ -1,5 +1,5 @@
-use burn::tensor::Tensor;
-use burn_vmap::{testing::TestBackend, Tree};
+use burn::tensor::{Device, Tensor};
+use burn_vmap::Tree;
 
 #[derive(Tree)]
 struct Stats<P, T> {
@@ -7,12 +7,12 @@ struct Stats<P, T> {
     total: T,
 }
 
-fn flatten<T: Tree<TestBackend>>(t: T) -> usize {
+fn flatten<T: Tree>(t: T) -> usize {
     t.num_leaves()
 }
 
 fn main() {
-    let device = Default::default();
-    let s = Stats { per_example: Tensor::<TestBackend, 1>::zeros([2], &device), total: 3_u32 };
+    let device = Device::default();
+    let s = Stats { per_example: Tensor::<1>::zeros([2], &device), total: 3_u32 };
     flatten(s);
 }

@@ -1,9 +1,9 @@
-use burn::tensor::{backend::Backend, Tensor};
+use burn::tensor::Tensor;
 use burn_vmap::Tree;
 
 #[derive(Tree)]
-struct Model<B: Backend> {
-    weight: Tensor<B, 2>,
+struct Model {
+    weight: Tensor<2>,
     #[tree(skip, static)]
     name: String,
 }

@@ -1,12 +1,12 @@
-use burn::tensor::{backend::Backend, Tensor};
+use burn::tensor::Tensor;
 use burn_vmap::Tree;
 
 #[derive(PartialEq)]
 struct Config(u32);
 
 #[derive(Tree)]
-struct Model<B: Backend> {
-    weight: Tensor<B, 2>,
+struct Model {
+    weight: Tensor<2>,
     #[tree(static)]
     config: Config,
 }

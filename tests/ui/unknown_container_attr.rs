@@ -1,10 +1,10 @@
-use burn::tensor::{backend::Backend, Tensor};
+use burn::tensor::Tensor;
 use burn_vmap::Tree;
 
 #[derive(Tree)]
 #[tree(skip)]
-struct Model<B: Backend> {
-    weight: Tensor<B, 2>,
+struct Model {
+    weight: Tensor<2>,
 }
 
 fn main() {}

@@ -2,13 +2,12 @@
 //! `conv*d_weight_backward` and `embedding_backward` with a batched operand.
 
 use burn_backend::backend::Backend;
-use burn_backend::ops::UnfoldOptions;
-use burn_backend::tensor::Float;
+use burn_backend::ops::{PadMode, UnfoldOptions};
 use burn_backend::{FloatDType, Shape, Slice, TensorMetadata};
 
 use super::{FP, IT, VT, make, reshape};
 use crate::compat;
-use crate::physical::{Kind, with_batch_sizes};
+use crate::physical::{Float, Kind, with_batch_sizes};
 use crate::rules::helpers::{align, materialize};
 use crate::rules::module::fold_n;
 use crate::tensor::{BatchDims, Factors, Left, VmapTensor};
@@ -172,7 +171,7 @@ pub(crate) fn conv_weight<B: Backend>(
         })
         .collect();
     let out = if blocks.is_empty() {
-        B::float_zeros(shape.clone(), &B::float_device(&x), x.dtype().into())
+        B::float_zeros(shape.clone(), &x.device(), x.dtype().into())
     } else {
         B::float_cat(blocks, 0)
     };
@@ -227,7 +226,8 @@ fn slice_dim<B: Backend>(t: FP<B>, dim: usize, start: usize, len: usize) -> FP<B
 #[derive(Clone, Debug)]
 pub(crate) struct ConvGeometry {
     pub(crate) stride: [usize; 2],
-    pub(crate) padding: [usize; 2],
+    /// `(begin, end)` per spatial dim (Burn 0.22 convolutions may pad asymmetrically).
+    pub(crate) padding: [(usize, usize); 2],
     pub(crate) dilation: [usize; 2],
     pub(crate) groups: usize,
 }
@@ -247,7 +247,7 @@ impl From<burn_backend::ops::ConvOptions<1>> for ConvGeometry {
     fn from(o: burn_backend::ops::ConvOptions<1>) -> Self {
         Self {
             stride: [1, o.stride[0]],
-            padding: [0, o.padding[0]],
+            padding: [(0, 0), o.padding[0]],
             dilation: [1, o.dilation[0]],
             groups: o.groups,
         }
@@ -265,34 +265,24 @@ fn as_4d<B: Backend>(x: FP<B>, spatial: usize) -> FP<B> {
 
 /// The input patches of a 2-d convolution, one row per output position: `[E·N, c, h, w] ->
 /// [E, N·L, c·kh·kw]` for `[E, N·L] = rows` (channel-major within a row, as the weight
-/// `[c_out, c, kh, kw]` is laid out): windows as views, then one copy (see
-/// [`compat::conv_patches`] for a backend bug).
+/// `[c_out, c, kh, kw]` is laid out): the input padded (each side as the options say), windows
+/// as views, then one copy (see [`compat::conv_patches`] for a backend bug).
 fn unfold<B: Backend>(x: FP<B>, kernel: [usize; 2], o: &ConvGeometry, rows: [usize; 2]) -> FP<B> {
-    let s = x.shape();
-    let (n, c) = (s[0], s[1]);
+    let c = x.shape()[1];
     let width = c * kernel[0] * kernel[1];
     let out = vec![rows[0], rows[1], width];
-    let options = UnfoldOptions::new(o.stride, o.padding, o.dilation);
-    let patches = compat::conv_patches::<B>(x, kernel, options, |x| {
+    let x = if o.padding == [(0, 0); 2] {
+        x
+    } else {
+        let padding = [(0, 0), (0, 0), o.padding[0], o.padding[1]];
+        B::float_pad(x, &padding, PadMode::Constant(0.0))
+    };
+    let options = UnfoldOptions::new(o.stride, [0, 0], o.dilation);
+    let patches = compat::conv_patches::<B>(x, kernel, options.clone(), |x| {
         if o.dilation != [1, 1] {
             // Burn's unfold4d `[N, c·kh·kw, L]`, transposed.
-            let options = UnfoldOptions::new(o.stride, o.padding, o.dilation);
             return B::float_swap_dims(B::unfold4d(x, kernel, options), 1, 2);
         }
-        let x = if o.padding == [0, 0] {
-            x
-        } else {
-            let [ph, pw] = o.padding;
-            let padded = Shape::from(vec![n, c, s[2] + 2 * ph, s[3] + 2 * pw]);
-            let zeros = B::float_zeros(padded, &B::float_device(&x), x.dtype().into());
-            let inner = [
-                Slice::full(),
-                Slice::full(),
-                Slice::from(ph..ph + s[2]),
-                Slice::from(pw..pw + s[3]),
-            ];
-            B::float_slice_assign(zeros, &inner, x)
-        };
         // `[N, c, hb, wb, kh, kw]` windows (views), reordered to `[N, hb, wb, c, kh, kw]`.
         let blocks = B::float_unfold(x, 2, kernel[0], o.stride[0]);
         let blocks = B::float_unfold(blocks, 3, kernel[1], o.stride[1]);

@@ -24,8 +24,9 @@
 //! ([`VmapTensor::into_parts`]). A product is only kept factored while its factors are smaller
 //! than it ([`Factors::worth_keeping`], which is also when its squared norm costs less from Gram
 //! matrices): a layer with many rows per example and a small weight (an early convolution) is
-//! multiplied out at once, as mixed ghost clipping does. The oracle tests (`tests/factored.rs`,
-//! `tests/outer.rs`) check each form against the multiplied-out product.
+//! multiplied out at once, as mixed ghost clipping does. The oracle tests (the 0.21 crate's
+//! `tests/factored.rs` and `tests/outer.rs`; here `tests/engine/grad.rs` and the capture test)
+//! check each form against the multiplied-out product.
 //!
 //! **No factored form**: the elementwise square of a product of several rows (`(Xᵀ G)²`, a
 //! second moment of a sequence layer's gradient) and anything that mixes its entries; they are
@@ -40,12 +41,12 @@ pub(crate) use layers::{conv_weight, embedding_weight, linear_weight};
 pub(crate) use ops::{add, cat, div, mul, scalar, select, sum, sum_dim, unbatch};
 
 use burn_backend::backend::Backend;
-use burn_backend::tensor::Float;
-use burn_backend::{FloatDType, Scalar, Shape, TensorMetadata, get_device_settings};
+use burn_backend::tensor::IndexingUpdateOp;
+use burn_backend::{FloatDType, Scalar, Shape, TensorMetadata, get_or_init_device_settings};
 
 use super::helpers::align;
-use crate::compat::{self, kernel_layout};
-use crate::physical::Kind;
+use crate::compat::kernel_layout;
+use crate::physical::{Float, Kind};
 use crate::tensor::{BatchDims, Factors, Left, Part, VmapTensor};
 
 type FP<B> = <B as burn_backend::backend::BackendTypes>::FloatTensorPrimitive;
@@ -84,20 +85,21 @@ fn multiply<B: Backend>(f: F<B>) -> FP<B> {
     }
     let product = match part.left {
         Left::Dense(left) if k == 1 => {
-            // `[.., m, 1] ⊗ [.., 1, n]`: outer products (see `compat::outer_product`).
+            // `[.., m, 1] ⊗ [.., 1, n]`: outer products, a broadcast multiply (on Flex 0.21 a
+            // matmul was faster; no longer on 0.22.1: see `crate::compat`).
             let mut dims = left.shape().to_vec();
             dims.swap(lead, lead + 1);
-            compat::outer_product::<B>(reshape::<B>(left, dims), part.right)
+            B::float_mul(reshape::<B>(left, dims), part.right)
         }
         Left::Dense(left) => matmul::<B>(B::float_swap_dims(left, lead, lead + 1), part.right),
         Left::OneHot(index) => {
             let right = expand_lead::<B>(part.right, &lead_dims);
-            let device = B::float_device(&index);
-            let int = get_device_settings::<B>(&device).int_dtype;
+            let device = index.device();
+            let int = get_or_init_device_settings::<B>(&device).int_dtype;
             let index = expand_to::<B>(expand_lead::<B>(index, &lead_dims), &right.shape());
             let index = B::float_into_int(index, int);
             let target = zeros::<B>(&right, matrix.clone());
-            B::float_scatter_add(lead, target, index, right)
+            B::float_scatter(lead, target, index, right, IndexingUpdateOp::Add)
         }
     };
     reshape::<B>(expand_to::<B>(product, &matrix), shape)
@@ -114,8 +116,8 @@ fn dense_left<B: Backend>(left: Left<FP<B>>, m: usize) -> FP<B> {
         Left::Dense(t) => t,
         Left::OneHot(index) => {
             let rank = index.shape().num_dims();
-            let device = B::float_device(&index);
-            let int = get_device_settings::<B>(&device).int_dtype;
+            let device = index.device();
+            let int = get_or_init_device_settings::<B>(&device).int_dtype;
             let cols = B::int_arange(0..m as i64, &device, int);
             let cols = B::int_into_float(cols, FloatDType::from(index.dtype()));
             let mut dims = vec![1; rank];
@@ -160,11 +162,7 @@ fn expand_lead<B: Backend>(t: FP<B>, lead: &[usize]) -> FP<B> {
 }
 
 fn zeros<B: Backend>(like: &FP<B>, dims: Vec<usize>) -> FP<B> {
-    B::float_zeros(
-        Shape::from(dims),
-        &B::float_device(like),
-        like.dtype().into(),
-    )
+    B::float_zeros(Shape::from(dims), &like.device(), like.dtype().into())
 }
 
 /// Applies `f` to every factor tensor (dense rows, one-hot indices and right factors alike).

@@ -1,15 +1,15 @@
 //! The ops with factored forms (the table in [`super`]).
 
 use burn_backend::backend::Backend;
-use burn_backend::tensor::Float;
-use burn_backend::{Scalar, TensorMetadata, get_device_settings};
+use burn_backend::tensor::IndexingUpdateOp;
+use burn_backend::{Scalar, TensorMetadata, get_or_init_device_settings};
 
 use super::{
     Declined, FP, IT, VT, dense_left, equal, expand_lead, make, map_factors, matmul, multiply_pair,
     realign, reshape, scale_part, scale_parts, single_part, zeros,
 };
 use crate::level::Level;
-use crate::physical::move_dim;
+use crate::physical::{Float, move_dim};
 use crate::rules::helpers::align;
 use crate::tensor::{BatchDims, Factors, Left, Part, VmapTensor};
 
@@ -333,10 +333,11 @@ fn contract_lead<B: Backend>(f: super::F<B>, bdims: BatchDims, pd: usize, mean: 
         Left::OneHot(index) if lead == 1 => {
             // `[rows, 1]` indices: scatter-add the right rows into `[m, n]`.
             let rows = right.shape()[0];
-            let device = B::float_device(&index);
-            let int = get_device_settings::<B>(&device).int_dtype;
+            let device = index.device();
+            let int = get_or_init_device_settings::<B>(&device).int_dtype;
             let index = B::float_into_int(reshape::<B>(join(index), vec![rows]), int);
-            B::float_select_add(zeros::<B>(&right, vec![m, n]), 0, index, right)
+            let target = zeros::<B>(&right, vec![m, n]);
+            B::float_select_assign(target, 0, index, right, IndexingUpdateOp::Add)
         }
         left => {
             let left = join(dense_left::<B>(left, m));
@@ -353,7 +354,7 @@ fn contract_lead<B: Backend>(f: super::F<B>, bdims: BatchDims, pd: usize, mean: 
 
 /// `cat` along a leading logical dim of factored products with the same batch dims and the same
 /// shape but along `dim`, and the same number of rows: the factors are concatenated, the
-/// result stays factored (what [`Concat`](crate::accumulate::Concat) does with the
+/// result stays factored (what the `Concat` accumulator does with the
 /// microbatches' per-example gradients).
 pub(crate) fn cat<B: Backend>(tensors: Vec<VT<B>>, dim: usize) -> Result<VT<B>, Vec<VT<B>>> {
     let Some(first) = tensors.first().and_then(|t| t.factors_ref()) else {
@@ -416,7 +417,7 @@ pub(crate) fn cat<B: Backend>(tensors: Vec<VT<B>>, dim: usize) -> Result<VT<B>, 
 }
 
 /// `select` along a leading logical dim of `Xᵀ G` with shared (unbatched) indices: the same
-/// select on both factors (the reordering of [`Concat`](crate::accumulate::Concat)'s
+/// select on both factors (the reordering of the `Concat` accumulator's
 /// microbatch rows); a factor constant along that dim stays as it is.
 pub(crate) fn select<B: Backend>(
     t: VT<B>,

@@ -1,24 +1,18 @@
-//! [`micro_grad`] and [`micro_grad_module`]: per-example value-and-grad in microbatches.
+//! [`micro_grad`]: per-example value-and-grad in microbatches, and the builder
+//! [`MicroGrad`] it shares with [`micro_grad_module`](super::micro_grad_module).
 
-use std::cell::RefCell;
 use std::marker::PhantomData;
 
-use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{Tensor, TensorPrimitive};
-use burn_backend::backend::Backend;
-use burn_backend::backend::ops::FloatTensorOps;
-use burn_backend::{Shape, TensorMetadata};
-
+use super::batches::Microbatching;
 use super::grad_fn::{
-    ArgGrads, GradFn, GradSource, Identity, LossOutput, MicroAux, MicroGradResult, MicroGradTypes,
-    NoMetrics, TreeFn,
+    GradFn, Identity, LossAux, LossFn, MicroAux, MicroGradCall, MicroGradTypes, NoMetrics, TreeFn,
 };
-use super::run::{Microbatching, microbatching_setters, run_microbatched};
-use super::{Axes, Inner, PlainVmap, VmapFn};
+use super::grad_run::{Caches, GradRun, loss_tree, with_unit_dims};
 use crate::VmapError;
-use crate::accumulate::{Acc, Concat, Sum, accumulator_spec};
+use crate::accumulate::Sum;
+use crate::transform::Axes;
 use crate::transform::axes::map_inputs;
-use crate::transform::transform_call;
+use crate::transform::run::{example_sigs, record};
 use crate::tree::{DynTree, Key, Leaf, NodeKind, Spec, Tree, TreeDef};
 
 /// Per-example value-and-grad with microbatching: optax's `optax.microbatching.micro_grad`.
@@ -33,46 +27,42 @@ use crate::tree::{DynTree, Key, Leaf, NodeKind, Spec, Tree, TreeDef};
 /// ```
 ///
 /// **The default accumulator is [`Sum`], as in optax**: the result is the SUM of the
-/// per-example (transformed) gradients, not their mean; use [`Mean`](crate::accumulate::Mean) for the
-/// gradient of a mean loss.
+/// per-example (transformed) gradients, not their mean; use [`Mean`](crate::accumulate::Mean)
+/// for the gradient of a mean loss.
 ///
-/// It runs as one batched computation per microbatch (vmap of grad on `Autodiff<Vmap<B>>`,
-/// the Goodfellow approach), never as a loop of size-1 backward passes. The function takes
-/// the argument tuple on an autodiff backend `AB` (`Autodiff<Vmap<B>>`) and returns a loss
-/// with one element, or `(loss, aux)`; gradients, `transform_fn` and `metrics_fn` live on
-/// `AB::InnerBackend`.
-///
-/// `transform_fn` and `metrics_fn` are written for ONE example's gradient tree: the gradient
-/// of the differentiated argument (one argnum), or a tuple of them (several). They run
-/// vectorized. With `keep_batch_dim` (the default, as optax) `f` sees each batched argument
-/// with a leading batch dim of size 1; without, the bare example. For a Burn `Module`, see
-/// [`micro_grad_module`](crate::micro_grad_module).
+/// `f` takes the argument tuple and returns a loss with one element, or `(loss, aux)`; it is
+/// plain Burn code, recorded once for one example (as a training step runs, on an autodiff
+/// device: a `Dropout` draws its mask per example). Each microbatch then runs as one batched
+/// computation: one backward pass of the batched loss gives every example's gradient (vmap of
+/// grad), and `transform_fn` and `metrics_fn` (written for ONE example's gradient tree: the
+/// gradient of the differentiated argument, or a tuple of them for several argnums; recorded
+/// once too) run on those gradients while they are still batched, so a dense layer's
+/// per-example weight gradient is clipped and summed in factored form, never as a
+/// `batch × d_in × d_out` tensor. With `keep_batch_dim` (the default, as optax) `f` sees each
+/// batched argument with a leading batch dim of size 1; without, the bare example. For a Burn
+/// module, see [`micro_grad_module`](crate::micro_grad_module).
 ///
 /// # Example: optax's documentation example
 /// ```
-/// use burn::backend::Autodiff;
-/// use burn::tensor::{Int, Tensor};
+/// use burn::tensor::{Device, Int, Tensor};
 /// use burn_vmap::accumulate::Mean;
-/// use burn_vmap::testing::TestBackend;
-/// use burn_vmap::{micro_grad, Vmap};
-/// type I = Vmap<TestBackend>;
-/// type AB = Autodiff<I>;
-/// let device = Default::default();
+/// use burn_vmap::micro_grad;
+/// let device = Device::default();
 ///
-/// let loss = |(p, x, y): (Tensor<AB, 1>, Tensor<AB, 2>, Tensor<AB, 1, Int>)| {
+/// let loss = |(p, x, y): (Tensor<1>, Tensor<2>, Tensor<1, Int>)| {
 ///     let diff = x.matmul(p.unsqueeze_dim(1)).squeeze_dim::<1>(1) - y.float();
 ///     (diff.clone() * diff).mean() * 0.5
 /// };
-/// let params = Tensor::<AB, 1>::zeros([1], &device);
-/// let features = Tensor::<AB, 2>::ones([4, 1], &device);
-/// let targets = Tensor::<AB, 1, Int>::from_ints([0, 2, 4, 6], &device);
+/// let params = Tensor::<1>::zeros([1], &device);
+/// let features = Tensor::<2>::ones([4, 1], &device);
+/// let targets = Tensor::<1, Int>::from_ints([0, 2, 4, 6], &device);
 ///
 /// let ((g, g2), aux) = micro_grad(loss)
 ///     .argnums(0)
 ///     .batch_argnums([1, 2])
 ///     .accumulator(Mean)
-///     .transform_fn(|g: Tensor<I, 1>| (g.clone(), g.clone() * g))
-///     .metrics_fn(|g: Tensor<I, 1>| (g.clone() * g).sum().sqrt())
+///     .transform_fn(|g: Tensor<1>| (g.clone(), g.clone() * g))
+///     .metrics_fn(|g: Tensor<1>| (g.clone() * g).sum().sqrt())
 ///     .call((params, features, targets))
 ///     .unwrap();
 /// assert_eq!(g.into_data().to_vec::<f32>().unwrap(), vec![-3.0]);
@@ -82,30 +72,74 @@ use crate::tree::{DynTree, Key, Leaf, NodeKind, Spec, Tree, TreeDef};
 /// ```
 ///
 /// # Errors
-/// Those of [`micro_vmap`](super::micro_vmap), plus [`VmapError::ArgumentIndex`] for an `argnums` or
-/// `batch_argnums` entry past the last argument, [`VmapError::NotDifferentiable`] for a
-/// differentiated int or bool tensor and [`VmapError::LossNotScalar`].
+/// Those of [`micro_vmap`](crate::micro_vmap), plus [`VmapError::ArgumentIndex`] for an
+/// `argnums` or `batch_argnums` entry past the last argument, [`VmapError::NotDifferentiable`]
+/// for a differentiated int or bool tensor and [`VmapError::LossNotScalar`].
 pub fn micro_grad<F>(f: F) -> MicroGrad<F> {
-    let opts = GradOptions {
-        argnums: vec![0],
-        single_argnum: true,
-        batch_argnums: Some(vec![1]),
-        keep_batch_dim: true,
-        micro: Microbatching::default(),
-    };
-    MicroGrad::new(f, ArgGrads, opts)
+    MicroGrad::new(
+        f,
+        GradOptions {
+            argnums: vec![0],
+            single_argnum: true,
+            batch_argnums: Some(vec![1]),
+            keep_batch_dim: true,
+            micro: Microbatching::default(),
+        },
+    )
 }
 
-/// A function transformed by [`micro_grad`] (or [`micro_grad_module`](crate::micro_grad_module)).
+/// Marks a [`MicroGrad`] built by [`micro_grad`]: gradients with respect to its arguments.
+///
+/// ```
+/// use burn::tensor::Tensor;
+/// use burn_vmap::transform::micro::{ArgGrads, MicroGrad};
+/// let _: MicroGrad<_> = burn_vmap::micro_grad(|(w,): (Tensor<1>,)| w.sum());
+/// let _ = ArgGrads;
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ArgGrads;
+
+/// Marks a [`MicroGrad`] built by [`micro_grad_module`](crate::micro_grad_module): gradients
+/// of a module's parameters, and a call that takes the module.
+///
+/// ```
+/// use burn_vmap::transform::micro::ModuleParams;
+/// let _ = ModuleParams;
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ModuleParams;
+
+/// A function transformed by [`micro_grad`] (or [`micro_grad_module`](crate::micro_grad_module)):
+/// `S` is the accumulator tree, `T` the `transform_fn`, `M` the `metrics_fn`, `Src` where the
+/// gradients come from ([`ArgGrads`] or [`ModuleParams`]). One builder serves a whole training
+/// loop: it holds the recordings of the loss, `transform_fn` and `metrics_fn`, one per
+/// signature.
+///
+/// ```
+/// use burn::tensor::{Device, Tensor};
+/// use burn_vmap::accumulate::Mean;
+/// use burn_vmap::micro_grad;
+/// let device = Device::default();
+/// let xs = Tensor::<2>::ones([4, 3], &device);
+/// let step = micro_grad(|(w, x): (Tensor<1>, Tensor<2>)| x.matmul(w.unsqueeze_dim(1)).sum())
+///     .accumulator(Mean)
+///     .transform_fn(|g: Tensor<1>| g);
+/// let mut w = Tensor::<1>::zeros([3], &device);
+/// for _ in 0..3 {
+///     let (g, _) = step.call((w.clone(), xs.clone())).unwrap();
+///     w = w - g * 0.1; // one recording for the three steps
+/// }
+/// assert_eq!(w.into_data().to_vec::<f32>().unwrap(), vec![-0.3; 3]);
+/// ```
 #[derive(Debug, Clone)]
-pub struct MicroGrad<F, S = Sum, T = Identity, M = NoMetrics, V = PlainVmap, Src = ArgGrads> {
+pub struct MicroGrad<F, S = Sum, T = Identity, M = NoMetrics, Src = ArgGrads> {
     pub(super) f: F,
-    source: Src,
     pub(super) opts: GradOptions,
-    accumulator: S,
-    transform_fn: T,
-    metrics_fn: M,
-    vmap_fn: V,
+    pub(super) accumulator: S,
+    pub(super) transform_fn: T,
+    pub(super) metrics_fn: M,
+    pub(super) caches: Caches,
+    source: PhantomData<Src>,
 }
 
 /// The settings of [`MicroGrad`] that do not change its type.
@@ -121,6 +155,12 @@ pub(super) struct GradOptions {
 
 /// Argument positions: one index (the gradient has that argument's structure) or several (a
 /// tuple of gradients).
+///
+/// ```
+/// use burn_vmap::transform::micro::ArgNums;
+/// assert_eq!(0usize.positions(), (vec![0], true));
+/// assert_eq!([0, 2].positions(), (vec![0, 2], false));
+/// ```
 pub trait ArgNums {
     /// The positions, and whether a single index was given.
     fn positions(self) -> (Vec<usize>, bool);
@@ -141,25 +181,42 @@ impl ArgNums for Vec<usize> {
     }
 }
 
-impl<F, Src> MicroGrad<F, Sum, Identity, NoMetrics, PlainVmap, Src> {
-    /// The builder with the default accumulator, functions and vectorizer.
-    pub(super) fn new(f: F, source: Src, opts: GradOptions) -> Self {
+impl<F, Src> MicroGrad<F, Sum, Identity, NoMetrics, Src> {
+    /// The builder with the default accumulator and functions.
+    pub(super) fn new(f: F, opts: GradOptions) -> Self {
         MicroGrad {
             f,
-            source,
             opts,
             accumulator: Sum,
             transform_fn: Identity,
             metrics_fn: NoMetrics,
-            vmap_fn: PlainVmap,
+            caches: Caches::default(),
+            source: PhantomData,
         }
     }
 }
 
-impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
+impl<F, S, T, M, Src> MicroGrad<F, S, T, M, Src> {
     /// The differentiated arguments: an index such as `0` (the gradient has that argument's
     /// structure) or a list such as `[0, 1]` (a tuple of gradients, one per entry; `[0]` gives
     /// a 1-tuple), as optax. Default `0`.
+    ///
+    /// ```
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_vmap::micro_grad;
+    /// let device = Device::default();
+    /// let (w, b) = (Tensor::<1>::ones([2], &device), Tensor::<1>::zeros([1], &device));
+    /// let xs = Tensor::<2>::ones([3, 2], &device);
+    /// let loss = |(w, b, x): (Tensor<1>, Tensor<1>, Tensor<2>)| (x.matmul(w.unsqueeze_dim(1)).sum() + b).sum();
+    /// let (grads, _): ((Tensor<1>, Tensor<1>), _) = micro_grad(loss)
+    ///     .argnums([0, 1])
+    ///     .batch_argnums(2)
+    ///     .metrics_fn(|(gw, _): (Tensor<1>, Tensor<1>)| gw.sum())
+    ///     .call((w, b, xs))
+    ///     .unwrap();
+    /// assert_eq!(grads.0.into_data().to_vec::<f32>().unwrap(), vec![3.0, 3.0]); // summed
+    /// assert_eq!(grads.1.into_data().to_vec::<f32>().unwrap(), vec![3.0]);
+    /// ```
     pub fn argnums(mut self, argnums: impl ArgNums) -> Self {
         let (p, single) = argnums.positions();
         self.opts.argnums = p;
@@ -167,297 +224,351 @@ impl<F, S, T, M, V, Src> MicroGrad<F, S, T, M, V, Src> {
         self
     }
 
-    /// The arguments carrying the batch on axis 0 (default `1`). The others are passed whole
-    /// to every example, wherever they stand.
+    /// The arguments carrying the batch on axis 0 (default `1`; every argument for
+    /// [`micro_grad_module`](crate::micro_grad_module)). The others are passed whole to every
+    /// example, wherever they stand.
+    ///
+    /// ```
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_vmap::micro_grad;
+    /// let device = Device::default();
+    /// let (w, scale, xs) = (Tensor::<1>::ones([2], &device), Tensor::<1>::from_floats([2.0], &device), Tensor::<2>::ones([4, 2], &device));
+    /// // x (argument 2) is batched; scale (argument 1) is shared.
+    /// let loss = |(w, s, x): (Tensor<1>, Tensor<1>, Tensor<2>)| (x.matmul(w.unsqueeze_dim(1)).sum() * s).sum();
+    /// let g = micro_grad(loss)
+    ///     .batch_argnums(2)
+    ///     .transform_fn(|g: Tensor<1>| g)
+    ///     .call((w, scale, xs))
+    ///     .unwrap()
+    ///     .0;
+    /// assert_eq!(g.into_data().to_vec::<f32>().unwrap(), vec![8.0, 8.0]);
+    /// ```
     pub fn batch_argnums(mut self, batch_argnums: impl ArgNums) -> Self {
         self.opts.batch_argnums = Some(batch_argnums.positions().0);
         self
     }
 
-    /// Whether `f` sees each example with a leading batch dim of size 1 (default `true`, as
-    /// optax), or the bare example.
+    /// Whether `f` sees each batched argument with a leading batch dim of size 1 (default
+    /// `true`, as optax: a function written for a batch works unchanged), or the bare example.
+    ///
+    /// ```
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_vmap::micro_grad;
+    /// let device = Device::default();
+    /// let (w, xs) = (Tensor::<1>::ones([3], &device), Tensor::<2>::ones([4, 3], &device));
+    /// // x is [3] here (without keep_batch_dim), [1, 3] with it.
+    /// let loss = |(w, x): (Tensor<1>, Tensor<1>)| (w * x).sum();
+    /// let g = micro_grad(loss).keep_batch_dim(false).transform_fn(|g: Tensor<1>| g).call((w, xs)).unwrap().0;
+    /// assert_eq!(g.into_data().to_vec::<f32>().unwrap(), vec![4.0; 3]);
+    /// ```
     pub fn keep_batch_dim(mut self, keep: bool) -> Self {
         self.opts.keep_batch_dim = keep;
         self
     }
 
-    microbatching_setters!(opts.micro);
-
-    /// The accumulator tree for the transformed gradients (default [`Sum`]).
-    pub fn accumulator<S2>(self, accumulator: S2) -> MicroGrad<F, S2, T, M, V, Src> {
-        self.map_parts(|_, t, m, v| (accumulator, t, m, v))
+    /// Examples per microbatch (`None`, the default: one batched run over the whole batch).
+    /// Must divide the batch.
+    ///
+    /// ```
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_vmap::micro_grad;
+    /// let device = Device::default();
+    /// let (w, xs) = (Tensor::<1>::ones([3], &device), Tensor::<2>::ones([4, 3], &device));
+    /// let loss = |(w, x): (Tensor<1>, Tensor<2>)| x.matmul(w.unsqueeze_dim(1)).sum();
+    /// let g = micro_grad(loss).microbatch_size(2).transform_fn(|g: Tensor<1>| g).call((w, xs)).unwrap().0;
+    /// assert_eq!(g.into_data().to_vec::<f32>().unwrap(), vec![4.0; 3]);
+    /// ```
+    pub fn microbatch_size(mut self, size: impl Into<Option<usize>>) -> Self {
+        self.opts.micro.microbatch_size = size.into();
+        self
     }
 
-    /// Applied to every example's gradient tree before accumulating (e.g. clipping).
+    /// Runs only the first `n` microbatches (ignored without a microbatch size): the rows of
+    /// the others are zero in [`MicroAux`], and they add nothing to the gradients. See also
+    /// `call_with`, which sets it per call.
+    ///
+    /// ```
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_vmap::micro_grad;
+    /// let device = Device::default();
+    /// let (w, xs) = (Tensor::<1>::ones([3], &device), Tensor::<2>::ones([4, 3], &device));
+    /// let loss = |(w, x): (Tensor<1>, Tensor<2>)| x.matmul(w.unsqueeze_dim(1)).sum();
+    /// let (g, aux) = micro_grad(loss)
+    ///     .microbatch_size(1)
+    ///     .num_real_microbatches(Some(3))
+    ///     .transform_fn(|g: Tensor<1>| g)
+    ///     .call((w, xs))
+    ///     .unwrap();
+    /// assert_eq!(g.into_data().to_vec::<f32>().unwrap(), vec![3.0; 3]);
+    /// assert_eq!(aux.values.into_data().to_vec::<f32>().unwrap(), vec![3.0, 3.0, 3.0, 0.0]);
+    /// ```
+    pub fn num_real_microbatches(mut self, n: Option<usize>) -> Self {
+        self.opts.micro.num_real_microbatches = n;
+        self
+    }
+
+    /// The accumulator tree for the transformed gradients (default [`Sum`]; see
+    /// [`accumulate`](crate::accumulate)).
+    ///
+    /// ```
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_vmap::{accumulate::Concat, micro_grad};
+    /// let device = Device::default();
+    /// let (w, xs) = (Tensor::<1>::ones([3], &device), Tensor::<2>::ones([4, 3], &device));
+    /// let loss = |(w, x): (Tensor<1>, Tensor<2>)| x.matmul(w.unsqueeze_dim(1)).sum();
+    /// let per_example = micro_grad(loss).accumulator(Concat).transform_fn(|g: Tensor<1>| g).call((w, xs)).unwrap().0;
+    /// assert_eq!(per_example.dims(), [4, 3]);
+    /// ```
+    pub fn accumulator<S2>(self, accumulator: S2) -> MicroGrad<F, S2, T, M, Src> {
+        MicroGrad {
+            f: self.f,
+            opts: self.opts,
+            accumulator,
+            transform_fn: self.transform_fn,
+            metrics_fn: self.metrics_fn,
+            caches: self.caches,
+            source: PhantomData,
+        }
+    }
+
+    /// Applied to every example's gradient tree before accumulating (e.g. clipping with
+    /// [`clip_by_global_norm`](crate::clip_by_global_norm)); written for one example, recorded
+    /// once, run on the batched gradients.
+    ///
+    /// ```
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_vmap::{clip_by_global_norm, micro_grad};
+    /// let device = Device::default();
+    /// let (w, xs) = (Tensor::<1>::ones([2], &device), Tensor::<2>::from_floats([[3.0, 4.0], [0.3, 0.4]], &device));
+    /// let loss = |(w, x): (Tensor<1>, Tensor<2>)| x.matmul(w.unsqueeze_dim(1)).sum();
+    /// // Per-example gradients (3, 4) and (0.3, 0.4), clipped to norm 1: (0.6, 0.8) + (0.3, 0.4).
+    /// let g = micro_grad(loss).transform_fn(|g: Tensor<1>| clip_by_global_norm(g, 1.0)).call((w, xs)).unwrap().0;
+    /// let g = g.into_data().to_vec::<f32>().unwrap();
+    /// assert!((g[0] - 0.9).abs() < 1e-6 && (g[1] - 1.2).abs() < 1e-6, "{g:?}");
+    /// ```
     pub fn transform_fn<G, O, Fc: Fn(G) -> O>(
         self,
         transform_fn: Fc,
-    ) -> MicroGrad<F, S, TreeFn<Fc, G, O>, M, V, Src> {
-        self.map_parts(|s, _, m, v| {
-            (
-                s,
-                TreeFn(transform_fn, "transform_fn(g)", PhantomData),
-                m,
-                v,
-            )
-        })
+    ) -> MicroGrad<F, S, TreeFn<Fc, G, O>, M, Src> {
+        MicroGrad {
+            f: self.f,
+            opts: self.opts,
+            accumulator: self.accumulator,
+            transform_fn: TreeFn::new(transform_fn),
+            metrics_fn: self.metrics_fn,
+            caches: self.caches.with_new_transform(),
+            source: PhantomData,
+        }
     }
 
     /// Computed on every example's RAW gradient tree and returned stacked in
     /// [`MicroAux::metrics`] (e.g. the per-example gradient norm).
+    ///
+    /// ```
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_vmap::{global_norm, micro_grad};
+    /// let device = Device::default();
+    /// let (w, xs) = (Tensor::<1>::ones([2], &device), Tensor::<2>::from_floats([[3.0, 4.0], [0.3, 0.4]], &device));
+    /// let loss = |(w, x): (Tensor<1>, Tensor<2>)| x.matmul(w.unsqueeze_dim(1)).sum();
+    /// let (_, aux) = micro_grad(loss).metrics_fn(|g: Tensor<1>| global_norm(&g)).call((w, xs)).unwrap();
+    /// let norms = aux.metrics.into_data().to_vec::<f32>().unwrap();
+    /// assert!((norms[0] - 5.0).abs() < 1e-5 && (norms[1] - 0.5).abs() < 1e-6, "{norms:?}");
+    /// ```
     pub fn metrics_fn<G, O, Fc: Fn(G) -> O>(
         self,
         metrics_fn: Fc,
-    ) -> MicroGrad<F, S, T, TreeFn<Fc, G, O>, V, Src> {
-        self.map_parts(|s, t, _, v| (s, t, TreeFn(metrics_fn, "metrics_fn(g)", PhantomData), v))
-    }
-
-    /// What random ops inside `f` do, as [`Vmapped::randomness`](crate::transform::vmap::Vmapped::randomness):
-    /// the vectorizer becomes a plain vmap with that mode (`Randomness::Different` gives every
-    /// example its own draws, as dropout needs).
-    pub fn randomness(
-        self,
-        randomness: crate::Randomness,
-    ) -> MicroGrad<F, S, T, M, crate::Randomness, Src> {
-        self.vmap_fn(randomness)
-    }
-
-    /// The vectorizer run on each microbatch (default [`PlainVmap`]).
-    pub fn vmap_fn<V2: VmapFn>(self, vmap_fn: V2) -> MicroGrad<F, S, T, M, V2, Src> {
-        self.map_parts(|s, t, m, _| (s, t, m, vmap_fn))
-    }
-
-    /// The same transform with the typed parts (accumulator, `transform_fn`, `metrics_fn`,
-    /// vectorizer) replaced by what `parts` makes of them: the one place the type-changing
-    /// setters rebuild the builder.
-    fn map_parts<S2, T2, M2, V2>(
-        self,
-        parts: impl FnOnce(S, T, M, V) -> (S2, T2, M2, V2),
-    ) -> MicroGrad<F, S2, T2, M2, V2, Src> {
-        let (accumulator, transform_fn, metrics_fn, vmap_fn) = parts(
-            self.accumulator,
-            self.transform_fn,
-            self.metrics_fn,
-            self.vmap_fn,
-        );
+    ) -> MicroGrad<F, S, T, TreeFn<Fc, G, O>, Src> {
         MicroGrad {
             f: self.f,
-            source: self.source,
             opts: self.opts,
-            accumulator,
-            transform_fn,
-            metrics_fn,
-            vmap_fn,
+            accumulator: self.accumulator,
+            transform_fn: self.transform_fn,
+            metrics_fn: TreeFn::new(metrics_fn),
+            caches: self.caches.with_new_metrics(),
+            source: PhantomData,
         }
     }
+}
 
-    /// The transform on the argument tuple `args` (on the autodiff backend `AB`), with the loss
-    /// function `f` and the gradient source `source`: what every call runs.
-    #[allow(clippy::type_complexity)]
-    pub(super) fn run<AB, I, A, Out, G, MO, XO, Fx, Sx>(
+impl<F, S, T, M> MicroGrad<F, S, T, M, ArgGrads> {
+    /// Applies the transform to the argument tuple `args`.
+    ///
+    /// The result type follows from the builder's ([`MicroGradTypes`]): the accumulated
+    /// gradients (their type is what `transform_fn` returns, or the raw gradient's type without
+    /// one; [`Concat`](crate::accumulate::Concat) adds the batch axis) and [`MicroAux`] with the
+    /// stacked loss values, metrics and aux. The raw gradient's type `G` comes from the typed
+    /// closure of `transform_fn` or `metrics_fn`; with neither, name the result with
+    /// [`call_as`](MicroGrad::call_as). `I` is the argument tuple, `A` what `f` takes (the
+    /// same tuple with one example of each batched argument).
+    ///
+    /// ```
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_vmap::micro_grad;
+    /// let device = Device::default();
+    /// let (w, xs) = (Tensor::<1>::ones([3], &device), Tensor::<2>::ones([4, 3], &device));
+    /// // has_aux: the loss and a tree of per-example values.
+    /// let loss = |(w, x): (Tensor<1>, Tensor<2>)| {
+    ///     let pred = x.matmul(w.unsqueeze_dim(1));
+    ///     (pred.clone().sum(), pred)
+    /// };
+    /// let (g, aux) = micro_grad(loss).transform_fn(|g: Tensor<1>| g).call((w, xs)).unwrap();
+    /// assert_eq!(g.dims(), [3]);
+    /// assert_eq!(aux.aux.dims(), [4, 1, 1]); // each example's [1, 1] prediction
+    /// ```
+    ///
+    /// # Errors
+    /// See [`micro_grad`].
+    pub fn call<I, A, G>(&self, args: I) -> MicroGradCall<S, T, M, G, LossAux<F, A>>
+    where
+        F: LossFn<A>,
+        I: Tree,
+        A: Tree,
+        S: Tree + Clone,
+        T: GradFn,
+        M: GradFn,
+        (S, T, M): MicroGradTypes<G, LossAux<F, A>>,
+    {
+        self.run_args(args, self.opts.micro.num_real_microbatches)
+    }
+
+    /// As [`call`](MicroGrad::call), with `num_real_microbatches` for this call only.
+    ///
+    /// ```
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_vmap::micro_grad;
+    /// let device = Device::default();
+    /// let (w, xs) = (Tensor::<1>::ones([3], &device), Tensor::<2>::ones([4, 3], &device));
+    /// let loss = |(w, x): (Tensor<1>, Tensor<2>)| x.matmul(w.unsqueeze_dim(1)).sum();
+    /// let grad = micro_grad(loss).microbatch_size(2).transform_fn(|g: Tensor<1>| g);
+    /// let (half, _) = grad.call_with((w, xs), Some(1)).unwrap();
+    /// assert_eq!(half.into_data().to_vec::<f32>().unwrap(), vec![2.0; 3]);
+    /// ```
+    ///
+    /// # Errors
+    /// See [`micro_grad`].
+    pub fn call_with<I, A, G>(
         &self,
-        f: &Fx,
-        source: &Sx,
         args: I,
         num_real_microbatches: Option<usize>,
-        transform: &'static str,
-    ) -> Result<(G, MicroAux<AB::InnerBackend, MO, XO>), VmapError>
+    ) -> MicroGradCall<S, T, M, G, LossAux<F, A>>
     where
-        AB: AutodiffBackend + crate::BatchOps,
-        AB::InnerBackend: crate::BatchOps,
-        Fx: Fn(A) -> Out,
-        Sx: GradSource<AB>,
-        I: Tree<AB>,
-        A: Tree<AB>,
-        Out: LossOutput<AB>,
-        G: Tree<AB::InnerBackend>,
-        MO: Tree<AB::InnerBackend>,
-        XO: Tree<AB::InnerBackend>,
-        S: Tree<AB::InnerBackend> + Clone,
-        T: GradFn<AB::InnerBackend>,
-        M: GradFn<AB::InnerBackend>,
-        V: VmapFn,
+        F: LossFn<A>,
+        I: Tree,
+        A: Tree,
+        S: Tree + Clone,
+        T: GradFn,
+        M: GradFn,
+        (S, T, M): MicroGradTypes<G, LossAux<F, A>>,
     {
+        self.run_args(args, num_real_microbatches)
+    }
+
+    /// As [`call`](MicroGrad::call), with the result named by the caller: `let (grads, aux):
+    /// (G, MicroAux<MO, XO>) = micro_grad(f).call_as(args)?`, for results whose types do not
+    /// follow from the builder's (no typed `transform_fn` or `metrics_fn`, an accumulator
+    /// [`Spec`], an aux struct without [`Lift`](crate::tree::Lift)).
+    ///
+    /// ```
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_vmap::{micro_grad, MicroAux};
+    /// let device = Device::default();
+    /// let (w, xs) = (Tensor::<1>::ones([3], &device), Tensor::<2>::ones([4, 3], &device));
+    /// let loss = |(w, x): (Tensor<1>, Tensor<2>)| x.matmul(w.unsqueeze_dim(1)).sum();
+    /// let (g, _): (Tensor<1>, MicroAux) = micro_grad(loss).call_as((w, xs)).unwrap();
+    /// assert_eq!(g.into_data().to_vec::<f32>().unwrap(), vec![4.0; 3]);
+    /// ```
+    ///
+    /// # Errors
+    /// See [`micro_grad`].
+    pub fn call_as<I, A, G, MO, XO>(&self, args: I) -> Result<(G, MicroAux<MO, XO>), VmapError>
+    where
+        F: LossFn<A>,
+        I: Tree,
+        A: Tree,
+        S: Tree + Clone,
+        T: GradFn,
+        M: GradFn,
+        G: Tree,
+        MO: Tree,
+        XO: Tree,
+    {
+        self.run_args(args, self.opts.micro.num_real_microbatches)
+    }
+
+    /// Records `f` at the arguments' per-example signature (or takes the cached recording) and
+    /// runs the microbatched value-and-grad.
+    fn run_args<I, A, G, MO, XO>(
+        &self,
+        args: I,
+        num_real_microbatches: Option<usize>,
+    ) -> Result<(G, MicroAux<MO, XO>), VmapError>
+    where
+        F: LossFn<A>,
+        I: Tree,
+        A: Tree,
+        S: Tree + Clone,
+        T: GradFn,
+        M: GradFn,
+        G: Tree,
+        MO: Tree,
+        XO: Tree,
+    {
+        const NAME: &str = "micro_grad";
         let (leaves, def) = args.flatten();
         let plan = self.opts.plan(&leaves, &def)?;
-        let grad_spec =
-            accumulator_spec::<AB::InnerBackend>(&self.accumulator.clone().flatten().1)?;
-        let concat = Spec::Leaf(Acc::new(Concat));
-        let acc = Spec::Seq(vec![grad_spec, concat.clone(), concat.clone(), concat]);
-
-        let failure: RefCell<Option<VmapError>> = RefCell::new(None);
-        let step = |args: DynTree<AB>| -> DynTree<AB::InnerBackend> {
-            let args = plan.with_unit_dims(args);
-            match self.example_step::<AB, A, Out, Fx, Sx>(f, source, args, &plan) {
-                Ok(t) => t,
-                Err(e) => {
-                    failure.borrow_mut().get_or_insert(e);
-                    DynTree::tuple(vec![])
-                }
-            }
-        };
-        let mapped = map_inputs(DynTree { leaves, def }, &plan.in_axes)?;
-        let micro = Microbatching {
-            num_real_microbatches,
-            ..self.opts.micro
-        };
-        let result = run_microbatched(&step, &self.vmap_fn, &plan.in_axes, mapped, micro, &acc);
-        if let Some(e) = failure.into_inner() {
-            return Err(e.in_transform(transform));
-        }
-        unpack(result.map_err(|e| e.in_transform(transform))?)
-    }
-
-    /// One example (vectorized): value, gradient, transform, metrics, aux.
-    fn example_step<AB, A, Out, Fx, Sx>(
-        &self,
-        f: &Fx,
-        source: &Sx,
-        args: DynTree<AB>,
-        plan: &ArgPlan,
-    ) -> Result<DynTree<AB::InnerBackend>, VmapError>
-    where
-        AB: AutodiffBackend,
-        Fx: Fn(A) -> Out,
-        A: Tree<AB>,
-        Out: LossOutput<AB>,
-        T: GradFn<AB::InnerBackend>,
-        M: GradFn<AB::InnerBackend>,
-        Sx: GradSource<AB>,
-    {
-        let DynTree { leaves, def } = args;
-        let leaves: Vec<Leaf<AB>> = leaves
-            .into_iter()
-            .zip(&plan.differentiated)
-            .map(|(leaf, &d)| match leaf {
-                // Detached: the gradient is taken at this example's view of the argument.
-                Leaf::Float(t) if d => Leaf::Float(TensorPrimitive::Float(
-                    AB::float_set_require_grad(AB::float_detach(t.tensor()), true),
-                )),
-                other => other,
-            })
-            .collect();
-        let tracked: Vec<Leaf<AB>> = plan.order.iter().map(|&i| leaves[i].clone()).collect();
-        let a = A::unflatten_named(&def, leaves, "args")?;
-        let (loss, aux) = f(a).split();
-        let loss = loss.tensor();
-        let shape = loss.shape();
-        if shape.num_elements() != 1 {
-            return Err(VmapError::LossNotScalar {
-                shape: shape.to_vec(),
-            });
-        }
-        let mut grads = AB::backward(loss.clone());
-        let tracked = DynTree {
-            leaves: tracked,
-            def: plan.grad_def.clone(),
-        };
-        let g = source.extract(&mut grads, tracked);
-        drop(grads);
-        let metrics = self.metrics_fn.apply(g.clone())?;
-        let transformed = self.transform_fn.apply(g)?;
-        let value = AB::inner(loss);
-        let value = Inner::<AB>::float_reshape(value, [1].into());
-        let value = DynTree {
-            leaves: vec![Leaf::Float(TensorPrimitive::Float(value))],
-            def: TreeDef::Leaf,
-        };
-        let (aux_leaves, aux_def) = aux.flatten();
-        let aux = DynTree {
-            leaves: aux_leaves
-                .into_iter()
-                .map(|leaf| match leaf {
-                    Leaf::Float(t) => Leaf::Float(TensorPrimitive::Float(AB::inner(t.tensor()))),
-                    Leaf::Int(t) => Leaf::Int(AB::int_inner(t)),
-                    Leaf::Bool(t) => Leaf::Bool(AB::bool_inner(t)),
-                })
-                .collect(),
-            def: aux_def,
-        };
-        Ok(DynTree::tuple(vec![transformed, value, metrics, aux]))
+        let mapped = map_inputs(leaves, def, &plan.in_axes)?;
+        let sigs = with_unit_dims(example_sigs(&mapped.leaves, &mapped.axes), &plan.unit);
+        let loss = self
+            .caches
+            .loss
+            .get_or_record(&mapped.def, &sigs, true, || {
+                let f = |a: A| loss_tree(self.f.loss(a));
+                record::<A, DynTree>(NAME, &f, &mapped.def, &sigs, true)
+            })?;
+        let grad_sigs = plan.tracked.iter().map(|&i| sigs[i].clone()).collect();
+        self.run_grads(GradRun {
+            transform: NAME,
+            loss: &loss,
+            params: Vec::new(),
+            args: mapped,
+            unit: plan.unit,
+            tracked: plan.tracked,
+            grad_def: plan.grad_def,
+            grad_sigs,
+            micro: Microbatching {
+                num_real_microbatches,
+                ..self.opts.micro
+            },
+        })
     }
 }
 
-impl<F, S, T, M, V> MicroGrad<F, S, T, M, V, ArgGrads> {
-    transform_call! {
-        micro_grad;
-        /// Applies the transform to the argument tuple `args` (on the autodiff backend `AB`).
-        ///
-        /// The result type follows from the builder's ([`MicroGradTypes`]): the accumulated
-        /// gradients (their type is what `transform_fn` returns, or the raw gradient's type
-        /// without one; [`Concat`] adds the batch axis) and [`MicroAux`] with the stacked loss
-        /// values, metrics and aux. The raw gradient's type `G` comes from the typed closure of
-        /// `transform_fn` or `metrics_fn`; with neither, name the result with
-        /// [`call_as`](MicroGrad::call_as).
-        ///
-        /// # Errors
-        /// See [`micro_grad`].
-        #[allow(clippy::type_complexity)]
-        [(S, T, M): MicroGradTypes<AB::InnerBackend, G, Out::Aux>]
-        pub fn call(
-            &self,
-            args: I,
-        ) -> Result<MicroGradResult<AB::InnerBackend, (S, T, M), G, Out::Aux>, VmapError> {
-            self.run(&self.f, &ArgGrads, args, self.opts.micro.num_real_microbatches, "micro_grad")
-        }
-    }
-
-    transform_call! {
-        micro_grad;
-        /// As [`call`](MicroGrad::call), with `num_real_microbatches` for this call only.
-        ///
-        /// # Errors
-        /// See [`micro_grad`].
-        #[allow(clippy::type_complexity)]
-        [(S, T, M): MicroGradTypes<AB::InnerBackend, G, Out::Aux>]
-        pub fn call_with(
-            &self,
-            args: I,
-            num_real_microbatches: Option<usize>,
-        ) -> Result<MicroGradResult<AB::InnerBackend, (S, T, M), G, Out::Aux>, VmapError> {
-            self.run(&self.f, &ArgGrads, args, num_real_microbatches, "micro_grad")
-        }
-    }
-
-    transform_call! {
-        micro_grad;
-        /// As [`call`](MicroGrad::call), with the result named by the caller: `let (grads, aux):
-        /// (G, MicroAux<I, MO, XO>) = micro_grad(f).call_as(args)?`, for results whose types
-        /// do not follow from the builder's (no typed `transform_fn` or `metrics_fn`, an
-        /// accumulator [`Spec`], an aux struct without [`Lift`](crate::tree::Lift)).
-        ///
-        /// # Errors
-        /// See [`micro_grad`].
-        #[allow(clippy::type_complexity)]
-        [G: Tree<AB::InnerBackend>, MO: Tree<AB::InnerBackend>, XO: Tree<AB::InnerBackend>]
-        pub fn call_as<MO, XO>(
-            &self,
-            args: I,
-        ) -> Result<(G, MicroAux<AB::InnerBackend, MO, XO>), VmapError> {
-            self.run(&self.f, &ArgGrads, args, self.opts.micro.num_real_microbatches, "micro_grad")
-        }
-    }
-}
-
-/// How [`micro_grad`]'s arguments enter one example's step.
-struct ArgPlan {
-    /// Per leaf: whether it is differentiated (an `argnums` argument).
-    differentiated: Vec<bool>,
-    /// The differentiated leaves, in the order of the gradient tree.
-    order: Vec<usize>,
-    /// The structure of one example's gradient.
-    grad_def: TreeDef,
-    /// Per leaf: whether the step gives it a leading unit dim (`keep_batch_dim`).
-    unit_dim: Vec<bool>,
+/// How [`micro_grad`]'s arguments enter the recorded loss.
+pub(super) struct ArgPlan {
     /// Axis 0 for the batched arguments, `None` for the others.
-    in_axes: Axes,
+    pub(super) in_axes: Axes,
+    /// Per leaf: whether the function sees it with a leading unit dim (`keep_batch_dim`).
+    pub(super) unit: Vec<bool>,
+    /// The differentiated leaves, in the order of the gradient tree.
+    pub(super) tracked: Vec<usize>,
+    /// The structure of one example's gradient.
+    pub(super) grad_def: TreeDef,
 }
 
 impl GradOptions {
     /// Checks the argument indices against the argument tuple (`leaves`, `def`) and plans how
-    /// every leaf enters the step.
-    fn plan<B: Backend>(&self, leaves: &[Leaf<B>], def: &TreeDef) -> Result<ArgPlan, VmapError> {
-        let TreeDef::Node { children, .. } = def else {
+    /// every leaf enters the loss.
+    ///
+    /// # Errors
+    /// [`VmapError::TreeMismatch`] when the arguments are not a tuple,
+    /// [`VmapError::ArgumentIndex`], [`VmapError::NotDifferentiable`].
+    pub(super) fn plan(&self, leaves: &[Leaf], def: &TreeDef) -> Result<ArgPlan, VmapError> {
+        let TreeDef::Node {
+            kind: NodeKind::Tuple,
+            children,
+            ..
+        } = def
+        else {
             return Err(VmapError::TreeMismatch {
                 what: "args".into(),
                 path: "args".into(),
@@ -489,25 +600,17 @@ impl GradOptions {
             start += c.num_leaves();
         }
         let paths = def.leaf_paths("args");
-        let mut differentiated = vec![false; leaves.len()];
         for &a in &self.argnums {
             for i in ranges[a].clone() {
-                if !matches!(leaves[i], Leaf::Float(_)) {
+                if leaves[i].kind_name() != "float" {
                     return Err(VmapError::NotDifferentiable {
                         path: paths[i].clone(),
                         kind: leaves[i].kind_name(),
                     });
                 }
-                differentiated[i] = true;
             }
         }
-        let grad_def = if self.argnums.is_empty() {
-            TreeDef::Node {
-                kind: NodeKind::Tuple,
-                keys: vec![],
-                children: vec![],
-            }
-        } else if self.single_argnum {
+        let grad_def = if self.single_argnum && !self.argnums.is_empty() {
             children[self.argnums[0]].clone()
         } else {
             TreeDef::Node {
@@ -516,17 +619,16 @@ impl GradOptions {
                 children: self.argnums.iter().map(|&a| children[a].clone()).collect(),
             }
         };
-        let order: Vec<usize> = self
+        let tracked = self
             .argnums
             .iter()
             .flat_map(|&a| ranges[a].clone())
             .collect();
         let batched: Vec<bool> = (0..n_args).map(|a| batch_argnums.contains(&a)).collect();
-        // keep_batch_dim (see `ArgPlan::with_unit_dims`).
-        let unit_dim: Vec<bool> = (0..leaves.len())
+        let unit = (0..leaves.len())
             .map(|i| {
                 let arg = ranges.iter().position(|r| r.contains(&i)).unwrap_or(0);
-                self.keep_batch_dim && batched[arg] && leaves[i].shape().num_dims() > 0
+                self.keep_batch_dim && batched[arg]
             })
             .collect();
         let in_axes = Spec::Seq(
@@ -536,65 +638,10 @@ impl GradOptions {
                 .collect(),
         );
         Ok(ArgPlan {
-            differentiated,
-            order,
-            grad_def,
-            unit_dim,
             in_axes,
+            unit,
+            tracked,
+            grad_def,
         })
     }
-}
-
-impl ArgPlan {
-    /// `keep_batch_dim`: every example keeps a leading dim of size 1. Added to each example
-    /// inside the vectorized step (a pending reshape of a batched tensor there), not to the
-    /// whole input up front (a copy of it on backends whose reshape copies).
-    fn with_unit_dims<B: Backend>(&self, args: DynTree<B>) -> DynTree<B> {
-        DynTree {
-            leaves: args
-                .leaves
-                .into_iter()
-                .zip(&self.unit_dim)
-                .map(|(leaf, &unit)| {
-                    if !unit {
-                        return leaf;
-                    }
-                    let mut dims = leaf.shape().to_vec();
-                    dims.insert(0, 1);
-                    leaf.reshape(Shape::from(dims))
-                })
-                .collect(),
-            def: args.def,
-        }
-    }
-}
-
-/// The accumulated gradients and the stacked per-example parts, from the four parts every
-/// step returns.
-#[allow(clippy::type_complexity)]
-fn unpack<B: Backend, G: Tree<B>, MO: Tree<B>, XO: Tree<B>>(
-    result: DynTree<B>,
-) -> Result<(G, MicroAux<B, MO, XO>), VmapError> {
-    let mut parts = result.children().into_iter();
-    let (Some(grads), Some(values), Some(metrics), Some(aux)) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        unreachable!("the step returns four parts")
-    };
-    let values = match values.leaves.into_iter().next() {
-        Some(Leaf::Float(v)) => {
-            let v = Tensor::<B, 2>::from_primitive(v);
-            let b = v.dims()[0];
-            v.reshape([b])
-        }
-        _ => unreachable!("the step returns one float value"),
-    };
-    Ok((
-        grads.into_tree("grads")?,
-        MicroAux {
-            values,
-            metrics: metrics.into_tree("aux.metrics")?,
-            aux: aux.into_tree("aux.aux")?,
-        },
-    ))
 }

@@ -1,52 +1,65 @@
 //! [`micro_grad_module`]: [`micro_grad`](super::micro_grad) over a Burn module's parameters.
 
-use super::PlainVmap;
+use burn::module::Module;
+
+use super::batches::Microbatching;
 use super::grad_fn::{
-    Identity, MicroAux, MicroGradResult, MicroGradTypes, ModuleGrads, ModuleParams, NoMetrics,
+    GradFn, Identity, MicroAux, MicroGradCall, MicroGradTypes, ModuleLossAux, ModuleLossFn,
+    NoMetrics,
 };
-use super::micro_grad::{GradOptions, MicroGrad};
-use super::run::Microbatching;
+use super::grad_run::{GradRun, loss_tree, with_unit_dims};
+use super::micro_grad::{GradOptions, MicroGrad, ModuleParams};
 use crate::VmapError;
 use crate::accumulate::Sum;
-use crate::transform::grad::{ParamGrads, prepare_module};
-use crate::transform::transform_call;
-use crate::tree::Tree;
+use crate::graph::TensorSig;
+use crate::transform::axes::map_inputs;
+use crate::transform::grad::ParamGrads;
+use crate::transform::module::{self, record_module_fn};
+use crate::transform::run::{common_device, example_sigs};
+use crate::tree::{Key, NodeKind, Tree, TreeDef};
 
-/// [`micro_grad`](super::micro_grad) for a Burn `Module`: per-example gradients of the module's
-/// parameters, as [`ParamGrads`] (convert the accumulated result with
+const NAME: &str = "micro_grad_module";
+
+/// [`micro_grad`](crate::micro_grad) for a Burn `Module`: per-example gradients of the module's
+/// trainable float parameters, as [`ParamGrads`] (convert the accumulated result with
 /// [`into_gradients_params`](ParamGrads::into_gradients_params) for `optimizer.step`).
 ///
-/// `loss_fn(model, args)` computes the loss; the builder holds no model: [`call`](MicroGrad::call)
-/// takes the model as it is at that step, so one builder serves a whole training loop (and the
-/// optimizer can take the model by value between calls). `args` is a tuple whose entries are
-/// all batched on axis 0 unless [`batch_argnums`](MicroGrad::batch_argnums) says otherwise.
-/// Everything else is as [`micro_grad`](super::micro_grad): `keep_batch_dim` (default `true`:
-/// `loss_fn` sees a batch of one, so an existing batched forward pass works unchanged),
-/// microbatching, accumulator (default **[`Sum`](crate::accumulate::Sum)**), `transform_fn` and
-/// `metrics_fn` over the per-example [`ParamGrads`] (their closures need no type annotation).
-/// Build the model on `Autodiff<Vmap<B>>` (it trains normally there: nothing is batched
-/// outside).
+/// ```text
+/// for every example i:                        # every argument sliced at axis 0 by default
+///     (value_i, aux_i), g_i = value_and_grad(loss_fn)(model, example i's args)  # ParamGrads
+///     t_i = transform_fn(g_i); metric_i = metrics_fn(g_i)
+/// grads = accumulator over t_i                # default SUM
+/// ```
 ///
-/// Each call first reads every parameter once (Burn initializes parameters lazily; that draw
-/// must happen outside vmap) and refuses a module with a layer that mixes the examples of a
-/// batch (`BatchNorm` in training mode) with [`VmapError::MixesExamples`], before anything
-/// runs.
+/// `loss_fn(model, args)` computes the loss with the unmodified model; the builder holds no
+/// model: [`call`](MicroGrad::call) takes the model as it is at that step, so one builder
+/// serves a whole training loop (the loss is recorded once, with the parameters as inputs, and
+/// every call feeds the current ones). `args` is a tuple whose entries are all batched on
+/// axis 0 unless [`batch_argnums`](MicroGrad::batch_argnums) says otherwise. Everything else is
+/// as [`micro_grad`](crate::micro_grad): `keep_batch_dim` (default `true`: `loss_fn` sees a
+/// batch of one, so an existing batched forward pass works unchanged), microbatching,
+/// accumulator (default **[`Sum`]**), `transform_fn` and `metrics_fn` over one example's
+/// [`ParamGrads`] (their closures need no type annotation). A dense layer's, a convolution's or
+/// an embedding's per-example weight gradient stays factored through `transform_fn` (a
+/// [`clip_by_global_norm`](crate::clip_by_global_norm) computes each norm from the factors)
+/// and the built-in accumulators' sums (one matrix product over the examples).
+///
+/// A module with a layer that mixes the examples of a batch in training mode (`BatchNorm`) is
+/// refused with [`VmapError::MixesExamples`] before anything runs; with `model.valid()` it runs
+/// per example and changes no state. `Dropout` in training mode draws a mask per example.
 ///
 /// # Example: per-example clipping (DP-SGD's gradient)
 /// ```
-/// use burn::backend::Autodiff;
 /// use burn::nn::{Linear, LinearConfig};
-/// use burn::tensor::Tensor;
+/// use burn::tensor::{Device, Tensor};
 /// use burn_vmap::accumulate::Mean;
-/// use burn_vmap::testing::TestBackend;
-/// use burn_vmap::{clip_by_global_norm, global_norm, micro_grad_module, Vmap};
-/// type AD = Autodiff<Vmap<TestBackend>>;
-/// let device = Default::default();
-/// let model: Linear<AD> = LinearConfig::new(3, 1).init(&device);
-/// let x = Tensor::<AD, 2>::ones([8, 3], &device);
-/// let y = Tensor::<AD, 2>::zeros([8, 1], &device);
+/// use burn_vmap::{clip_by_global_norm, global_norm, micro_grad_module};
+/// let device = Device::default();
+/// let model: Linear = LinearConfig::new(3, 1).init(&device);
+/// let x = Tensor::<2>::ones([8, 3], &device);
+/// let y = Tensor::<2>::zeros([8, 1], &device);
 ///
-/// let clipped_mean = micro_grad_module(|m: &Linear<AD>, (x, y): (Tensor<AD, 2>, Tensor<AD, 2>)| {
+/// let clipped_mean = micro_grad_module(|m: &Linear, (x, y): (Tensor<2>, Tensor<2>)| {
 ///     (m.forward(x) - y).powi_scalar(2).mean()
 /// })
 /// .microbatch_size(4)
@@ -55,105 +68,211 @@ use crate::tree::Tree;
 /// .metrics_fn(|g| global_norm(&g));
 /// let (grads, aux) = clipped_mean.call(&model, (x, y)).unwrap();
 /// assert_eq!(aux.metrics.dims(), [8, 1]); // the raw per-example norms
-/// assert!(global_norm(&grads).into_scalar() <= 1.0 + 1e-6); // a mean of clipped gradients
+/// assert!(global_norm(&grads).into_scalar::<f32>() <= 1.0 + 1e-6); // a mean of clipped gradients
 /// let for_optimizer = grads.into_gradients_params();
 /// ```
-pub fn micro_grad_module<F>(
-    loss_fn: F,
-) -> MicroGrad<F, Sum, Identity, NoMetrics, PlainVmap, ModuleParams> {
-    let opts = GradOptions {
-        argnums: vec![],
-        single_argnum: false,
-        batch_argnums: None,
-        keep_batch_dim: true,
-        micro: Microbatching::default(),
-    };
-    MicroGrad::new(loss_fn, ModuleParams, opts)
+///
+/// # Errors
+/// See [`micro_grad`](crate::micro_grad), and [`VmapError::MixesExamples`].
+pub fn micro_grad_module<F>(loss_fn: F) -> MicroGrad<F, Sum, Identity, NoMetrics, ModuleParams> {
+    MicroGrad::new(
+        loss_fn,
+        GradOptions {
+            argnums: vec![],
+            single_argnum: false,
+            batch_argnums: None,
+            keep_batch_dim: true,
+            micro: Microbatching::default(),
+        },
+    )
 }
 
-impl<F, S, T, M, V> MicroGrad<F, S, T, M, V, ModuleParams> {
-    transform_call! {
-        micro_grad_module;
-        /// Applies the transform to `model` and the argument tuple `args`; the result type
-        /// follows from the builder's ([`MicroGradTypes`] with the raw gradient
-        /// [`ParamGrads`]).
-        ///
-        /// # Errors
-        /// See [`micro_grad`](super::micro_grad), and [`VmapError::MixesExamples`] for a module
-        /// with a `BatchNorm` (refused before anything runs).
-        #[allow(clippy::type_complexity)]
-        [(S, T, M): MicroGradTypes<AB::InnerBackend, ParamGrads<AB::InnerBackend>, Out::Aux>]
-        pub fn call(
-            &self,
-            model: &Mod,
-            args: I,
-        ) -> Result<
-            MicroGradResult<AB::InnerBackend, (S, T, M), ParamGrads<AB::InnerBackend>, Out::Aux>,
-            VmapError,
-        > {
-            self.call_module(model, args, self.opts.micro.num_real_microbatches)
-        }
+impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
+    /// Applies the transform to `model` and the argument tuple `args`; the result type
+    /// follows from the builder's ([`MicroGradTypes`] with the raw gradient [`ParamGrads`]).
+    ///
+    /// ```
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_vmap::{accumulate::Concat, micro_grad_module};
+    /// let device = Device::default();
+    /// let model: Linear = LinearConfig::new(3, 2).init(&device);
+    /// let x = Tensor::<2>::ones([5, 3], &device);
+    /// let per_example = micro_grad_module(|m: &Linear, (x,): (Tensor<2>,)| m.forward(x).sum())
+    ///     .accumulator(Concat);
+    /// let (grads, aux) = per_example.call(&model, (x,)).unwrap();
+    /// assert_eq!(grads.get::<3>("weight").unwrap().dims(), [5, 3, 2]);
+    /// assert_eq!(aux.values.dims(), [5]);
+    /// ```
+    ///
+    /// # Errors
+    /// See [`micro_grad_module`].
+    pub fn call<Mod, I, A>(
+        &self,
+        model: &Mod,
+        args: I,
+    ) -> MicroGradCall<S, T, M, ParamGrads, ModuleLossAux<F, Mod, A>>
+    where
+        Mod: Module,
+        F: ModuleLossFn<Mod, A>,
+        I: Tree,
+        A: Tree,
+        S: Tree + Clone,
+        T: GradFn,
+        M: GradFn,
+        (S, T, M): MicroGradTypes<ParamGrads, ModuleLossAux<F, Mod, A>>,
+    {
+        self.run_module(model, args, self.opts.micro.num_real_microbatches)
     }
 
-    transform_call! {
-        micro_grad_module;
-        /// As [`call`](MicroGrad::call), with `num_real_microbatches` for this call only.
-        ///
-        /// # Errors
-        /// As [`call`](MicroGrad::call).
-        #[allow(clippy::type_complexity)]
-        [(S, T, M): MicroGradTypes<AB::InnerBackend, ParamGrads<AB::InnerBackend>, Out::Aux>]
-        pub fn call_with(
-            &self,
-            model: &Mod,
-            args: I,
-            num_real_microbatches: Option<usize>,
-        ) -> Result<
-            MicroGradResult<AB::InnerBackend, (S, T, M), ParamGrads<AB::InnerBackend>, Out::Aux>,
-            VmapError,
-        > {
-            self.call_module(model, args, num_real_microbatches)
-        }
+    /// As [`call`](MicroGrad::call), with `num_real_microbatches` for this call only.
+    ///
+    /// ```
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_vmap::micro_grad_module;
+    /// let device = Device::default();
+    /// let model: Linear = LinearConfig::new(3, 1).init(&device);
+    /// let x = Tensor::<2>::ones([4, 3], &device);
+    /// let grad = micro_grad_module(|m: &Linear, (x,): (Tensor<2>,)| m.forward(x).sum()).microbatch_size(2);
+    /// let (half, aux) = grad.call_with(&model, (x,), Some(1)).unwrap();
+    /// assert_eq!(half.get::<1>("bias").unwrap().into_data().to_vec::<f32>().unwrap(), vec![2.0]);
+    /// assert_eq!(aux.values.dims(), [4]);
+    /// ```
+    ///
+    /// # Errors
+    /// See [`micro_grad_module`].
+    pub fn call_with<Mod, I, A>(
+        &self,
+        model: &Mod,
+        args: I,
+        num_real_microbatches: Option<usize>,
+    ) -> MicroGradCall<S, T, M, ParamGrads, ModuleLossAux<F, Mod, A>>
+    where
+        Mod: Module,
+        F: ModuleLossFn<Mod, A>,
+        I: Tree,
+        A: Tree,
+        S: Tree + Clone,
+        T: GradFn,
+        M: GradFn,
+        (S, T, M): MicroGradTypes<ParamGrads, ModuleLossAux<F, Mod, A>>,
+    {
+        self.run_module(model, args, num_real_microbatches)
     }
 
-    transform_call! {
-        micro_grad_module;
-        /// As [`call`](MicroGrad::call), with the result named by the caller (`let (grads,
-        /// aux): (G, MicroAux<I, MO, XO>) = ...call_as(&model, args)?`), for results whose
-        /// types do not follow from the builder's.
-        ///
-        /// # Errors
-        /// As [`call`](MicroGrad::call).
-        #[allow(clippy::type_complexity)]
-        [G: Tree<AB::InnerBackend>, MO: Tree<AB::InnerBackend>, XO: Tree<AB::InnerBackend>]
-        pub fn call_as<G, MO, XO>(
-            &self,
-            model: &Mod,
-            args: I,
-        ) -> Result<(G, MicroAux<AB::InnerBackend, MO, XO>), VmapError> {
-            self.call_module(model, args, self.opts.micro.num_real_microbatches)
-        }
+    /// As [`call`](MicroGrad::call), with the result named by the caller (`let (grads, aux):
+    /// (G, MicroAux<MO, XO>) = ...call_as(&model, args)?`), for results whose types do not
+    /// follow from the builder's.
+    ///
+    /// ```
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_vmap::accumulate::{Acc, Sum};
+    /// use burn_vmap::tree::Spec;
+    /// use burn_vmap::{micro_grad_module, MicroAux, ParamGrads};
+    /// let device = Device::default();
+    /// let model: Linear = LinearConfig::new(3, 1).init(&device);
+    /// let x = Tensor::<2>::ones([4, 3], &device);
+    /// let (g, _): (ParamGrads, MicroAux) = micro_grad_module(|m: &Linear, (x,): (Tensor<2>,)| m.forward(x).sum())
+    ///     .accumulator(Spec::Leaf(Acc::new(Sum)))
+    ///     .call_as(&model, (x,))
+    ///     .unwrap();
+    /// assert_eq!(g.get::<1>("bias").unwrap().into_data().to_vec::<f32>().unwrap(), vec![4.0]);
+    /// ```
+    ///
+    /// # Errors
+    /// See [`micro_grad_module`].
+    pub fn call_as<Mod, I, A, G, MO, XO>(
+        &self,
+        model: &Mod,
+        args: I,
+    ) -> Result<(G, MicroAux<MO, XO>), VmapError>
+    where
+        Mod: Module,
+        F: ModuleLossFn<Mod, A>,
+        I: Tree,
+        A: Tree,
+        S: Tree + Clone,
+        T: GradFn,
+        M: GradFn,
+        G: Tree,
+        MO: Tree,
+        XO: Tree,
+    {
+        self.run_module(model, args, self.opts.micro.num_real_microbatches)
     }
 
-    transform_call! {
-        micro_grad_module;
-        #[allow(clippy::type_complexity)]
-        [G: Tree<AB::InnerBackend>, MO: Tree<AB::InnerBackend>, XO: Tree<AB::InnerBackend>]
-        fn call_module<G, MO, XO>(
-            &self,
-            model: &Mod,
-            args: I,
-            num_real_microbatches: Option<usize>,
-        ) -> Result<(G, MicroAux<AB::InnerBackend, MO, XO>), VmapError> {
-            prepare_module(model, "micro_grad_module")?;
-            let loss = |a: A| (self.f)(model, a);
-            self.run(
-                &loss,
-                &ModuleGrads(model),
-                args,
+    /// Records the loss with the module's parameters as inputs (or takes the recording cached
+    /// for this module's parameters and the arguments' signature) and runs it.
+    fn run_module<Mod, I, A, G, MO, XO>(
+        &self,
+        model: &Mod,
+        args: I,
+        num_real_microbatches: Option<usize>,
+    ) -> Result<(G, MicroAux<MO, XO>), VmapError>
+    where
+        Mod: Module,
+        F: ModuleLossFn<Mod, A>,
+        I: Tree,
+        A: Tree,
+        S: Tree + Clone,
+        T: GradFn,
+        M: GradFn,
+        G: Tree,
+        MO: Tree,
+        XO: Tree,
+    {
+        let (params, key) = module::ModuleParams::of(NAME, model)?;
+        let (leaves, def) = args.flatten();
+        let plan = self.opts.plan(&leaves, &def)?;
+        let mapped = map_inputs(leaves, def, &plan.in_axes)?;
+        let sigs = with_unit_dims(example_sigs(&mapped.leaves, &mapped.axes), &plan.unit);
+        // One recording per module (parameter ids, shapes, flags) and argument signature.
+        let key_def = TreeDef::Node {
+            kind: NodeKind::Tuple,
+            keys: vec![Key::Index(0), Key::Index(1)],
+            children: vec![TreeDef::static_value(key), mapped.def.clone()],
+        };
+        let settings = common_device(NAME, &mapped.leaves)
+            .map(|d| d.settings())
+            .unwrap_or_else(|_| burn::tensor::Device::default().settings());
+        let loss = self.caches.loss.get_or_record(&key_def, &sigs, true, || {
+            let f = |m: &Mod, a: A| loss_tree(self.f.loss(m, a));
+            record_module_fn(NAME, model, &f, &mapped.def, &sigs, settings)
+        })?;
+        // One example's gradient: ParamGrads of the trainable parameters.
+        let tracked: Vec<usize> = (0..params.ids.len())
+            .filter(|&i| params.trainable[i])
+            .collect();
+        let entries = tracked
+            .iter()
+            .map(|&i| {
+                let t = params.tensors[i].clone();
+                (params.paths[i].clone(), params.ids[i], t)
+            })
+            .collect();
+        let (grad_leaves, grad_def) = ParamGrads::new(entries).flatten();
+        let grad_sigs = grad_leaves
+            .iter()
+            .map(|l| TensorSig {
+                shape: l.shape(),
+                dtype: l.dtype(),
+            })
+            .collect();
+        self.run_grads(GradRun {
+            transform: NAME,
+            loss: &loss,
+            params: params.tensors,
+            args: mapped,
+            unit: plan.unit,
+            tracked,
+            grad_def,
+            grad_sigs,
+            micro: Microbatching {
                 num_real_microbatches,
-                "micro_grad_module",
-            )
-        }
+                ..self.opts.micro
+            },
+        })
     }
 }

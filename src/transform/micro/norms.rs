@@ -1,39 +1,53 @@
 //! Tree norms: the global L2 norm of a tree, scaling, and optax's per-example clipping.
+//!
+//! These are ordinary Burn code over a tree's float leaves. Used in a `transform_fn` or
+//! `metrics_fn` they are recorded for one example and run on the batched per-example
+//! gradients; there each leaf's squared norm is `sum(g * g)` (the elementwise square of a
+//! factored weight gradient, whose sum the engine takes from the factors) and the scaling
+//! multiplies by a per-example factor (which scales one factor), so clipping never builds a
+//! dense layer's `batch × d_in × d_out` gradient.
 
-use burn::tensor::{Tensor, TensorPrimitive};
+use burn::tensor::{Bool, Tensor};
 use burn_backend::TensorMetadata;
-use burn_backend::backend::Backend;
+use burn_backend::ops::{BoolTensorOps, FloatTensorOps};
+use burn_dispatch::{Dispatch, DispatchTensor};
 
 use crate::tree::{Leaf, Tree};
 
+/// The squares of `t` summed: a one-element tensor.
+fn sum_squares(t: DispatchTensor) -> Tensor<1> {
+    let sum = Dispatch::float_sum(Dispatch::float_mul(t.clone(), t));
+    let sum = Dispatch::float_reshape(sum, [1].into());
+    Tensor::from_dispatch(sum)
+}
+
+/// `t` times the one-element `factor`, broadcast over every element.
+fn scale(t: DispatchTensor, factor: &Tensor<1>) -> DispatchTensor {
+    let rank = t.shape().num_dims();
+    let f = Dispatch::float_reshape(factor.clone().into_dispatch(), vec![1; rank].into());
+    Dispatch::float_mul(t, f)
+}
+
 /// The global L2 norm of every float leaf of a tree, as a one-element tensor:
-/// `sqrt(sum over leaves and elements of x²)`. Under `vmap` (in a `transform_fn`), the
+/// `sqrt(sum over leaves and elements of x²)`. In a `transform_fn` or `metrics_fn`, the
 /// per-example norm.
 ///
 /// ```
-/// use burn::tensor::Tensor;
-/// use burn_vmap::testing::TestBackend;
+/// use burn::tensor::{Device, Tensor};
 /// use burn_vmap::global_norm;
-/// let d = Default::default();
-/// let t = (Tensor::<TestBackend, 1>::from_floats([3.0], &d), Tensor::<TestBackend, 2>::from_floats([[4.0]], &d));
-/// assert_eq!(global_norm(&t).into_scalar(), 5.0);
+/// let d = Device::default();
+/// let t = (Tensor::<1>::from_floats([3.0], &d), Tensor::<2>::from_floats([[4.0]], &d));
+/// assert_eq!(global_norm(&t).into_data().to_vec::<f32>().unwrap(), vec![5.0]);
 /// ```
 ///
 /// # Panics
 /// If the tree has no float leaf.
-pub fn global_norm<B: Backend, T: Tree<B> + Clone>(tree: &T) -> Tensor<B, 1> {
+pub fn global_norm<T: Tree + Clone>(tree: &T) -> Tensor<1> {
     let (leaves, _) = tree.clone().flatten();
     leaves
         .into_iter()
-        .filter_map(|leaf| match leaf {
-            Leaf::Float(t) => {
-                // Sum of squares at the leaf's own rank (no flattening copy).
-                let t = t.tensor();
-                let sq = B::float_sum(B::float_mul(t.clone(), t));
-                Some(Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(sq)))
-            }
-            _ => None,
-        })
+        .filter(|leaf| leaf.kind_name() == "float")
+        .map(|leaf| sum_squares(leaf.into_dispatch()))
         .reduce(|a, b| a + b)
         .expect("global_norm: the tree has no float leaf")
         .sqrt()
@@ -42,26 +56,19 @@ pub fn global_norm<B: Backend, T: Tree<B> + Clone>(tree: &T) -> Tensor<B, 1> {
 /// Scales every float leaf of `tree` by the one-element tensor `factor`.
 ///
 /// ```
-/// use burn::tensor::Tensor;
-/// use burn_vmap::testing::TestBackend;
+/// use burn::tensor::{Device, Tensor};
 /// use burn_vmap::transform::micro::scale_tree;
-/// let d = Default::default();
-/// let t = scale_tree(Tensor::<TestBackend, 1>::from_floats([1.0, 2.0], &d), Tensor::from_floats([3.0], &d));
+/// let d = Device::default();
+/// let t = scale_tree(Tensor::<1>::from_floats([1.0, 2.0], &d), Tensor::from_floats([3.0], &d));
 /// assert_eq!(t.into_data().to_vec::<f32>().unwrap(), vec![3.0, 6.0]);
 /// ```
-pub fn scale_tree<B: Backend, T: Tree<B>>(tree: T, factor: Tensor<B, 1>) -> T {
+pub fn scale_tree<T: Tree>(tree: T, factor: Tensor<1>) -> T {
     let (leaves, def) = tree.flatten();
-    let factor = factor.into_primitive().tensor();
     let leaves = leaves
         .into_iter()
-        .map(|leaf| match leaf {
-            Leaf::Float(t) => {
-                let t = t.tensor();
-                let rank = t.shape().num_dims();
-                let f = B::float_reshape(factor.clone(), vec![1; rank].into());
-                Leaf::Float(TensorPrimitive::Float(B::float_mul(t, f)))
-            }
-            other => other,
+        .map(|leaf| match leaf.kind_name() {
+            "float" => Leaf(scale(leaf.into_dispatch(), &factor)),
+            _ => leaf,
         })
         .collect();
     T::unflatten(&def, leaves).expect("the same tree rebuilds")
@@ -72,25 +79,26 @@ pub fn scale_tree<B: Backend, T: Tree<B>>(tree: T, factor: Tensor<B, 1>) -> T {
 /// example; in a `transform_fn` it clips every example independently.
 ///
 /// ```
-/// use burn::tensor::Tensor;
-/// use burn_vmap::testing::TestBackend;
+/// use burn::tensor::{Device, Tensor};
 /// use burn_vmap::clip_by_global_norm;
-/// let d = Default::default();
-/// let g = Tensor::<TestBackend, 1>::from_floats([3.0, 4.0], &d);
-/// let c = clip_by_global_norm(g, 1.0);
-/// assert_eq!(c.into_data().to_vec::<f32>().unwrap(), vec![0.6, 0.8]);
+/// let g = Tensor::<1>::from_floats([3.0, 4.0], &Device::default());
+/// let c = clip_by_global_norm(g, 1.0).into_data().to_vec::<f32>().unwrap();
+/// assert!((c[0] - 0.6).abs() < 1e-6 && (c[1] - 0.8).abs() < 1e-6, "{c:?}");
 /// ```
-pub fn clip_by_global_norm<B: Backend, T: Tree<B> + Clone>(tree: T, max_norm: f64) -> T {
+///
+/// # Panics
+/// If the tree has no float leaf.
+pub fn clip_by_global_norm<T: Tree + Clone>(tree: T, max_norm: f64) -> T {
     let norm = global_norm(&tree);
     let factor = norm.clamp_min(max_norm).recip() * max_norm;
     scale_tree(tree, factor)
 }
 
 /// [`clip_by_global_norm`] that also zeroes a tree holding a NaN or an infinity, so one bad
-/// example cannot make a clipped sum non-finite: the tree is scaled as
-/// `clip_by_global_norm` scales it when its global norm is finite, and replaced by zeros when
-/// it is not (a NaN or an infinity anywhere in it, or squares that overflow `f32`). Pair it with
-/// [`non_finite`] as `metrics_fn` to count the zeroed examples.
+/// example cannot make a clipped sum non-finite: the tree is scaled as `clip_by_global_norm`
+/// scales it when its global norm is finite, and replaced by zeros when it is not (a NaN or an
+/// infinity anywhere in it, or squares that overflow `f32`). Pair it with [`non_finite`] as
+/// `metrics_fn` to count the zeroed examples.
 ///
 /// **The default, [`clip_by_global_norm`], keeps optax's semantics**: a non-finite gradient
 /// stays non-finite, and so does every sum it enters (a loud failure rather than a silently
@@ -100,39 +108,37 @@ pub fn clip_by_global_norm<B: Backend, T: Tree<B> + Clone>(tree: T, max_norm: f6
 /// `clip_by_global_norm` never builds it).
 ///
 /// ```
-/// use burn::tensor::Tensor;
-/// use burn_vmap::testing::TestBackend;
+/// use burn::tensor::{Device, Tensor};
 /// use burn_vmap::transform::micro::clip_by_global_norm_finite;
-/// let d = Default::default();
-/// let g = Tensor::<TestBackend, 1>::from_floats([3.0, 4.0], &d);
-/// let c = clip_by_global_norm_finite(g, 1.0);
-/// assert_eq!(c.into_data().to_vec::<f32>().unwrap(), vec![0.6, 0.8]);
-/// let bad = Tensor::<TestBackend, 1>::from_floats([f32::NAN, 4.0], &d);
+/// let d = Device::default();
+/// let g = Tensor::<1>::from_floats([3.0, 4.0], &d);
+/// let c = clip_by_global_norm_finite(g, 1.0).into_data().to_vec::<f32>().unwrap();
+/// assert!((c[0] - 0.6).abs() < 1e-6 && (c[1] - 0.8).abs() < 1e-6, "{c:?}");
+/// let bad = Tensor::<1>::from_floats([f32::NAN, 4.0], &d);
 /// let c = clip_by_global_norm_finite(bad, 1.0);
 /// assert_eq!(c.into_data().to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
 /// ```
-pub fn clip_by_global_norm_finite<B: Backend, T: Tree<B> + Clone>(tree: T, max_norm: f64) -> T {
+///
+/// # Panics
+/// If the tree has no float leaf.
+pub fn clip_by_global_norm_finite<T: Tree + Clone>(tree: T, max_norm: f64) -> T {
     let norm = global_norm(&tree);
     let bad = not_finite(norm.clone());
     let factor = (norm.clamp_min(max_norm).recip() * max_norm).mask_fill(bad.clone(), 0.0);
     let (leaves, def) = scale_tree(tree, factor).flatten();
-    let bad = bad.into_primitive();
+    let bad = bad.into_dispatch();
     let leaves = leaves
         .into_iter()
-        .map(|leaf| match leaf {
-            Leaf::Float(t) => {
-                // NaN · 0 is NaN: the values themselves are replaced.
-                let t = t.tensor();
-                let shape = t.shape();
-                let mask = B::bool_reshape(bad.clone(), vec![1; shape.num_dims()].into());
-                let mask = B::bool_expand(mask, shape);
-                Leaf::Float(TensorPrimitive::Float(B::float_mask_fill(
-                    t,
-                    mask,
-                    0.0.into(),
-                )))
+        .map(|leaf| {
+            if leaf.kind_name() != "float" {
+                return leaf;
             }
-            other => other,
+            // NaN · 0 is NaN: the values themselves are replaced.
+            let t = leaf.into_dispatch();
+            let shape = t.shape();
+            let mask = Dispatch::bool_reshape(bad.clone(), vec![1; shape.num_dims()].into());
+            let mask = Dispatch::bool_expand(mask, shape);
+            Leaf(Dispatch::float_mask_fill(t, mask, 0.0.into()))
         })
         .collect();
     T::unflatten(&def, leaves).expect("the same tree rebuilds")
@@ -143,18 +149,21 @@ pub fn clip_by_global_norm_finite<B: Backend, T: Tree<B> + Clone>(tree: T, max_n
 /// [`clip_by_global_norm_finite`] zeroed.
 ///
 /// ```
-/// use burn::tensor::Tensor;
-/// use burn_vmap::testing::TestBackend;
+/// use burn::tensor::{Device, Tensor};
 /// use burn_vmap::transform::micro::non_finite;
-/// let d = Default::default();
-/// assert_eq!(non_finite(&Tensor::<TestBackend, 1>::from_floats([1.0, f32::INFINITY], &d)).into_scalar(), 1.0);
-/// assert_eq!(non_finite(&Tensor::<TestBackend, 1>::from_floats([1.0, 2.0], &d)).into_scalar(), 0.0);
+/// let d = Device::default();
+/// let flag = |v: [f32; 2]| non_finite(&Tensor::<1>::from_floats(v, &d)).into_data().to_vec::<f32>().unwrap();
+/// assert_eq!(flag([1.0, f32::INFINITY]), vec![1.0]);
+/// assert_eq!(flag([1.0, 2.0]), vec![0.0]);
 /// ```
-pub fn non_finite<B: Backend, T: Tree<B> + Clone>(tree: &T) -> Tensor<B, 1> {
+///
+/// # Panics
+/// If the tree has no float leaf.
+pub fn non_finite<T: Tree + Clone>(tree: &T) -> Tensor<1> {
     not_finite(global_norm(tree)).float()
 }
 
 /// Where `t` is NaN or infinite.
-fn not_finite<B: Backend>(t: Tensor<B, 1>) -> Tensor<B, 1, burn::tensor::Bool> {
+fn not_finite(t: Tensor<1>) -> Tensor<1, Bool> {
     t.clone().is_nan().bool_or(t.is_inf())
 }

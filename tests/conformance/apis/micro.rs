@@ -1,4 +1,15 @@
 //! optax.microbatching: `micro_vmap` and `micro_grad`.
+//!
+//! What 0.22 changes here: `transform_fn` and `metrics_fn` are recorded like the program (they
+//! read tensors only through their argument, one example's gradients: `clip` is an `f32`, not
+//! a tensor); the program's inputs are built on the default device (the transform records the
+//! loss on an autodiff capture device itself).
+
+use burn_vmap::accumulate::{
+    Acc, AccContext, AccKind, Accumulator, Concat, Mean, RunningMean, Sum,
+};
+use burn_vmap::transform::micro::LossOutput;
+use burn_vmap::{micro_grad, micro_vmap};
 
 use crate::*;
 
@@ -10,29 +21,25 @@ impl Accumulator for MaxAcc {
     fn name(&self) -> String {
         "max".into()
     }
-    fn aggregate<B: Backend, K: AccKind<B>>(&self, rows: Tensor<B, 2, K>) -> Tensor<B, 2, K> {
+    fn aggregate<K: AccKind>(&self, rows: Tensor<2, K>) -> Tensor<2, K> {
         rows.max_dim(0)
     }
-    fn init<B: Backend, K: AccKind<B>>(
-        &self,
-        value: &Tensor<B, 2, K>,
-        _: &AccContext,
-    ) -> Tensor<B, 2, K> {
+    fn init<K: AccKind>(&self, value: &Tensor<2, K>, _: &AccContext) -> Tensor<2, K> {
         Tensor::full(value.shape(), f32::NEG_INFINITY, &value.device())
     }
-    fn update<B: Backend, K: AccKind<B>>(
+    fn update<K: AccKind>(
         &self,
-        carry: Tensor<B, 2, K>,
-        value: Tensor<B, 2, K>,
+        carry: Tensor<2, K>,
+        value: Tensor<2, K>,
         _: usize,
         _: &AccContext,
-    ) -> Tensor<B, 2, K> {
+    ) -> Tensor<2, K> {
         carry.max_pair(value)
     }
 }
 
 /// An accumulator id or a tree prefix of ids (FORMAT 3.4).
-pub(crate) fn parse_accumulator<B: Backend>(v: &Value) -> Result<Spec<Acc<B>>, String> {
+pub(crate) fn parse_accumulator(v: &Value) -> Result<Spec<Acc>, String> {
     match v {
         Value::String(s) => Ok(Spec::Leaf(match s.as_str() {
             "SUM" => Acc::new(Sum),
@@ -64,25 +71,25 @@ pub(crate) fn parse_usize_opt(v: Option<&Value>) -> Option<usize> {
 /// `optax.microbatching.micro_vmap` (FORMAT 3.2). Keyword arguments follow the positional ones,
 /// batched on axis 0.
 pub(crate) fn api_micro_vmap(case: &Case) -> Result<Run, String> {
-    let f = program::<V>(&case.program)
+    let f = program(&case.program)
         .ok_or_else(|| format!("runner: unknown program {:?}", case.program))?;
     let n_pos = case.args.len();
     let in_axes = match case.param("in_axes").unwrap_or(&Value::from(0)) {
         Value::Array(_) => parse_axes(case.param("in_axes").unwrap())?,
         v => Spec::Seq(vec![parse_axes(v)?; n_pos]),
     };
-    let mut args = build_args::<V>(case)?;
+    let mut args = build_args(case)?;
     let mut in_axes = match in_axes {
         Spec::Seq(s) => s,
         other => vec![other],
     };
-    let device = Default::default();
+    let device = Device::default();
     for (_, input) in case.kwargs.iter() {
         args.push(Pt::Leaf(input_leaf(case.input(input)?, &device)));
         in_axes.push(Spec::Leaf(Some(0)));
     }
-    let acc = parse_accumulator::<V>(case.param("accumulator").unwrap_or(&Value::from("CONCAT")))?;
-    let built = micro_vmap(move |a: Pt<V>| f(a.into_args()))
+    let acc = parse_accumulator(case.param("accumulator").unwrap_or(&Value::from("CONCAT")))?;
+    let built = micro_vmap(move |a: Pt| f(a.into_args()))
         .in_axes(Spec::Seq(in_axes))
         .microbatch_size(parse_usize_opt(case.param("microbatch_size")))
         .num_real_microbatches(parse_usize_opt(case.param("num_real_microbatches")))
@@ -92,20 +99,18 @@ pub(crate) fn api_micro_vmap(case: &Case) -> Result<Run, String> {
         Ok(b) => b,
         Err(e) => return Ok(Run::Error(e)),
     };
-    Ok(
-        match built.call_as::<V, V, _, _, _, Pt<V>>(Pt::Tuple(args)) {
-            Ok(out) => {
-                let mut outputs = Outputs::new();
-                collect_outputs("out", out, &mut outputs);
-                Run::Outputs(outputs)
-            }
-            Err(e) => Run::Error(e),
-        },
-    )
+    Ok(match built.call_as::<Pt, Pt, Pt, Pt>(Pt::Tuple(args)) {
+        Ok(out) => {
+            let mut outputs = Outputs::new();
+            collect_outputs("out", out, &mut outputs);
+            Run::Outputs(outputs)
+        }
+        Err(e) => Run::Error(e),
+    })
 }
 
 /// A loss `Pt` as Burn's scalar `[1]`.
-pub(crate) fn loss1<B: Backend>(p: Pt<B>) -> Tensor<B, 1> {
+pub(crate) fn loss1(p: Pt) -> Tensor<1> {
     match p.rank() {
         0 => p.f::<0>().reshape([1]),
         1 => p.f::<1>(),
@@ -114,7 +119,7 @@ pub(crate) fn loss1<B: Backend>(p: Pt<B>) -> Tensor<B, 1> {
 }
 
 /// `sqrt(sum of squares over every leaf)` of a gradient tree, as `[1]`.
-pub(crate) fn global_norm<B: Backend>(g: &Pt<B>) -> Tensor<B, 1> {
+pub(crate) fn global_norm(g: &Pt) -> Tensor<1> {
     let (leaves, def) = g.clone().flatten();
     let total = leaves
         .into_iter()
@@ -128,8 +133,8 @@ pub(crate) fn global_norm<B: Backend>(g: &Pt<B>) -> Tensor<B, 1> {
 }
 
 /// Scales every leaf of `g` by the `[1]` factor `s`.
-pub(crate) fn scale_tree<B: Backend>(g: Pt<B>, s: Tensor<B, 1>) -> Pt<B> {
-    g.map_leaves(&mut |l: Pt<B>| {
+pub(crate) fn scale_tree(g: Pt, s: Tensor<1>) -> Pt {
+    g.map_leaves(&mut |l: Pt| {
         with_rank!(l.rank(), D => {
             let t = l.f::<D>();
             pt(t * s.clone().reshape([1usize; D]))
@@ -139,14 +144,14 @@ pub(crate) fn scale_tree<B: Backend>(g: Pt<B>, s: Tensor<B, 1>) -> Pt<B> {
 
 /// `optax.microbatching.micro_grad` (FORMAT 3.3, 3.5).
 pub(crate) fn api_micro_grad(case: &Case) -> Result<Run, String> {
-    let f = program::<AD>(&case.program)
+    let f = program(&case.program)
         .ok_or_else(|| format!("runner: unknown program {:?}", case.program))?;
     if case
         .param("has_aux")
         .and_then(Value::as_bool)
         .unwrap_or(false)
     {
-        micro_grad_run(case, move |a: Pt<AD>| {
+        micro_grad_run(case, move |a: Pt| {
             let Pt::Tuple(mut out) = f(a.into_args()) else {
                 panic!("runner: a has_aux program returns (loss, aux)")
             };
@@ -154,13 +159,13 @@ pub(crate) fn api_micro_grad(case: &Case) -> Result<Run, String> {
             (loss1(out.pop().expect("loss")), aux)
         })
     } else {
-        micro_grad_run(case, move |a: Pt<AD>| loss1(f(a.into_args())))
+        micro_grad_run(case, move |a: Pt| loss1(f(a.into_args())))
     }
 }
 
-pub(crate) fn micro_grad_run<Out: LossOutput<AD>>(
+pub(crate) fn micro_grad_run<Out: LossOutput>(
     case: &Case,
-    f: impl Fn(Pt<AD>) -> Out,
+    f: impl Fn(Pt) -> Out,
 ) -> Result<Run, String> {
     let (argnums, single) = parse_argnums(case.param("argnums"))?;
     let (batch_argnums, _) =
@@ -178,7 +183,7 @@ pub(crate) fn micro_grad_run<Out: LossOutput<AD>>(
         .param("metrics_fn")
         .and_then(Value::as_str)
         .map(str::to_string);
-    let acc = parse_accumulator::<V>(case.param("accumulator").unwrap_or(&Value::from("SUM")))?;
+    let acc = parse_accumulator(case.param("accumulator").unwrap_or(&Value::from("SUM")))?;
     let base = micro_grad(f)
         .batch_argnums(batch_argnums)
         .keep_batch_dim(
@@ -196,11 +201,11 @@ pub(crate) fn micro_grad_run<Out: LossOutput<AD>>(
     };
     let transform_kind = transform.clone();
     let built = base
-        .transform_fn(move |g: Pt<V>| -> Pt<V> {
+        .transform_fn(move |g: Pt| -> Pt {
             match transform_kind.as_str() {
                 "identity" => g,
                 "grad_and_square" => {
-                    let sq = g.clone().map_leaves(&mut |l: Pt<V>| {
+                    let sq = g.clone().map_leaves(&mut |l: Pt| {
                         with_rank!(l.rank(), D => { let t = l.f::<D>(); pt(t.clone() * t) })
                     });
                     Pt::Tuple(vec![g, sq])
@@ -213,15 +218,15 @@ pub(crate) fn micro_grad_run<Out: LossOutput<AD>>(
                 other => panic!("runner: unknown transform_fn {other}"),
             }
         })
-        .metrics_fn(move |g: Pt<V>| -> Pt<V> {
+        .metrics_fn(move |g: Pt| -> Pt {
             match metrics.as_deref() {
                 None => Pt::Tuple(vec![]),
                 Some("global_l2_norm") => pt(programs::scalar(global_norm(&g))),
                 Some(other) => panic!("runner: unknown metrics_fn {other}"),
             }
         });
-    let args = Pt::Tuple(build_args::<AD>(case)?);
-    let (grads, aux) = match built.call_as::<AD, _, _, _, Pt<V>, Pt<V>, Pt<V>>(args) {
+    let args = Pt::Tuple(build_args(case)?);
+    let (grads, aux) = match built.call_as::<Pt, Pt, Pt, Pt, Pt>(args) {
         Ok(r) => r,
         Err(e) => return Ok(Run::Error(e)),
     };

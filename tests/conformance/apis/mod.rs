@@ -1,6 +1,7 @@
 //! Apis: one function per transform named by a case's `api`, registered in [`run_api`].
 //!
 //! - `mod.rs`: `vmap` and `value_and_grad`;
+//! - `vmap_grad.rs`: `vmap` of a gradient program, through `per_example_grads`;
 //! - `micro.rs`: optax.microbatching (`micro_vmap`, `micro_grad`);
 //! - `auto.rs`: jax_autovmap's `auto_vmap`;
 //! - `powerpax.rs`: `chunked_vmap`, `sliced_scan`, `checkpoint_chunked_scan`.
@@ -8,10 +9,11 @@
 mod auto;
 mod micro;
 mod powerpax;
+mod vmap_grad;
 
-pub(crate) use auto::*;
-pub(crate) use micro::*;
-pub(crate) use powerpax::*;
+use std::sync::{Arc, Mutex};
+
+pub(crate) use vmap_grad::*;
 
 use crate::*;
 
@@ -27,12 +29,12 @@ pub(crate) fn run_api(case: &Case) -> Option<Result<Run, String>> {
     Some(match case.api.as_str() {
         "jax.vmap" => api_vmap(case),
         "jax.value_and_grad" => api_value_and_grad(case),
-        "optax.microbatching.micro_vmap" => api_micro_vmap(case),
-        "optax.microbatching.micro_grad" => api_micro_grad(case),
-        "jax_autovmap.auto_vmap" => api_auto_vmap(case),
-        "powerpax.chunked_vmap" => api_chunked_vmap(case),
-        "powerpax.sliced_scan" => api_sliced_scan(case),
-        "powerpax.checkpoint_chunked_scan" => api_checkpoint_chunked_scan(case),
+        "optax.microbatching.micro_vmap" => micro::api_micro_vmap(case),
+        "optax.microbatching.micro_grad" => micro::api_micro_grad(case),
+        "jax_autovmap.auto_vmap" => auto::api_auto_vmap(case),
+        "powerpax.chunked_vmap" => powerpax::api_chunked_vmap(case),
+        "powerpax.sliced_scan" => powerpax::api_sliced_scan(case),
+        "powerpax.checkpoint_chunked_scan" => powerpax::api_checkpoint_chunked_scan(case),
         _ => return None,
     })
 }
@@ -56,10 +58,19 @@ pub(crate) fn parse_axes(v: &Value) -> Result<Axes, String> {
     }
 }
 
-/// An error of an inner `vmap` (nested cases), carried out of the outer call by a panic.
-pub(crate) struct InnerVmapError(pub(crate) VmapError);
+/// The outputs named `out`, or the library's error.
+pub(crate) fn out_run(result: Result<Pt, VmapError>) -> Run {
+    match result {
+        Ok(out) => {
+            let mut outputs = Outputs::new();
+            collect_outputs("out", out, &mut outputs);
+            Run::Outputs(outputs)
+        }
+        Err(e) => Run::Error(e),
+    }
+}
 
-/// `jax.vmap` (FORMAT 3.1), optionally nested (`inner_in_axes`).
+/// `jax.vmap` (FORMAT 3.1), optionally nested (`inner_in_axes`, `inner_out_axes`).
 pub(crate) fn api_vmap(case: &Case) -> Result<Run, String> {
     let in_axes = parse_axes(case.param("in_axes").unwrap_or(&Value::from(0)))?;
     let out_axes = parse_axes(case.param("out_axes").unwrap_or(&Value::from(0)))?;
@@ -70,56 +81,55 @@ pub(crate) fn api_vmap(case: &Case) -> Result<Run, String> {
         )),
         None => None,
     };
-    if let Some(f) = ad_program::<AD>(&case.program) {
-        vmap_run::<AD, V>(case, f, in_axes, out_axes, inner)
-    } else if let Some(f) = program::<V>(&case.program) {
-        vmap_run::<V, V>(case, f, in_axes, out_axes, inner)
-    } else {
-        Err(format!("runner: unknown program {:?}", case.program))
+    let args = Pt::Tuple(build_args(case)?);
+    if let Some(g) = grad_program(&case.program) {
+        return Ok(out_run(vmap_grad_run(g, args, in_axes, out_axes, inner)?));
     }
+    let f = program(&case.program)
+        .ok_or_else(|| format!("runner: unknown program {:?}", case.program))?;
+    Ok(out_run(vmap_run(f, args, in_axes, out_axes, inner)))
 }
 
-pub(crate) fn vmap_run<BI: BatchOps, BO: BatchOps>(
-    case: &Case,
-    f: fn(Vec<Pt<BI>>) -> Pt<BO>,
+/// `vmap(f)` (or `vmap(vmap(f, inner axes))`) applied to the argument tuple `args`.
+///
+/// The inner `vmap` runs inside the outer one's recorded function (it records `f` on the capture
+/// device of the next depth); an error of the inner call is carried out of the outer call
+/// through a shared slot (the outer call sees the recorded function panic).
+pub(crate) fn vmap_run(
+    f: Program,
+    args: Pt,
     in_axes: Axes,
     out_axes: Axes,
     inner: Option<(Axes, Axes)>,
-) -> Result<Run, String> {
-    let args = Pt::Tuple(build_args::<BI>(case)?);
-    let prog = move |a: Pt<BI>| f(a.into_args());
-    let result: Result<Pt<BO>, VmapError> = match inner {
-        None => vmap(prog).in_axes(in_axes).out_axes(out_axes).call_as(args),
+) -> Result<Pt, VmapError> {
+    let prog = move |a: Pt| f(a.into_args());
+    match inner {
+        None => vmap(prog)
+            .in_axes(in_axes)
+            .out_axes(out_axes)
+            .call_as::<Pt, Pt, Pt, Pt>(args),
         Some((inner_in, inner_out)) => {
-            let outer = move |a: Pt<BI>| -> Pt<BO> {
-                vmap(prog)
-                    .in_axes(inner_in.clone())
-                    .out_axes(inner_out.clone())
-                    .call_as(a)
-                    .unwrap_or_else(|e| panic::panic_any(InnerVmapError(e)))
+            let inner_error: Arc<Mutex<Option<VmapError>>> = Arc::default();
+            let slot = inner_error.clone();
+            let inner_vmap = vmap(prog).in_axes(inner_in).out_axes(inner_out);
+            let outer = move |a: Pt| -> Pt {
+                inner_vmap.call_as::<Pt, Pt, Pt, Pt>(a).unwrap_or_else(|e| {
+                    let msg = e.to_string();
+                    *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    panic!("runner: the inner vmap failed: {msg}")
+                })
             };
-            match panic::catch_unwind(AssertUnwindSafe(|| {
-                vmap(outer)
-                    .in_axes(in_axes)
-                    .out_axes(out_axes)
-                    .call_as(args)
-            })) {
-                Ok(r) => r,
-                Err(payload) => match payload.downcast::<InnerVmapError>() {
-                    Ok(e) => Err(e.0),
-                    Err(payload) => panic::resume_unwind(payload),
-                },
+            let result = vmap(outer)
+                .in_axes(in_axes)
+                .out_axes(out_axes)
+                .call_as::<Pt, Pt, Pt, Pt>(args);
+            let inner_error = inner_error.lock().unwrap_or_else(|p| p.into_inner()).take();
+            match (result, inner_error) {
+                (Err(_), Some(e)) => Err(e),
+                (result, _) => result,
             }
         }
-    };
-    Ok(match result {
-        Ok(out) => {
-            let mut outputs = Outputs::new();
-            collect_outputs("out", out, &mut outputs);
-            Run::Outputs(outputs)
-        }
-        Err(e) => Run::Error(e),
-    })
+    }
 }
 
 /// `argnums` as a list of positions, and whether it was a single int.
@@ -137,9 +147,9 @@ pub(crate) fn parse_argnums(v: Option<&Value>) -> Result<(Vec<usize>, bool), Str
     }
 }
 
-/// Marks every float leaf as requiring a gradient.
-pub(crate) fn require_grad<B: AutodiffBackend>(p: Pt<B>) -> Pt<B> {
-    p.map_leaves(&mut |l: Pt<B>| {
+/// Marks every float leaf as requiring a gradient (the leaves are on an autodiff device).
+pub(crate) fn require_grad(p: Pt) -> Pt {
+    p.map_leaves(&mut |l: Pt| {
         if !l.is_float() {
             panic!(
                 "runner: cannot differentiate w.r.t. a non-float argument ({})",
@@ -150,9 +160,9 @@ pub(crate) fn require_grad<B: AutodiffBackend>(p: Pt<B>) -> Pt<B> {
     })
 }
 
-/// The gradient of every leaf of `p` (zeros where it does not contribute).
-pub(crate) fn grads_of<B: AutodiffBackend>(p: &Pt<B>, grads: &B::Gradients) -> Pt<B::InnerBackend> {
-    p.clone().map_leaves(&mut |l: Pt<B>| {
+/// The gradient of every leaf of `p` (zeros where it does not contribute), without autodiff.
+pub(crate) fn grads_of(p: &Pt, grads: &Gradients) -> Pt {
+    p.clone().map_leaves(&mut |l: Pt| {
         with_rank!(l.rank(), D => {
             let t = l.f::<D>();
             let g = t.grad(grads).unwrap_or_else(|| t.inner().zeros_like());
@@ -161,12 +171,34 @@ pub(crate) fn grads_of<B: AutodiffBackend>(p: &Pt<B>, grads: &B::Gradients) -> P
     })
 }
 
-/// `jax.value_and_grad` (FORMAT 3.10), no batching: outputs `loss` and `grads`.
+/// Every float leaf without its autodiff association (to read it back).
+pub(crate) fn without_autodiff(p: Pt) -> Pt {
+    p.map_leaves(&mut |l: Pt| {
+        if l.is_float() {
+            with_rank!(l.rank(), D => pt(l.f::<D>().inner()))
+        } else {
+            l
+        }
+    })
+}
+
+/// Backward from a scalar loss: JAX's `()`, or Burn's scalar `[1]`.
+pub(crate) fn backward_scalar(loss: &Pt) -> Result<Gradients, String> {
+    match loss.dims().as_slice() {
+        [] => Ok(loss.clone().f::<0>().backward()),
+        [1] => Ok(loss.clone().f::<1>().backward()),
+        other => Err(format!("the loss must be a scalar, got shape {other:?}")),
+    }
+}
+
+/// `jax.value_and_grad` (FORMAT 3.10), no batching: the program runs eagerly on an autodiff
+/// device (Burn's own backward); outputs `loss` and `grads`.
 pub(crate) fn api_value_and_grad(case: &Case) -> Result<Run, String> {
-    let f = program::<ADPlain>(&case.program)
+    let f = program(&case.program)
         .ok_or_else(|| format!("runner: unknown program {:?}", case.program))?;
     let (argnums, single) = parse_argnums(case.param("argnums"))?;
-    let mut args = build_args::<ADPlain>(case)?;
+    let device = Device::default().autodiff();
+    let mut args = build_args_on(case, &device)?;
     for &i in &argnums {
         let a = args
             .get(i)
@@ -175,28 +207,22 @@ pub(crate) fn api_value_and_grad(case: &Case) -> Result<Run, String> {
         args[i] = require_grad(a);
     }
     let loss = f(args.clone());
-    let grads = match loss.leaf().shape().to_vec().as_slice() {
-        [] => loss.clone().f::<0>().backward(),
-        [1] => loss.clone().f::<1>().backward(),
-        other => {
-            return Err(format!(
-                "value_and_grad: the loss must be a scalar, got shape {other:?}"
-            ));
-        }
-    };
+    let grads = backward_scalar(&loss).map_err(|e| format!("value_and_grad: {e}"))?;
     let g: Vec<_> = argnums
         .iter()
         .map(|&i| grads_of(&args[i], &grads))
         .collect();
     let g = if single {
-        g.into_iter().next().unwrap()
+        g.into_iter().next().expect("one argnum")
     } else {
         Pt::Tuple(g)
     };
     let mut outputs = Outputs::new();
-    collect_outputs("loss", loss, &mut outputs);
+    collect_outputs("loss", without_autodiff(loss), &mut outputs);
     // A `[1]` loss is Burn's scalar (see `programs::xent`): JAX's shape `()`.
-    if let Some(Some(l)) = outputs.get_mut("loss") {
+    if let Some(Some(l)) = outputs.get_mut("loss")
+        && l.shape == [1]
+    {
         l.shape.clear();
     }
     collect_outputs("grads", g, &mut outputs);

@@ -1,35 +1,31 @@
-//! powerpax: `chunked_vmap`, `sliced_scan`, `checkpoint_chunked_scan` (scans branch).
+//! powerpax: `chunked_vmap`, `sliced_scan`, `checkpoint_chunked_scan`.
+//!
+//! What 0.22 changes here: a recorded function reads tensors only through its arguments, so a
+//! `captured` input (`tanh_matmul_and_sqnorm`'s `w`) is passed as a trailing unmapped argument
+//! (`in_axes` `None`) instead of being closed over; the derivatives of `checkpoint_chunked_scan`
+//! are Burn's own backward on an autodiff device (`Device::default().autodiff()`).
+
+use burn_vmap::transform::{checkpoint_chunked_scan, chunked_vmap, sliced_scan};
 
 use crate::*;
 
-/// A program with its `captured` inputs bound (FORMAT: `captured` values are constants of the
-/// closure, never batched): `tanh_matmul_and_sqnorm` captures `w`.
-pub(crate) fn powerpax_program<B: Backend>(
-    case: &Case,
-) -> Result<impl Fn(Vec<Pt<B>>) -> Pt<B> + Clone + use<B>, String> {
-    let device = Default::default();
-    let captured: BTreeMap<String, Pt<B>> = case
-        .captured
-        .iter()
-        .map(|(k, input)| Ok((k.clone(), Pt::Leaf(input_leaf(case.input(input)?, &device)))))
-        .collect::<Result<_, String>>()?;
-    let plain = program::<B>(&case.program);
-    let id = case.program.clone();
-    match (id.as_str(), plain) {
-        ("identity" | "tanh_matmul_and_sqnorm", _) | (_, Some(_)) => {}
-        _ => return Err(format!("runner: unknown program {id:?}")),
+/// The positional arguments followed by the `captured` inputs (in `captured`'s key order), and
+/// the `in_axes` mapping the former on `axis`, the latter not at all.
+pub(crate) fn args_with_captured(case: &Case, axis: isize) -> Result<(Pt, Axes), String> {
+    let device = Device::default();
+    let mut args = build_args(case)?;
+    let mut axes = vec![Spec::Leaf(Some(axis)); args.len()];
+    for input in case.captured.values() {
+        args.push(Pt::Leaf(input_leaf(case.input(input)?, &device)));
+        axes.push(Spec::Leaf(None));
     }
-    Ok(move |args: Vec<Pt<B>>| match id.as_str() {
-        "identity" => programs::identity(args),
-        "tanh_matmul_and_sqnorm" => programs::tanh_matmul_and_sqnorm(args, captured["w"].clone()),
-        _ => plain.expect("checked above")(args),
-    })
+    Ok((Pt::Tuple(args), Spec::Seq(axes)))
 }
 
 /// A scan body `(carry, x) -> (carry, y)` registered for `id`.
-pub(crate) type ScanBody<B> = fn(Pt<B>, Pt<B>) -> (Pt<B>, Pt<B>);
+pub(crate) type ScanBody = fn(Pt, Pt) -> (Pt, Pt);
 
-pub(crate) fn scan_body<B: Backend>(id: &str) -> Result<ScanBody<B>, String> {
+pub(crate) fn scan_body(id: &str) -> Result<ScanBody, String> {
     match id {
         "cumsum_carry" => Ok(programs::cumsum_carry),
         "sincos_carry" => Ok(programs::sincos_carry),
@@ -65,39 +61,34 @@ pub(crate) fn param_bool(case: &Case, key: &str) -> bool {
     case.param(key).and_then(Value::as_bool).unwrap_or(false)
 }
 
-/// `powerpax.chunked_vmap` (FORMAT 3.6): every positional argument mapped on axis 0.
+/// `powerpax.chunked_vmap` (FORMAT 3.6): every positional argument mapped on axis 0 (the
+/// `captured` inputs, passed after them, unmapped).
 pub(crate) fn api_chunked_vmap(case: &Case) -> Result<Run, String> {
     let chunk = param_isize(case, "chunk_size")?.ok_or("chunked_vmap needs a chunk_size")?;
-    let f = powerpax_program::<V>(case)?;
-    let chunked = match burn_vmap::transform::chunked_vmap(move |a: Pt<V>| f(a.into_args()), chunk)
-    {
+    let f = program(&case.program)
+        .ok_or_else(|| format!("runner: unknown program {:?}", case.program))?;
+    let chunked = match chunked_vmap(move |a: Pt| f(a.into_args()), chunk) {
         Ok(c) => c,
         Err(e) => return Ok(Run::Error(e)),
     };
-    let args = Pt::Tuple(build_args::<V>(case)?);
-    Ok(match chunked.call_as::<V, V, _, _, _, Pt<V>>(args) {
-        Ok(out) => {
-            let mut outputs = Outputs::new();
-            collect_outputs("out", out, &mut outputs);
-            Run::Outputs(outputs)
-        }
-        Err(e) => Run::Error(e),
-    })
+    let (args, in_axes) = args_with_captured(case, 0)?;
+    Ok(out_run(
+        chunked.in_axes(in_axes).call_as::<Pt, Pt, Pt, Pt>(args),
+    ))
 }
 
 /// `powerpax.sliced_scan` (FORMAT 3.7), `args = [init, xs]`.
 pub(crate) fn api_sliced_scan(case: &Case) -> Result<Run, String> {
-    type B = V;
-    let body = scan_body::<B>(&case.program)?;
-    let [init, xs] = take(build_args::<B>(case)?);
-    let result = burn_vmap::transform::sliced_scan(body, init, xs)
+    let body = scan_body(&case.program)?;
+    let [init, xs] = take(build_args(case)?);
+    let result = sliced_scan(body, init, xs)
         .slice(
             param_isize(case, "start")?,
             param_isize(case, "stop")?,
             param_isize(case, "step")?,
         )
         .reverse(param_bool(case, "reverse"))
-        .call::<B, Pt<B>, Pt<B>, Pt<B>>();
+        .call_as::<Pt, Pt, Pt>();
     Ok(match result {
         Ok((carry, ys)) => {
             let mut outputs = Outputs::new();
@@ -110,45 +101,42 @@ pub(crate) fn api_sliced_scan(case: &Case) -> Result<Run, String> {
     })
 }
 
-/// `powerpax.checkpoint_chunked_scan` (FORMAT 3.8) on `Autodiff<_>`: values, and derivatives
-/// through the checkpointed scan (each from a fresh forward pass: a backward pass consumes the
-/// graph).
+/// `powerpax.checkpoint_chunked_scan` (FORMAT 3.8) on an autodiff device: values, and
+/// derivatives through the checkpointed scan (each from a fresh forward pass: a backward pass
+/// consumes the graph).
 pub(crate) fn api_checkpoint_chunked_scan(case: &Case) -> Result<Run, String> {
-    type A = ADPlain;
-    let body = scan_body::<A>(&case.program)?;
+    let body = scan_body(&case.program)?;
     let chunk = param_isize(case, "chunk_size")?;
     let reverse = param_bool(case, "reverse");
+    let device = Device::default().autodiff();
     /// `(init, xs, carry, ys)` of one forward pass.
-    type Pass = (Pt<A>, Pt<A>, Pt<A>, Pt<A>);
+    type Pass = (Pt, Pt, Pt, Pt);
     let run = |grad_init: bool, grad_xs: bool| -> Result<Pass, VmapError> {
-        let [init, xs] = take(build_args::<A>(case).expect("inputs"));
+        let [init, xs] = take(build_args_on(case, &device).expect("inputs"));
         let init = if grad_init { require_grad(init) } else { init };
         let xs = if grad_xs { require_grad(xs) } else { xs };
-        let (carry, ys) =
-            burn_vmap::transform::checkpoint_chunked_scan(body, init.clone(), xs.clone())
-                .chunk_size(chunk)
-                .reverse(reverse)
-                .call::<V, _, Pt<A>, Pt<A>, Pt<A>>()?;
+        let (carry, ys) = checkpoint_chunked_scan(body, init.clone(), xs.clone())
+            .chunk_size(chunk)
+            .reverse(reverse)
+            .call_as::<Pt, Pt, Pt>()?;
         Ok((init, xs, carry, ys))
     };
-    /// Backward from `t` (a rank-0 tensor is its own sum: NdArray cannot reshape it).
-    fn backward_sum(t: Pt<A>) -> <A as AutodiffBackend>::Gradients {
+    /// Backward from `sum(t)` (a rank-0 tensor is its own sum).
+    fn backward_sum(t: Pt) -> Gradients {
         match t.rank() {
             0 => t.f::<0>().backward(),
             r => with_rank!(r, D => t.f::<D>().sum().backward()),
         }
     }
-    let inner =
-        |p: Pt<A>| p.map_leaves(&mut |l: Pt<A>| with_rank!(l.rank(), D => pt(l.f::<D>().inner())));
 
     let (_, _, carry, ys) = match run(false, false) {
         Ok(r) => r,
         Err(e) => return Ok(Run::Error(e)),
     };
-    let carry_shape = carry.leaf().shape().to_vec();
+    let carry_shape = carry.dims();
     let mut outputs = Outputs::new();
-    collect_outputs("carry", inner(carry.clone()), &mut outputs);
-    collect_outputs("ys", inner(ys), &mut outputs);
+    collect_outputs("carry", without_autodiff(carry), &mut outputs);
+    collect_outputs("ys", without_autodiff(ys), &mut outputs);
     jax_ys_shape(case, &mut outputs);
 
     // d sum(carry) / d init
@@ -169,7 +157,7 @@ pub(crate) fn api_checkpoint_chunked_scan(case: &Case) -> Result<Run, String> {
         }
         1 => {
             let d = carry_shape[0];
-            let rows: Vec<Tensor<V, 1>> = (0..d)
+            let rows: Vec<Tensor<1>> = (0..d)
                 .map(|i| {
                     let (init, _, carry, _) = run(true, false).map_err(|e| e.to_string())?;
                     let ci = carry.f::<1>().narrow(0, i, 1).sum();

@@ -1,17 +1,95 @@
-//! One chunk of a checkpointed scan: what runs it forward and reruns it backward.
+//! One chunk of a checkpointed scan, run forward without a graph (and rerun with one by
+//! `recompute.rs`), and the conversions between the user's tensors and the autodiff backend.
 
 use std::sync::Arc;
 
-use burn_backend::backend::Backend;
-
+use burn_autodiff::Autodiff;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_backend::TensorMetadata;
+use burn_backend::tensor::FloatTensor;
+use burn_dispatch::{
+    BackendTensor, Dispatch, DispatchAutodiffContext, DispatchKindConversion, DispatchTensor,
+};
 
-use super::tape::{RELEASE_EVERY, release_dropped_records};
-use super::{Ad, NAME, float_of, from_inner, to_inner};
+use super::super::run::Body;
 use crate::VmapError;
-use crate::transform::scan::run::{Ran, Step};
+use crate::runtime::{UserBackend, detach};
 use crate::tree::{Leaf, Tree, TreeDef};
+use crate::value::Value;
+
+/// The transform's name in errors.
+pub(super) const NAME: &str = "checkpoint_chunked_scan";
+
+/// The autodiff backend a checkpointed chunk joins: the user's autodiff device's.
+pub(super) type Ad<U, CS> = Autodiff<U, CS>;
+
+/// The inner backend of a user's autodiff device: the tensors of `Autodiff<Self, CS>` come out
+/// of and go back into the user's (dispatch) tensors.
+pub(super) trait AdBackend<CS: CheckpointStrategy>: UserBackend {
+    /// The autodiff tensor in a user's tensor.
+    fn ad_tensor(t: DispatchTensor) -> Result<BackendTensor<Ad<Self, CS>>, String>;
+    /// A user's tensor holding an autodiff tensor.
+    fn user_tensor(t: BackendTensor<Ad<Self, CS>>) -> DispatchTensor;
+}
+
+impl<U: UserBackend, CS: CheckpointStrategy> AdBackend<CS> for U
+where
+    DispatchTensor: DispatchKindConversion<Autodiff<U, CS>>,
+{
+    fn ad_tensor(t: DispatchTensor) -> Result<BackendTensor<Ad<Self, CS>>, String> {
+        <DispatchTensor as DispatchKindConversion<Ad<U, CS>>>::try_into_backend(t)
+    }
+
+    fn user_tensor(t: BackendTensor<Ad<Self, CS>>) -> DispatchTensor {
+        <DispatchTensor as DispatchKindConversion<Ad<U, CS>>>::from_backend(t)
+    }
+}
+
+/// The autodiff primitive of `leaf`: `None` unless it is a float tensor on an autodiff device.
+pub(super) fn ad_of<U, CS>(leaf: &Leaf) -> Option<FloatTensor<Ad<U, CS>>>
+where
+    U: AdBackend<CS>,
+    CS: CheckpointStrategy,
+{
+    let t = leaf.clone().into_dispatch();
+    if !t.dtype().is_float() || t.autodiff == DispatchAutodiffContext::Disabled {
+        return None;
+    }
+    match U::ad_tensor(t) {
+        Ok(BackendTensor::Float(t)) => Some(t),
+        _ => None,
+    }
+}
+
+/// A user's leaf holding an autodiff primitive.
+pub(super) fn leaf_of<U, CS>(t: FloatTensor<Ad<U, CS>>) -> Leaf
+where
+    U: AdBackend<CS>,
+    CS: CheckpointStrategy,
+{
+    Leaf(U::user_tensor(BackendTensor::Float(t)))
+}
+
+/// The primitive of a float leaf without autodiff.
+pub(super) fn plain_prim<U: UserBackend>(leaf: Leaf) -> FloatTensor<U> {
+    U::value(leaf.into_dispatch())
+        .expect("vmap: internal: a tensor of the chunk's backend")
+        .float()
+}
+
+/// A user's leaf (without autodiff) holding a primitive.
+pub(super) fn plain_leaf<U: UserBackend>(t: FloatTensor<U>) -> Leaf {
+    Leaf(U::tensor(Value::Float(t)))
+}
+
+/// Which input of a chunk a tracked tensor is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Input {
+    /// Leaf `i` of the carry.
+    Carry(usize),
+    /// Leaf `j` of the chunk's slab of `xs`.
+    Xs(usize),
+}
 
 /// One chunk of the loop: what is needed to run it (forward) and to rerun it (backward).
 pub(super) struct ChunkBody<F> {
@@ -24,116 +102,84 @@ pub(super) struct ChunkBody<F> {
     pub(super) lo: usize,
 }
 
+/// A chunk run forward: its final carry and every step's outputs (leaves without autodiff),
+/// the outputs by step index in execution order.
+pub(super) struct Ran {
+    pub(super) carry: Vec<Leaf>,
+    pub(super) ys: Vec<(usize, Vec<Leaf>)>,
+    pub(super) y_def: TreeDef,
+    /// One output's leaves (shapes and kinds of an empty stack).
+    pub(super) y_examples: Vec<Leaf>,
+}
+
 impl<F> ChunkBody<F> {
-    /// Runs the chunk forward from `carry_inner` over its rows `slab_inner` of `xs` (inner
-    /// tensors), recording no graph: the inputs are fresh untracked tensors.
+    /// Row `t` of every leaf of the chunk's slab of `xs`.
+    pub(super) fn row(&self, slab: &[Leaf], t: usize) -> Vec<Leaf> {
+        slab.iter().map(|l| l.index(0, t - self.lo)).collect()
+    }
+
+    /// Runs `steps` from `carry` over rows of `slab` (leaves as given: without autodiff
+    /// forward, fresh tracked leaves when recomputing).
+    pub(super) fn run<C, X, Y>(
+        &self,
+        carry: Vec<Leaf>,
+        mut x_at: impl FnMut(usize) -> Vec<Leaf>,
+    ) -> Result<Ran, VmapError>
+    where
+        F: Fn(C, X) -> (C, Y),
+        C: Tree,
+        X: Tree,
+        Y: Tree,
+    {
+        let init = C::unflatten_named(&self.carry_def, carry, "carry")?;
+        let looped = Body::<F, C, X, Y>::new(NAME, &*self.f).run(
+            init,
+            self.steps.iter().copied(),
+            &self.x_def,
+            &mut x_at,
+            |_| true,
+        )?;
+        let (y_def, y_examples) = looped.y.expect("a chunk has at least one step");
+        Ok(Ran {
+            carry: looped.carry.flatten().0,
+            ys: looped.kept,
+            y_def,
+            y_examples,
+        })
+    }
+
+    /// Runs the chunk forward without recording a graph: from `carry` over `slab` (leaves
+    /// without autodiff).
     ///
     /// # Errors
     /// As the loop, and [`VmapError::CapturedTrackedTensor`] when an output is tracked (the
     /// body captured a tensor that requires gradients).
-    pub(super) fn forward<B, CS, C, X, Y>(
-        &self,
-        carry_inner: &[Leaf<B>],
-        slab_inner: &[Leaf<B>],
-    ) -> Result<Ran<Ad<B, CS>>, VmapError>
+    pub(super) fn forward<C, X, Y>(&self, carry: &[Leaf], slab: &[Leaf]) -> Result<Ran, VmapError>
     where
-        B: Backend,
-        CS: CheckpointStrategy,
-        C: Tree<Ad<B, CS>>,
-        X: Tree<Ad<B, CS>>,
-        Y: Tree<Ad<B, CS>>,
         F: Fn(C, X) -> (C, Y),
+        C: Tree,
+        X: Tree,
+        Y: Tree,
     {
-        // Forward, recording no graph: the inputs are fresh untracked tensors. In blocks of
-        // at most RELEASE_EVERY steps, releasing the records of the untracked ops between.
-        let mut out: Option<Ran<Ad<B, CS>>> = None;
-        for block in self.steps.chunks(RELEASE_EVERY) {
-            let sub = ChunkBody {
-                f: self.f.clone(),
-                carry_def: self.carry_def.clone(),
-                x_def: self.x_def.clone(),
-                steps: block.to_vec(),
-                lo: self.lo,
-            };
-            let carry_in: Vec<Leaf<Ad<B, CS>>> = match &out {
-                None => carry_inner.iter().cloned().map(from_inner).collect(),
-                Some(o) => o
-                    .carry
-                    .iter()
-                    .cloned()
-                    .map(to_inner)
-                    .map(from_inner)
-                    .collect(),
-            };
-            let rows = block
-                .iter()
-                .map(|&t| {
-                    sub.x_inner(slab_inner, t)
-                        .into_iter()
-                        .map(from_inner)
-                        .collect()
-                })
-                .collect();
-            let step = Step::<Ad<B, CS>, C, X, Y, F>::new(NAME, &*sub.f);
-            let part = step.run_steps(&sub.carry_def, carry_in, &sub.steps, &sub.x_def, rows)?;
-            if part
-                .carry
-                .iter()
-                .chain(part.ys.iter().flatten())
-                .filter_map(float_of)
-                .any(|t| t.is_tracked())
-            {
-                return Err(VmapError::CapturedTrackedTensor { transform: NAME });
-            }
-            let part = Ran {
-                carry: part
-                    .carry
-                    .into_iter()
-                    .map(to_inner)
-                    .map(from_inner)
-                    .collect(),
-                ys: part
-                    .ys
-                    .into_iter()
-                    .map(|y| y.into_iter().map(to_inner).map(from_inner).collect())
-                    .collect(),
-                y_def: part.y_def,
-                y_specs: part.y_specs,
-            };
-            if let Some(first) = part
-                .carry
-                .iter()
-                .chain(part.ys.iter().flatten())
-                .find_map(float_of)
-            {
-                release_dropped_records::<B, CS>(
-                    &B::float_device(&first.primitive),
-                    first.primitive.dtype(),
-                );
-            }
-            out = Some(match out {
-                None => part,
-                Some(mut o) => {
-                    o.carry = part.carry;
-                    o.ys.extend(part.ys);
-                    o
-                }
-            });
+        let ran = self.run::<C, X, Y>(carry.to_vec(), |t| self.row(slab, t))?;
+        let outputs = ran.carry.iter().chain(ran.ys.iter().flat_map(|(_, y)| y));
+        if outputs.map(|l| l.clone().into_dispatch()).any(|t| {
+            t.dtype().is_float()
+                && t.autodiff != DispatchAutodiffContext::Disabled
+                && Dispatch::is_tracked(&t)
+        }) {
+            return Err(VmapError::CapturedTrackedTensor { transform: NAME });
         }
-        Ok(out.expect("a chunk has at least one step"))
+        let plain = |l: Leaf| Leaf(detach(l.into_dispatch()));
+        Ok(Ran {
+            carry: ran.carry.into_iter().map(plain).collect(),
+            ys: ran
+                .ys
+                .into_iter()
+                .map(|(t, y)| (t, y.into_iter().map(plain).collect()))
+                .collect(),
+            y_def: ran.y_def,
+            y_examples: ran.y_examples,
+        })
     }
-
-    /// Row `t` of every leaf of the chunk's slab of `xs` (inner backend).
-    pub(super) fn x_inner<B: Backend>(&self, slab: &[Leaf<B>], t: usize) -> Vec<Leaf<B>> {
-        slab.iter().map(|l| l.index(t - self.lo)).collect()
-    }
-}
-
-/// Which input of a chunk a tracked tensor is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Input {
-    /// Leaf `i` of the carry.
-    Carry(usize),
-    /// Leaf `j` of the chunk's slab of `xs`.
-    Xs(usize),
 }

@@ -1,21 +1,16 @@
 //! The custom autodiff nodes of a checkpointed chunk: the gate chain that recomputes the chunk
 //! in the backward pass, its outputs, and the taps and sinks of the recomputed graph.
 
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
+use std::sync::{Arc, mpsc};
 
-use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{Tensor, TensorPrimitive};
 use burn_autodiff::NodeId;
 use burn_autodiff::checkpoint::base::Checkpointer;
-use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops};
 use burn_backend::backend::Backend;
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{DType, Shape};
-
-use super::Ad;
+use burn_backend::{DType, Shape, TensorMetadata};
 
 /// Recomputes a chunk and back-propagates its output cotangents (one per float output, `None`
 /// when no gradient reached it) into the gradients of its tracked inputs.
@@ -33,15 +28,30 @@ pub(super) struct TapeState<B: Backend> {
     pub(super) grads: Vec<Option<FloatTensor<B>>>,
 }
 
-impl<B: Backend> core::fmt::Debug for ChunkTape<B> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+impl<B: Backend> std::fmt::Debug for ChunkTape<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ChunkTape")
     }
 }
 
 impl<B: Backend> ChunkTape<B> {
+    /// A tape for `outputs` float outputs, recomputed by `recompute`.
+    pub(super) fn new(outputs: usize, recompute: Recompute<B>) -> Self {
+        Self {
+            state: Mutex::new(TapeState {
+                cotangents: vec![None; outputs],
+                recompute: Some(recompute),
+                grads: Vec::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TapeState<B>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn set_cotangent(&self, output: usize, grad: FloatTensor<B>) {
-        let mut state = self.state.lock().expect("chunk tape lock");
+        let mut state = self.lock();
         let slot = &mut state.cotangents[output];
         *slot = Some(match slot.take() {
             Some(old) => B::float_add(old, grad),
@@ -52,49 +62,21 @@ impl<B: Backend> ChunkTape<B> {
     /// The gradient of tracked input `k`, recomputing the chunk on the first call.
     fn input_grad(&self, k: usize) -> Option<FloatTensor<B>> {
         let pending = {
-            let mut state = self.state.lock().expect("chunk tape lock");
+            let mut state = self.lock();
             state.recompute.take().map(|r| {
-                let cots = core::mem::take(&mut state.cotangents);
+                let cots = std::mem::take(&mut state.cotangents);
                 (r, cots)
             })
         };
         if let Some((recompute, cots)) = pending {
-            let was = IN_BACKWARD.with(|f| f.replace(true));
             let grads = recompute(cots);
-            IN_BACKWARD.with(|f| f.set(was));
-            let mut state = self.state.lock().expect("chunk tape lock");
-            state.grads = grads.into_iter().map(Some).collect();
+            self.lock().grads = grads.into_iter().map(Some).collect();
         }
-        let mut state = self.state.lock().expect("chunk tape lock");
-        state.grads.get_mut(k).and_then(Option::take)
+        self.lock().grads.get_mut(k).and_then(Option::take)
     }
 }
 
-/// Steps of a chunk's forward pass between two releases of untracked-op records.
-pub(super) const RELEASE_EVERY: usize = 32;
-
-thread_local! {
-    /// Set while this thread recomputes a chunk inside a backward pass (it may hold a graph's
-    /// lock then: no backward pass may start on it).
-    static IN_BACKWARD: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
-}
-
-/// burn-autodiff registers every op, tracked or not, and frees the records of dropped tensors
-/// only when a backward pass ends. The forward pass of a chunk runs untracked ops whose
-/// records would pile up until the user's backward pass (more than the intermediates a plain
-/// scan keeps): a backward pass of a one-element leaf releases them after each chunk.
-pub(super) fn release_dropped_records<B: Backend, CS: CheckpointStrategy>(
-    device: &B::Device,
-    dtype: DType,
-) {
-    if IN_BACKWARD.with(|f| f.get()) {
-        return;
-    }
-    let leaf = <Ad<B, CS> as AutodiffBackend>::from_inner(zeros1::<B>(device, dtype));
-    let leaf = Tensor::<Ad<B, CS>, 1>::from_primitive(TensorPrimitive::Float(leaf)).require_grad();
-    let _ = leaf.backward();
-}
-
+/// A one-element zero tensor: the value of the chain links, which carry no data.
 pub(super) fn zeros1<B: Backend>(device: &B::Device, dtype: DType) -> FloatTensor<B> {
     B::float_zeros(Shape::from(vec![1]), device, dtype.into())
 }
@@ -122,7 +104,7 @@ fn link_backward<B: Backend, S>(
     grad: impl FnOnce(S) -> Option<FloatTensor<B>>,
 ) {
     let own = grads.consume::<B>(&ops.node);
-    let device = B::float_device(&own);
+    let device = own.device();
     let dtype = dtype(&ops.state);
     let [prev, other] = ops.parents.map(|p| p.map(|n| n.id));
     if let Some(id) = other
@@ -157,7 +139,7 @@ impl<B: Backend> Backward<B, 1> for ChunkOutput {
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _c: &mut Checkpointer) {
         let (tape, i, dtype) = ops.state;
         let g = grads.consume::<B>(&ops.node);
-        let device = B::float_device(&g);
+        let device = g.device();
         tape.set_cotangent(i, g);
         let [gate] = ops.parents;
         keep_alive::<B>(grads, gate.map(|n| n.id), &device, dtype);
@@ -197,6 +179,3 @@ impl<B: Backend> Backward<B, 2> for Sink {
         link_backward::<B, _>(ops, grads, |s| s.1, |(cotangent, _)| Some(cotangent));
     }
 }
-
-/// `(target, cotangent)` links of a recomputed chunk's root chain.
-pub(super) type Sinks<B, CS> = Vec<(FloatTensor<Ad<B, CS>>, FloatTensor<B>)>;

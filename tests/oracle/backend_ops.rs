@@ -1,7 +1,7 @@
 //! Oracle cases for the backend ops that Burn's tensor API does not expose but a recorded
 //! function can still call (`Dispatch`'s `ModuleOps` and `ActivationOps` on its tensors): the
 //! backward ops of the module and activation ops, and `float_powi`. The interpreter maps each
-//! recorded variant back to the backend call (`next/src/graph/ops.rs`); the loop calls the same
+//! recorded variant back to the backend call (`src/graph/ops/`); the loop calls the same
 //! `Dispatch` method on the user's device.
 
 use burn::tensor::module as m;
