@@ -1,8 +1,7 @@
 //! `#[derive(Tree)]` on Burn 0.22: round trips, paths, attributes, generics, `Lift` and error
 //! paths. The visitor API, `DynTree` and `Spec` are in `tree.rs`.
 //!
-//! The 0.21 crate's tests of derived structs through `vmap` and `micro_vmap` wait for the
-//! transforms to be ported.
+//! Derived structs through `vmap` and `micro_vmap` are in `derive_transforms.rs`.
 
 mod common;
 
