@@ -70,7 +70,7 @@ mod rng;
 mod sampling;
 
 pub use burn_vmap_accounting as accounting;
-pub use noise::add_gaussian_noise;
+pub use noise::{NoiseKind, add_gaussian_noise, add_noise, sensitivity_inflation};
 pub use optimizer::{DpSgd, DpSgdConfig, clip_per_layer};
 pub use rng::PrivacyRng;
 pub use sampling::{PoissonBatch, PoissonLoader, PoissonSampler};
