@@ -199,7 +199,7 @@ pub fn sensitivity_inflation(dims: usize, granularity: f64) -> Result<f64, Priva
 /// let noisy = add_noise(sum, std, kind, &mut PrivacyRng::seeded(1))?;
 /// let w: Tensor<2> = noisy.get("weight").unwrap();
 /// // Every released value lies on the grid 2^-20.
-/// for v in w.into_data().to_vec::<f32>().unwrap() {
+/// for v in w.into_data().try_to_vec::<f32>().unwrap() {
 ///     assert_eq!((v as f64 * 2f64.powi(20)).fract(), 0.0);
 /// }
 /// # Ok::<(), burn_vmap::privacy::PrivacyError>(())
