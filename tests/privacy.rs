@@ -15,8 +15,8 @@ use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
 use burn::optim::{GradientsParams, SgdConfig};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burn_vmap::privacy::{
-    DpConfig, DpLoader, DpMechanism, DpRecord, DpSgd, Neighbouring, PoissonSampler, PrivacyError,
-    PrivacyRng, Sampled, clip_per_layer,
+    DpConfig, DpLoader, DpMechanism, DpRecord, DpSgd, Neighbouring, NoiseKind, PoissonSampler,
+    PrivacyError, PrivacyRng, Sampled, clip_per_layer,
 };
 use burn_vmap::{ParamGrads, VmapError, clip_by_global_norm, global_norm, micro_grad_module};
 
@@ -656,6 +656,30 @@ fn should_touch_the_same_parameters_on_empty_and_full_steps() {
     assert!(
         floats(unused).iter().any(|v| *v != 0.0),
         "noise on the unused parameter"
+    );
+}
+
+/// Defect 6: the noise was textbook `f32` Gaussians, open to floating-point attacks (Mironov
+/// 2012). By default it is the exact discrete Gaussian on the grid 2⁻²⁰: every released value
+/// times the (power-of-two) normaliser lies on the grid.
+#[test]
+fn should_draw_hardened_noise_on_a_grid_by_default() {
+    let public = Neighbouring::AddRemove {
+        expected_batch_size: 8.0,
+    };
+    let config = DpConfig::new(C, SIGMA, 1.0, public);
+    assert_eq!(config.noise, NoiseKind::default());
+    let mut dp = seeded(config, 3);
+    let (g, _) = dp.noisy_gradient(&model(), loss, next(&dp, 5)).unwrap();
+    for v in values(&g) {
+        let on_grid = v as f64 * 8.0 * 2f64.powi(20);
+        assert_eq!(on_grid.fract(), 0.0, "{v}");
+    }
+    assert!(
+        dp.statement()
+            .unwrap()
+            .to_string()
+            .contains("discrete Gaussian")
     );
 }
 

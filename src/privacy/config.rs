@@ -1,7 +1,7 @@
 //! [`DpConfig`]: the settings of the DP-SGD mechanism, and [`Neighbouring`], the relation its
 //! guarantee is stated for.
 
-use super::PrivacyError;
+use super::{NoiseKind, PrivacyError};
 
 /// Which datasets the guarantee calls neighbours, and so what the mechanism may read.
 ///
@@ -90,6 +90,9 @@ pub struct DpConfig {
     /// Clip every parameter tensor to `C / √P` (`P` tensors) instead of the whole gradient to
     /// `C`: the same sensitivity, per-layer scaling (default `false`).
     pub per_layer: bool,
+    /// How the noise is drawn (default: hardened, the exact discrete Gaussian on a grid, its
+    /// standard deviation calibrated to `C` plus the grid's sensitivity inflation).
+    pub noise: NoiseKind,
 }
 
 impl DpConfig {
@@ -109,7 +112,15 @@ impl DpConfig {
             delta: 1e-5,
             microbatch_size: None,
             per_layer: false,
+            noise: NoiseKind::default(),
         }
+    }
+
+    /// With another noise construction ([`NoiseKind::Plain`]: textbook `f32` Gaussians, open
+    /// to floating-point attacks; for comparisons).
+    pub fn with_noise(mut self, noise: NoiseKind) -> Self {
+        self.noise = noise;
+        self
     }
 
     /// With `δ`.

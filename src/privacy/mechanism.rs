@@ -15,7 +15,7 @@ use super::clipped::{ClippedSums, Clipping};
 use super::config::{DpConfig, check};
 use super::record::DpRecord;
 use super::sampling::{DpLoader, Issuer, Sampled};
-use super::{DpStatement, Neighbouring, PrivacyError, PrivacyRng, add_gaussian_noise};
+use super::{DpStatement, Neighbouring, NoiseKind, PrivacyError, PrivacyRng, add_noise};
 use crate::transform::grad::ParamGrads;
 use crate::tree::{Leaf, Tree};
 
@@ -335,8 +335,10 @@ impl DpMechanism {
 
     /// Noise on the clipped sum, the step accounted, the division by the normaliser.
     fn privatize(&mut self, sum: ParamGrads) -> Result<ParamGrads, PrivacyError> {
-        let std = self.config.noise_multiplier * self.config.clip_norm;
-        let noisy = add_gaussian_noise(sum, std, &mut self.noise)?;
+        let dims = sum.iter().map(|(_, _, g)| g.shape().num_elements()).sum();
+        let kind = self.config.noise;
+        let std = kind.calibrated_std(self.config.noise_multiplier, self.config.clip_norm, dims)?;
+        let noisy = add_noise(sum, std, kind, &mut self.noise)?;
         self.accountant.compose(1)?;
         let normaliser = self.config.normaliser();
         Ok(noisy.map(|_, g| {
@@ -389,7 +391,15 @@ impl DpMechanism {
             accounted: accounted.with_clipping_norm(self.config.clip_norm),
             config: self.config.clone(),
             seeded: self.seeded,
-            noise: "Gaussian".into(),
+            noise: match self.config.noise {
+                NoiseKind::Hardened { granularity } => format!(
+                    "hardened (the exact discrete Gaussian of Canonne, Kamath & Steinke on the \
+                     grid {granularity:e}, calibrated to C plus the grid's rounding, γ·√d)"
+                ),
+                NoiseKind::Plain => {
+                    "plain f32 Gaussian (open to floating-point attacks, Mironov 2012)".into()
+                }
+            },
         })
     }
 

@@ -85,7 +85,7 @@ pub use burn_vmap_accounting as accounting;
 pub use clipped::clip_and_flag;
 pub use config::{DpConfig, Neighbouring};
 pub use mechanism::{DpMechanism, StepReport};
-pub use noise::add_gaussian_noise;
+pub use noise::{NoiseKind, add_gaussian_noise, add_noise, sensitivity_inflation};
 pub use optimizer::{DpSgd, clip_per_layer};
 pub use record::DpRecord;
 pub use rng::PrivacyRng;

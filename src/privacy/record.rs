@@ -6,7 +6,7 @@ use std::path::Path;
 use burn_pack::{Reader, Scalar, Writer};
 
 use super::config::DpConfig;
-use super::{Neighbouring, PrivacyError};
+use super::{Neighbouring, NoiseKind, PrivacyError};
 
 /// The format version this crate writes and reads.
 const VERSION: u64 = 1;
@@ -59,6 +59,9 @@ impl DpRecord {
                 Scalar::UInt(c.microbatch_size.unwrap_or(0) as u64),
             ),
         ];
+        if let NoiseKind::Hardened { granularity } = c.noise {
+            s.push(("dp.noise.granularity", Scalar::Float(granularity)));
+        }
         match c.neighbouring {
             Neighbouring::AddRemove {
                 expected_batch_size,
@@ -138,6 +141,10 @@ impl DpRecord {
                 delta: float("dp.delta")?,
                 microbatch_size: (microbatch > 0).then_some(microbatch),
                 per_layer: boolean("dp.per_layer")?,
+                noise: match float("dp.noise.granularity") {
+                    Ok(granularity) => NoiseKind::Hardened { granularity },
+                    Err(_) => NoiseKind::Plain,
+                },
             },
             steps: uint("dp.steps")?,
             budget,
