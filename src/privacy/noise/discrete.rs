@@ -94,7 +94,7 @@ impl<'a, R: Rng + ?Sized> Bits<'a, R> {
     /// `V < (num·2^k - u·den)/den`, with fresh bits for `V`.
     #[inline]
     pub(super) fn bernoulli(&mut self, num: u128, den: u128) -> bool {
-        debug_assert!(den >= 1 && den < 1 << 127 && num <= den);
+        debug_assert!((1..1 << 127).contains(&den) && num <= den);
         if num >= den {
             return true;
         }

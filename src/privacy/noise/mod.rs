@@ -16,7 +16,9 @@
 //! integer arithmetic (Canonne, Kamath and Steinke 2020, "The Discrete Gaussian for
 //! Differential Privacy", Algorithms 1–3): no floating-point operation touches the noise. The
 //! scale is the rational `σ = ⌈s·D⌉/D` for the largest power of two `D` that keeps every
-//! intermediate in `u128`, so `s ≤ σ < s·(1 + 2^-29)`: never less noise than asked. The output
+//! intermediate in `u128`, so `s ≤ σ < s·(1 + 2^-29)`: never less noise than asked (the one
+//! departure from the exact law: `Z` is conditioned on `|Z| < 2^63`, which fails with
+//! probability below `exp(-2^63)`). The output
 //! can be any point of the grid whatever `x`, and the value written into the gradient's dtype
 //! is a fixed function of the integer `round(x/γ) + Z` (post-processing).
 //!
