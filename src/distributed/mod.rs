@@ -36,6 +36,8 @@
 
 mod flat;
 mod local;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 
 use std::time::Duration;
 
