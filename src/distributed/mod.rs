@@ -38,6 +38,8 @@ mod flat;
 mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+#[cfg(feature = "cuda")]
+pub mod nccl;
 
 use std::time::Duration;
 
