@@ -42,6 +42,9 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 
 use super::{Collective, CollectiveError, check_root};
 
+/// How long a collective is polled without pause before the engine polls every millisecond.
+const HOT_POLL: Duration = Duration::from_millis(200);
+
 /// The processes of an MPI job as one [`Collective`] group (a duplicate of `MPI_COMM_WORLD`, so
 /// its messages never mix with the application's own).
 ///
@@ -164,12 +167,14 @@ impl Mpi {
                     rank: self.rank,
                 });
             }
-            // Hot for the first millisecond (latency), then at most every 100 µs, leaving the
-            // cores to the peers when processes outnumber them.
-            if waited < Duration::from_millis(1) {
+            // MPI progresses a non-blocking collective only inside MPI calls (a large buffer
+            // moves in fragments, each needing a call on both sides), so poll hot while a healthy
+            // collective may still be running (yielding the core to peers that outnumber the
+            // cores), then every millisecond while waiting for a stalled peer.
+            if waited < HOT_POLL {
                 std::thread::yield_now();
             } else {
-                std::thread::sleep((timeout - waited).min(Duration::from_micros(100)));
+                std::thread::sleep((timeout - waited).min(Duration::from_millis(1)));
             }
         }
     }
