@@ -196,6 +196,29 @@ fn should_take_part_with_an_empty_shard() {
 }
 
 #[test]
+fn should_wait_for_a_late_peer_within_the_timeout() {
+    on_ranks(
+        "should_wait_for_a_late_peer_within_the_timeout",
+        |mpi| {
+            // Later than the engine's hot polling, well within the timeout.
+            if mpi.rank() == mpi.size() - 1 {
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            let started = Instant::now();
+            let mut ones = vec![1.0f32; 1000];
+            mpi.all_reduce_sum(&mut ones, Duration::from_secs(5)).unwrap();
+            assert_eq!(ones, vec![mpi.size() as f32; 1000]);
+            say(format!(
+                "LATE rank={} waited_ms={}",
+                mpi.rank(),
+                started.elapsed().as_millis() / 100 * 100
+            ));
+        },
+        |np, out| assert_eq!(tagged(out, "LATE").len(), np),
+    );
+}
+
+#[test]
 fn should_refuse_lengths_that_differ_across_ranks() {
     on_ranks(
         "should_refuse_lengths_that_differ_across_ranks",
