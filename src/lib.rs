@@ -76,6 +76,7 @@ mod runtime;
 mod value;
 
 pub mod accumulate;
+pub mod distributed;
 pub mod prelude;
 pub mod privacy;
 pub mod transform;
