@@ -206,7 +206,8 @@ fn should_wait_for_a_late_peer_within_the_timeout() {
             }
             let started = Instant::now();
             let mut ones = vec![1.0f32; 1000];
-            mpi.all_reduce_sum(&mut ones, Duration::from_secs(5)).unwrap();
+            mpi.all_reduce_sum(&mut ones, Duration::from_secs(5))
+                .unwrap();
             assert_eq!(ones, vec![mpi.size() as f32; 1000]);
             say(format!(
                 "LATE rank={} waited_ms={}",

@@ -100,15 +100,25 @@ impl fmt::Display for DpStatement {
             "  assumes: the generators' seed is secret (drawn from the operating system){}; \
              every step's batch was sampled by this mechanism and released once, in order; \
              in a data-parallel run, every peer is trusted (the guarantee is for the released \
-             parameters, not for what peers see)",
-            if self.seeded { " -- VIOLATED" } else { "" }
+             parameters, not for what peers see){}",
+            if self.seeded { " -- VIOLATED" } else { "" },
+            match c.noise {
+                super::NoiseKind::Hardened { .. } => {
+                    "; the discrete Gaussian is accounted as the continuous Gaussian of the same \
+                     σ on the sensitivity C + γ·√d (proven for one step in Rényi DP by Canonne, \
+                     Kamath & Steinke 2020; under Poisson sampling an approximation whose error \
+                     vanishes with γ/σ, not proven here)"
+                }
+                super::NoiseKind::Plain => "",
+            }
         )?;
         write!(
             f,
             "  does not cover: hyper-parameter tuning or repeated runs on the same data (each \
              run spends its own ε), the per-step metrics (the counts of clipped and non-finite \
-             examples, the losses), timing side channels, and anything computed from the data \
-             outside the mechanism"
+             examples, the losses), timing side channels, floating-point rounding in the f32 \
+             clipping and sum (a clipped norm may exceed C by a few ulps), and anything computed \
+             from the data outside the mechanism"
         )
     }
 }
