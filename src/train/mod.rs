@@ -1,0 +1,462 @@
+//! DP-SGD through burn-train's [`Learner`](burn_train::Learner) (cargo feature `train`).
+//!
+//! ```text
+//! dp = DpTraining::new(config, dataset, batcher, loss)   # one owner: sampler, clipping, noise, accountant
+//! learner = Learner::new(dp.model(model), optimizer, lr)
+//! dp.training(dir, valid_loader)                         # SupervisedTraining, wired for DP
+//!     .num_epochs(E)                                     # and any of burn-train's settings
+//!     .launch(learner)
+//!   every epoch: ⌈1/q⌉ times
+//!     batch  = Poisson sample of the dataset (each example joins with probability q)
+//!     grads  = (Σ clip_C(∇ loss(model, example)) + N(0, σ²C²)) / (q·N)     # accounted
+//!     model  = optimizer.step(lr, model, grads)                            # the Learner's
+//!     dashboard: ε so far (and the clipped fraction, when the mechanism reports it)
+//!   then validation with your model's own `InferenceStep` and metrics
+//! ```
+//!
+//! Your model stays as it is: [`DpTraining::model`] wraps it in a [`DpModel`], the Learner's
+//! model, whose `TrainStep` is the DP step of the per-example `loss` you give (written for one
+//! example seen as a batch of one, as for [`DpSgd`](crate::privacy::DpSgd)) and whose
+//! `InferenceStep` is your model's. [`DpTraining::training`] returns burn-train's
+//! `SupervisedTraining` with the three things DP needs already set: the training data loader
+//! ([`DpLoader`]: Poisson-sampled batches, the only batches the step accepts), the training
+//! strategy ([`DpStrategy`]: the loop, which refuses what would break the guarantee) and the
+//! [`EpsilonMetric`]. The optimizer, the learning rate schedule, the renderer, the metrics of
+//! the validation split, checkpointing and early stopping are burn-train's, unchanged.
+//!
+//! What the strategy refuses, with a [`DpTrainError`] in `LearningResult::error` (found by
+//! [`DpTrainError::find`]) and no step taken:
+//! - **gradient accumulation** (`grads_accumulation(k)`): it would sum `k` separately noised
+//!   and accounted steps into one update, `k` times the noise for the same ε; bound memory with
+//!   [`DpTrainingConfig::with_microbatch_size`] instead, which changes nothing in the mechanism;
+//! - **resuming from a checkpoint**: burn-train's checkpoint holds the model, the optimizer and
+//!   the scheduler but not the accountant, so a resumed run would restart ε at zero.
+//!
+//! Outside [`DpStrategy`] (another training strategy, several devices), the step itself refuses
+//! a second step before the first one's gradient is applied (accumulation, or one step per
+//! device) and a batch another owner sampled; `TrainStep::step` cannot return an error, so it
+//! panics with the [`DpTrainError`]'s message there.
+//!
+//! The guarantee covers the training dataset given to [`DpTraining::new`] and the parameters
+//! trained on it; the validation split, and what is chosen by looking at it, are outside it.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use burn::data::dataloader::{DataLoaderBuilder, batcher::Batcher};
+//! use burn::data::dataset::InMemDataset;
+//! use burn::module::Module;
+//! use burn::nn::{Linear, LinearConfig};
+//! use burn::optim::SgdConfig;
+//! use burn::tensor::{Device, Tensor};
+//! use burn_train::{InferenceStep, Learner, RegressionOutput, renderer::CliMetricsRenderer};
+//! use burn_vmap::train::{DpTraining, DpTrainingConfig};
+//!
+//! #[derive(Module, Debug)]
+//! struct Model { linear: Linear }
+//!
+//! // Validation is your model's own `InferenceStep`.
+//! impl InferenceStep for Model {
+//!     type Input = (Tensor<2>, Tensor<2>);
+//!     type Output = RegressionOutput;
+//!     fn step(&self, (x, y): (Tensor<2>, Tensor<2>)) -> RegressionOutput {
+//!         let out = self.linear.forward(x);
+//!         RegressionOutput::new((out.clone() - y.clone()).powi_scalar(2).mean(), out, y)
+//!     }
+//! }
+//!
+//! #[derive(Clone)]
+//! struct Rows;
+//! impl Batcher<[f32; 2], (Tensor<2>, Tensor<2>)> for Rows {
+//!     fn batch(&self, items: Vec<[f32; 2]>, device: &Device) -> (Tensor<2>, Tensor<2>) {
+//!         let col = |j: usize| {
+//!             let v: Vec<f32> = items.iter().map(|r| r[j]).collect();
+//!             Tensor::<1>::from_floats(v.as_slice(), device).unsqueeze_dim(1)
+//!         };
+//!         (col(0), col(1))
+//!     }
+//! }
+//!
+//! let device = Device::default();
+//! let rows = |n: usize| (0..n).map(|i| [i as f32 / n as f32, 2.0 * i as f32 / n as f32]).collect();
+//! let model = Model { linear: LinearConfig::new(1, 1).init(&device) };
+//! let loss = |m: &Model, (x, y): (Tensor<2>, Tensor<2>)| (m.linear.forward(x) - y).powi_scalar(2).mean();
+//!
+//! // C = 1, σ = 1, q = 0.1 of the 100 training rows (10 steps an epoch); δ = 1e-5.
+//! let config = DpTrainingConfig::new(1.0, 1.0, 0.1);
+//! let dp = DpTraining::new(config, InMemDataset::new(rows(100)), Rows, loss)?;
+//! let valid = DataLoaderBuilder::new(Rows).batch_size(10).build(InMemDataset::new(rows(20)));
+//! let learner = Learner::new(dp.model(model), SgdConfig::new().init(), 0.1);
+//! let result = dp
+//!     .training(std::env::temp_dir().join("burn-vmap-train-doc"), valid)
+//!     .renderer(Box::new(CliMetricsRenderer::new()))
+//!     .with_application_logger(None)
+//!     .launch(learner);
+//! assert!(result.error.is_none());
+//! assert_eq!(dp.steps(), 10);
+//! println!("{}", dp.statement()?);
+//! let model: Model = result.model.into_inner();
+//! # Ok::<(), burn_vmap::train::DpTrainError>(())
+//! ```
+
+mod mechanism;
+mod metric;
+mod model;
+mod strategy;
+
+pub use metric::{
+    ClippedFractionInput, ClippedFractionMetric, DpStepOutput, EpsilonInput, EpsilonMetric,
+};
+pub use model::{DpBatch, DpLoader, DpModel};
+pub use strategy::DpStrategy;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use burn::data::dataloader::DataLoader;
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::Dataset;
+use burn::module::Module;
+use burn::tensor::{Device, Tensor};
+use burn_train::{InferenceStep, SupervisedTraining, TrainOutput, TrainingStrategy};
+
+use crate::privacy::PrivacyError;
+use crate::privacy::accounting::PrivacyStatement;
+use crate::tree::Tree;
+use mechanism::{Mechanism, Sample};
+
+/// The settings of a DP training run: `C`, `σ`, `q` and `δ`. The dataset size `N` is the
+/// training dataset's length, read once by [`DpTraining::new`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct DpTrainingConfig {
+    /// `C`: every example's gradient is clipped to this L2 norm.
+    pub clip_norm: f64,
+    /// `σ`: the noise on the sum has standard deviation `σ · C`.
+    pub noise_multiplier: f64,
+    /// `q`: the Poisson sampling rate, the probability that an example joins a step's batch.
+    pub sampling_rate: f64,
+    /// `δ` of the reported (ε, δ) (default `1e-5`; pick it below `1 / N`).
+    pub delta: f64,
+    /// Examples per vectorized backward pass (default: the whole batch at once): bounds peak
+    /// memory without changing the mechanism, where gradient accumulation would.
+    pub microbatch_size: Option<usize>,
+    /// Clip every parameter tensor to `C / √P` instead of the whole gradient to `C`.
+    pub per_layer: bool,
+    /// A fixed seed for sampling and noise: reproducible, and **not private**. For tests.
+    pub seed: Option<u64>,
+}
+
+impl DpTrainingConfig {
+    /// `C`, `σ` and `q`; `δ = 1e-5`, no microbatching, global clipping, randomness from the
+    /// operating system.
+    pub fn new(clip_norm: f64, noise_multiplier: f64, sampling_rate: f64) -> Self {
+        Self {
+            clip_norm,
+            noise_multiplier,
+            sampling_rate,
+            delta: 1e-5,
+            microbatch_size: None,
+            per_layer: false,
+            seed: None,
+        }
+    }
+
+    /// With `δ`.
+    pub fn with_delta(mut self, delta: f64) -> Self {
+        self.delta = delta;
+        self
+    }
+
+    /// With a microbatch size.
+    pub fn with_microbatch_size(mut self, size: impl Into<Option<usize>>) -> Self {
+        self.microbatch_size = size.into();
+        self
+    }
+
+    /// With per-layer clipping.
+    pub fn with_per_layer_clipping(mut self, per_layer: bool) -> Self {
+        self.per_layer = per_layer;
+        self
+    }
+
+    /// With a fixed seed for sampling and noise: reproducible, and the guarantee does **not**
+    /// hold (anyone with the seed regenerates the noise). For tests.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+}
+
+/// What DP training through burn-train refuses or fails with.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DpTrainError {
+    /// `SupervisedTraining::grads_accumulation(k)` was set.
+    #[error(
+        "dp-train: gradient accumulation ({accumulation} steps) would sum {accumulation} separately noised and accounted DP-SGD steps into one update ({accumulation} times the noise for the same ε); remove `grads_accumulation` and bound memory with `DpTrainingConfig::with_microbatch_size`"
+    )]
+    GradientAccumulation {
+        /// The accumulation that was asked for.
+        accumulation: usize,
+    },
+    /// `SupervisedTraining::checkpoint(epoch)` asked to resume.
+    #[error(
+        "dp-train: resuming from the checkpoint of epoch {epoch} would restart ε at zero: burn-train's checkpoint holds the model, optimizer and scheduler, not the accountant; train from the start"
+    )]
+    Resume {
+        /// The epoch to resume from.
+        epoch: usize,
+    },
+    /// A step ran while the previous step's gradient was not applied yet.
+    #[error(
+        "dp-train: a DP step ran before the previous step's gradient was applied (gradient accumulation, or one step per device): each step is noised and accounted on its own; train with `DpTraining::training` on one device"
+    )]
+    UnappliedStep,
+    /// A batch sampled by another [`DpTraining`].
+    #[error(
+        "dp-train: the batch was sampled by another DpTraining: train with the loader of the DpTraining that made the model (`DpTraining::training` wires both)"
+    )]
+    ForeignBatch,
+    /// The training loader was split across devices.
+    #[error(
+        "dp-train: the DP loader cannot be split across devices (one Poisson sample per step, noised once); train on one device with `DpTraining::training`"
+    )]
+    Sliced,
+    /// The mechanism refused a setting or failed in a step.
+    #[error(transparent)]
+    Privacy(#[from] PrivacyError),
+}
+
+impl DpTrainError {
+    /// The `DpTrainError` behind a burn-train error (the strategy stops a run with one inside a
+    /// `TrainingError::Dataset`, burn-train's only variant that carries another error).
+    ///
+    /// ```
+    /// # use burn::data::dataset::DatasetError;
+    /// # use burn_train::TrainingError;
+    /// # use burn_vmap::train::DpTrainError;
+    /// let error = TrainingError::Dataset(DatasetError::new(DpTrainError::Resume { epoch: 3 }));
+    /// assert!(matches!(DpTrainError::find(&error), Some(DpTrainError::Resume { epoch: 3 })));
+    /// ```
+    pub fn find<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a DpTrainError> {
+        let mut next = Some(error);
+        while let Some(e) = next {
+            if let Some(found) = e.downcast_ref::<DpTrainError>() {
+                return Some(found);
+            }
+            next = e.source();
+        }
+        None
+    }
+
+    /// As burn-train's error, for `Interrupter::fail` and a data loader's items.
+    fn into_dataset_error(self) -> burn::data::dataset::DatasetError {
+        burn::data::dataset::DatasetError::new(self)
+    }
+}
+
+/// Owners made so far: a batch carries its owner's number.
+static OWNERS: AtomicU64 = AtomicU64::new(0);
+
+struct Shared<M, O> {
+    id: u64,
+    state: Mutex<State<M, O>>,
+}
+
+struct State<M, O> {
+    mechanism: Mechanism<M, O>,
+    /// A step's gradient was returned and not applied yet.
+    unapplied: bool,
+}
+
+/// The one owner of a DP training run's mechanism (Poisson sampler, clipping, noise,
+/// accountant) and of its per-example loss, shared by the pieces it makes: the [`DpModel`] the
+/// `Learner` trains, the [`DpLoader`] that samples its batches and the [`DpStrategy`] that runs
+/// the loop. A clone is another handle on the same owner.
+///
+/// See the [module](self) for a training run.
+pub struct DpTraining<M, O> {
+    shared: Arc<Shared<M, O>>,
+}
+
+impl<M, O> Clone for DpTraining<M, O> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<M, O> std::fmt::Debug for DpTraining<M, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DpTraining")
+            .field("id", &self.shared.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M, O> DpTraining<M, O>
+where
+    M: Module + 'static,
+    O: Tree + Send + 'static,
+{
+    /// The mechanism of `config` over the training `dataset` (its length is `N`), batched by
+    /// your `batcher`, for the per-example `loss`: `loss(model, example)` with the example a
+    /// batch of one (every leaf keeps a leading dim of 1, so a batched forward pass works
+    /// unchanged), as for [`DpSgd::step`](crate::privacy::DpSgd::step). The batch type `O` is
+    /// any [`Tree`] (a tensor, a tuple, a `#[derive(Tree)]` struct).
+    ///
+    /// # Errors
+    /// [`DpTrainError::Privacy`] naming a setting outside its domain.
+    pub fn new<I, D, B, F>(
+        config: DpTrainingConfig,
+        dataset: D,
+        batcher: B,
+        loss: F,
+    ) -> Result<Self, DpTrainError>
+    where
+        I: 'static,
+        D: Dataset<I> + 'static,
+        B: Batcher<I, O> + 'static,
+        F: Fn(&M, O) -> Tensor<1> + Send + Sync + 'static,
+    {
+        let mechanism = Mechanism::new(
+            &config,
+            Arc::new(dataset),
+            Arc::new(batcher),
+            Arc::new(loss),
+        )?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                id: OWNERS.fetch_add(1, Ordering::Relaxed),
+                state: Mutex::new(State {
+                    mechanism,
+                    unapplied: false,
+                }),
+            }),
+        })
+    }
+
+    /// `model` as the `Learner`'s model: its parameters, its record and its `InferenceStep`,
+    /// with this owner's DP step as its `TrainStep`.
+    pub fn model(&self, model: M) -> DpModel<M, O> {
+        DpModel::new(model, self.clone())
+    }
+
+    /// The training data loader: `⌈1/q⌉` Poisson-sampled batches an epoch, on the default
+    /// device until burn-train moves it (`DataLoader::to_device`).
+    pub fn loader(&self) -> DpLoader<M, O> {
+        DpLoader::new(self.clone(), Device::default())
+    }
+
+    /// The training strategy: the DP loop on the model's device.
+    pub fn strategy(&self) -> DpStrategy<M, O> {
+        DpStrategy::new(self.clone())
+    }
+
+    /// burn-train's `SupervisedTraining` writing to `directory`, validating on `valid` with your
+    /// model's `InferenceStep`, with this owner's [`loader`](Self::loader) for training, its
+    /// [`strategy`](Self::strategy), and the [`EpsilonMetric`] (and the
+    /// [`ClippedFractionMetric`] when the mechanism reports clipping) on the training split.
+    /// Set anything else burn-train offers on it (epochs, renderer, validation metrics with
+    /// `metric_valid_numeric`, checkpointers, early stopping), then `launch` a `Learner` of
+    /// [`model`](Self::model).
+    pub fn training(
+        &self,
+        directory: impl AsRef<Path>,
+        valid: Arc<dyn DataLoader<M::Input>>,
+    ) -> SupervisedTraining<DpModel<M, O>>
+    where
+        M: InferenceStep + std::fmt::Display,
+    {
+        let training = SupervisedTraining::new(directory, Arc::new(self.loader()), valid)
+            .with_training_strategy(TrainingStrategy::Custom(Arc::new(self.strategy())))
+            .metric_train_numeric(EpsilonMetric::new());
+        if mechanism::REPORTS_CLIPPING {
+            training.metric_train_numeric(ClippedFractionMetric::new())
+        } else {
+            training
+        }
+    }
+
+    /// ε so far at the configured δ, by RDP: the [`EpsilonMetric`]'s value.
+    ///
+    /// # Errors
+    /// [`DpTrainError::Privacy`] from the accountant.
+    pub fn epsilon(&self) -> Result<f64, DpTrainError> {
+        Ok(self.lock().mechanism.epsilon()?)
+    }
+
+    /// ε so far at the configured δ, by privacy loss distributions (tighter than RDP): the
+    /// [`statement`](Self::statement)'s.
+    ///
+    /// # Errors
+    /// [`DpTrainError::Privacy`] from the accountant.
+    pub fn epsilon_pld(&self) -> Result<f64, DpTrainError> {
+        Ok(self.lock().mechanism.epsilon_pld()?)
+    }
+
+    /// What the run guarantees so far, for people: the mechanism, the neighbouring relation,
+    /// the accountant (PLD) and (ε, δ).
+    ///
+    /// # Errors
+    /// [`DpTrainError::Privacy`] from the accountant.
+    pub fn statement(&self) -> Result<PrivacyStatement, DpTrainError> {
+        Ok(self.lock().mechanism.statement()?)
+    }
+
+    /// Steps taken (each one accounted).
+    pub fn steps(&self) -> u64 {
+        self.lock().mechanism.steps()
+    }
+
+    /// Steps of one epoch, `⌈1/q⌉`.
+    pub fn steps_per_epoch(&self) -> usize {
+        self.lock().mechanism.steps_per_epoch()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<M, O>> {
+        self.shared
+            .state
+            .lock()
+            .expect("dp-train: the mechanism's lock was poisoned by a panic in an earlier step; start a new DpTraining")
+    }
+
+    /// One step's batch, sampled by this owner on `device`.
+    fn sample(&self, device: &Device) -> Result<DpBatch<O>, burn::data::dataset::DatasetError> {
+        let sample = self.lock().mechanism.sample(device)?;
+        Ok(DpBatch::new(self.shared.id, sample))
+    }
+
+    /// The DP step of `model` on `batch`: the privatized gradient and what the step did.
+    fn step(
+        &self,
+        model: &M,
+        batch: DpBatch<O>,
+    ) -> Result<TrainOutput<DpStepOutput>, DpTrainError> {
+        let (owner, sample): (u64, Sample<O>) = batch.into_parts();
+        if owner != self.shared.id {
+            return Err(DpTrainError::ForeignBatch);
+        }
+        let mut state = self.lock();
+        if state.unapplied {
+            return Err(DpTrainError::UnappliedStep);
+        }
+        let (grads, report) = state.mechanism.step(model, sample)?;
+        state.unapplied = true;
+        let delta = state.mechanism.delta();
+        Ok(TrainOutput {
+            grads,
+            item: DpStepOutput::new(report, delta),
+        })
+    }
+
+    /// The last step's gradient was applied (or dropped): the next step may run.
+    fn applied(&self) {
+        self.lock().unapplied = false;
+    }
+
+    /// Whether `other` is a handle on this owner.
+    fn same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
