@@ -287,6 +287,14 @@ fn should_refuse_to_resume_without_the_accountant() {
 }
 
 #[test]
+fn should_refuse_a_model_of_another_owner_before_any_step() {
+    let (a, b) = (owner(7), owner(8));
+    let result = training(&a, "foreign").launch(learner(&b, Mlp::new(&Device::default())));
+    assert!(matches!(error_of(&result), DpTrainError::ForeignModel));
+    assert_eq!(a.steps() + b.steps(), 0);
+}
+
+#[test]
 fn should_refuse_accumulation_in_the_step_under_another_strategy() {
     // burn-train's own single-device loop with accumulation: the second step finds the first
     // one's gradient unapplied and refuses before sampling noise or accounting.

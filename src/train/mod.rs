@@ -22,7 +22,9 @@
 //! ([`DpLoader`]: Poisson-sampled batches, the only batches the step accepts), the training
 //! strategy ([`DpStrategy`]: the loop, which refuses what would break the guarantee) and the
 //! [`EpsilonMetric`]. The optimizer, the learning rate schedule, the renderer, the metrics of
-//! the validation split, checkpointing and early stopping are burn-train's, unchanged.
+//! the validation split, checkpointing and early stopping are burn-train's, unchanged. The
+//! training split shows what the DP step reports ([`DpStepOutput`]: ε, the sample size), not a
+//! loss: the step computes none beyond the per-example gradients.
 //!
 //! What the strategy refuses, with a [`DpTrainError`] in `LearningResult::error` (found by
 //! [`DpTrainError::find`]) and no step taken:
@@ -30,7 +32,8 @@
 //!   and accounted steps into one update, `k` times the noise for the same ε; bound memory with
 //!   [`DpTrainingConfig::with_microbatch_size`] instead, which changes nothing in the mechanism;
 //! - **resuming from a checkpoint**: burn-train's checkpoint holds the model, the optimizer and
-//!   the scheduler but not the accountant, so a resumed run would restart ε at zero.
+//!   the scheduler but not the accountant, so a resumed run would restart ε at zero;
+//! - a `Learner` whose model another [`DpTraining`] made.
 //!
 //! Outside [`DpStrategy`] (another training strategy, several devices), the step itself refuses
 //! a second step before the first one's gradient is applied (accumulation, or one step per
@@ -216,6 +219,11 @@ pub enum DpTrainError {
         "dp-train: the batch was sampled by another DpTraining: train with the loader of the DpTraining that made the model (`DpTraining::training` wires both)"
     )]
     ForeignBatch,
+    /// The `Learner`'s model was made by another [`DpTraining`] than the strategy's.
+    #[error(
+        "dp-train: the Learner's model was made by another DpTraining than the training strategy's: make both with one DpTraining (`dp.model(..)`, `dp.training(..)`)"
+    )]
+    ForeignModel,
     /// The training loader was split across devices.
     #[error(
         "dp-train: the DP loader cannot be split across devices (one Poisson sample per step, noised once); train on one device with `DpTraining::training`"

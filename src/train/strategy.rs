@@ -17,8 +17,9 @@ use crate::tree::Tree;
 /// each step is the owner's DP step and its gradient is applied before the next step.
 ///
 /// Before any step it refuses, with a [`DpTrainError`] in `LearningResult::error`:
-/// gradient accumulation ([`DpTrainError::GradientAccumulation`]) and resuming from a
-/// checkpoint ([`DpTrainError::Resume`]). A step's error (the mechanism refusing the model)
+/// gradient accumulation ([`DpTrainError::GradientAccumulation`]), resuming from a
+/// checkpoint ([`DpTrainError::Resume`]) and a model of another owner
+/// ([`DpTrainError::ForeignModel`]). A step's error (the mechanism refusing the model)
 /// stops the run the same way, after the steps already taken.
 pub struct DpStrategy<M, O> {
     dp: DpTraining<M, O>,
@@ -66,22 +67,24 @@ where
         let refusal = match (grad_accumulation, checkpoint) {
             (Some(accumulation), _) => Some(DpTrainError::GradientAccumulation { accumulation }),
             (None, Some(epoch)) => Some(DpTrainError::Resume { epoch }),
+            (None, None) if !self.dp.same(learner.model().dp()) => Some(DpTrainError::ForeignModel),
             (None, None) => None,
         };
         if let Some(error) = refusal {
             fail(&interrupter, error);
             return (learner.model(), event_processor);
         }
-        debug_assert!(
-            self.dp.same(learner.model().dp()),
-            "the learner's model belongs to this strategy's owner"
-        );
         // A step of an earlier, interrupted run may have left its gradient unapplied.
         self.dp.applied();
 
         // Burn's optimizers step a model whose parameters are autodiff tensors; the batches
         // stay plain (the mechanism differentiates per example on its own).
-        let device = learner.model().devices()[0].clone();
+        let device = learner
+            .model()
+            .devices()
+            .first()
+            .cloned()
+            .unwrap_or_default();
         let device = if device.is_autodiff() {
             device
         } else {
