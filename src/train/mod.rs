@@ -44,7 +44,6 @@
 //! trained on it; the validation split, and what is chosen by looking at it, are outside it.
 //!
 //! ```
-//! use std::sync::Arc;
 //! use burn::data::dataloader::{DataLoaderBuilder, batcher::Batcher};
 //! use burn::data::dataset::InMemDataset;
 //! use burn::module::Module;
