@@ -29,14 +29,8 @@ mod common;
 use std::time::Duration;
 
 use burn::module::Module;
-use burn::nn::transformer::{
-    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
-};
-use burn::nn::{
-    Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig, Lstm, LstmConfig,
-};
+use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfig};
 use burn::optim::GradientsParams;
-use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Distribution, Int, Tensor};
 use burn_vmap::accumulate::{Mean, Sum};
 use burn_vmap::tree::TensorMapper;
@@ -44,57 +38,10 @@ use burn_vmap::{ParamGrads, Tree, clip_by_global_norm, micro_grad_module};
 use criterion::{Criterion, SamplingMode};
 
 use common::alloc::peak_of;
-use common::{Cnn, Mlp, mean_ns};
+use common::{CLASSES, Cnn, Mlp, Transformer, VOCAB, cross_entropy, labels, mean_ns, tokens};
 
 #[global_allocator]
 static ALLOC: common::alloc::Counting = common::alloc::Counting;
-
-const VOCAB: usize = 1000;
-const CLASSES: usize = 10;
-
-/// Mean softmax cross-entropy.
-fn cross_entropy(logits: Tensor<2>, labels: Tensor<1, Int>) -> Tensor<1> {
-    log_softmax(logits, 1)
-        .gather(1, labels.unsqueeze_dim(1))
-        .mean()
-        .neg()
-}
-
-/// A text classifier on Burn's transformer encoder.
-#[derive(Module, Debug)]
-struct Transformer {
-    tokens: Embedding,
-    positions: Embedding,
-    encoder: TransformerEncoder,
-    norm: LayerNorm,
-    head: Linear,
-}
-
-impl Transformer {
-    fn new(t: usize, d: usize, device: &Device) -> Self {
-        Self {
-            tokens: EmbeddingConfig::new(VOCAB, d).init(device),
-            positions: EmbeddingConfig::new(t, d).init(device),
-            encoder: TransformerEncoderConfig::new(d, 4 * d, 4, 2)
-                .with_dropout(0.0)
-                .init(device),
-            norm: LayerNormConfig::new(d).init(device),
-            head: LinearConfig::new(d, CLASSES).init(device),
-        }
-    }
-
-    fn loss(&self, tokens: Tensor<2, Int>, labels: Tensor<1, Int>) -> Tensor<1> {
-        let [n, t] = tokens.dims();
-        let device = tokens.device();
-        let positions = Tensor::<1, Int>::arange(0..t as i64, &device)
-            .reshape([1, t])
-            .expand([n, t]);
-        let h = self.tokens.forward(tokens) + self.positions.forward(positions);
-        let h = self.encoder.forward(TransformerEncoderInput::new(h));
-        let pooled = self.norm.forward(h).mean_dim(1).squeeze_dim(1);
-        cross_entropy(self.head.forward(pooled), labels)
-    }
-}
 
 /// `Embedding -> Lstm -> Linear` on the last hidden state.
 #[derive(Module, Debug)]
@@ -117,18 +64,6 @@ impl Recurrent {
         let (_, state) = self.lstm.forward(self.tokens.forward(tokens), None);
         cross_entropy(self.head.forward(state.hidden), labels)
     }
-}
-
-fn labels(n: usize, device: &Device) -> Tensor<1, Int> {
-    let v: Vec<i64> = (0..n as i64).map(|i| i % CLASSES as i64).collect();
-    Tensor::from_ints(v.as_slice(), device)
-}
-
-fn tokens(n: usize, t: usize, device: &Device) -> Tensor<2, Int> {
-    let v: Vec<i64> = (0..(n * t) as i64)
-        .map(|i| (i * 7919) % VOCAB as i64)
-        .collect();
-    Tensor::<1, Int>::from_ints(v.as_slice(), device).reshape([n, t])
 }
 
 /// `g²`, leafwise (user code, recorded as `transform_fn`).

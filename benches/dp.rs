@@ -1,34 +1,40 @@
-//! The DP-SGD optimizer's step (`burn_vmap::privacy::DpSgd`: per-example clipping, noise from
-//! the CSPRNG on the sum, the division, the inner SGD step and the accountant) against the
-//! standard Burn step (Burn's own backward of the batch loss and the same SGD step) on the same
-//! device, for the MLP and CNN bench models at expected batch 256 (`cargo bench --bench dp`).
-//! The ratios, read from this run, are printed at the end.
+//! The DP-SGD training step against the standard Burn step, and what its parts cost, as ratios
+//! read from one criterion run (`cargo bench --bench dp`), printed at the end:
 //!
-//! The batch is fixed at 256 examples (the expected size; Poisson sampling varies it around
-//! that, which changes the work, not the ratio).
+//! - `dp_step`: the whole DP step (`burn_vmap::privacy::DpSgd`: Poisson sampling of the
+//!   mechanism's loader, per-example clipping, noise from the CSPRNG on the sum, the division,
+//!   the inner SGD step and the accountant) against the standard step (Burn's own backward of
+//!   the batch loss and the same SGD step), for the MLP, the CNN and the transformer bench
+//!   models at expected batch 64;
+//! - `clip`: the mechanism's finite-safe clipping (`clip_and_flag`, which also counts
+//!   non-finite and clipped examples) against the plain `clip_by_global_norm`, each as the
+//!   `transform_fn` of the clipped sum, on the MLP and the transformer.
+//!
+//! The DP step samples every example of a 64-example dataset (`q = 1`, so that the batch, and
+//! the work, is the same at every iteration as the standard step's); its batcher hands over the
+//! batch tensors already made, as the standard step's loop does.
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer, SgdConfig};
 use burn::tensor::{Device, Distribution, Int, Tensor};
-use burn_vmap::privacy::{DpSgd, DpSgdConfig};
+use burn_vmap::privacy::{DpConfig, DpMechanism, DpSgd, Neighbouring, clip_and_flag};
+use burn_vmap::{ParamGrads, Tree, clip_by_global_norm, micro_grad_module};
 use criterion::{Criterion, criterion_group};
 
-use common::{Cnn, Mlp, mean_ns};
+use common::{Cnn, Mlp, Transformer, labels, mean_ns, tokens};
 
-const BATCH: usize = 256;
+const BATCH: usize = 64;
 
-fn labels(device: &Device) -> Tensor<1, Int> {
-    Tensor::<1>::random([BATCH], Distribution::Uniform(0.0, 10.0), device).int()
-}
-
-fn config() -> DpSgdConfig {
-    // q·N = 256: the expected batch; C = 1, σ = 1.1.
-    DpSgdConfig::new(1.0, 1.1, BATCH as f64 / 60_000.0, 60_000)
-}
+/// The transformer's sequence length and width: (B, T, d) = (64, 16, 64).
+const T: usize = 16;
+const D: usize = 64;
 
 /// One standard step of `model` (in training mode): Burn's backward of the batch loss, then
 /// the optimizer's step.
@@ -37,56 +43,102 @@ fn standard<M: Module>(model: M, optim: &mut ModuleOptimizer, loss: Tensor<1>) -
     optim.step(0.01, model, grads)
 }
 
-fn dp(c: &mut Criterion) {
+/// A batcher that hands over one batch made beforehand (every example is sampled).
+#[derive(Clone)]
+struct Ready<X: Clone>(X);
+
+impl<X: Clone + Send + Sync> Batcher<usize, X> for Ready<X> {
+    fn batch(&self, items: Vec<usize>, _: &Device) -> X {
+        assert_eq!(items.len(), BATCH, "q = 1 samples every example");
+        self.0.clone()
+    }
+}
+
+/// The DP step of `model` on `batch` against the standard step with `loss` of the batch.
+fn pair<M, X, L>(c: &mut Criterion, name: &str, init: M, batch: X, loss: L)
+where
+    M: Module + 'static,
+    X: Tree + Clone + Send + Sync + 'static,
+    L: Fn(&M, X) -> Tensor<1> + Copy + Send + Sync + 'static,
+{
     let mut group = c.benchmark_group("dp_step");
     group.sample_size(10);
-    let device = Device::default();
-    let y = labels(&device);
-
-    // MLP 784-512-512-10.
-    let x = Tensor::<2>::random([BATCH, 784], Distribution::Default, &device);
-    let init = Mlp::new(&device);
     let mut model = init.clone().train();
     let mut optim = SgdConfig::new().init();
-    group.bench_function("mlp/standard", |b| {
+    group.bench_function(format!("{name}/standard"), |b| {
         b.iter(|| {
-            let loss = model.loss(x.clone(), y.clone());
-            model = standard(model.clone(), &mut optim, loss);
+            let l = loss(&model, batch.clone());
+            model = standard(model.clone(), &mut optim, l);
         })
     });
-    let mut model = init.train();
-    let mut dp = DpSgd::new(SgdConfig::new().init(), config()).unwrap();
-    let loss = |m: &Mlp, (x, y): (Tensor<2>, Tensor<1, Int>)| m.loss(x, y);
-    group.bench_function("mlp/dp_sgd", |b| {
-        b.iter(|| {
-            model = dp
-                .step(0.01, model.clone(), loss, Some((x.clone(), y.clone())))
-                .unwrap();
-        })
-    });
-
-    // CNN: conv 3x3 1->16, conv 3x3 16->32, mean pool, linear 32->10, on 28x28.
-    let x = Tensor::<4>::random([BATCH, 1, 28, 28], Distribution::Default, &device);
-    let init = Cnn::new(&device);
+    // C = 1, σ = 1.1, the public expected batch 64.
+    let config = DpConfig::new(
+        1.0,
+        1.1,
+        1.0,
+        Neighbouring::AddRemove {
+            expected_batch_size: BATCH as f64,
+        },
+    );
+    let mechanism = DpMechanism::new(config).expect("valid settings");
+    let items: Vec<usize> = (0..BATCH).collect();
+    let mut loader = mechanism
+        .loader(
+            Arc::new(InMemDataset::new(items)),
+            Arc::new(Ready(batch.clone())),
+            Device::default(),
+        )
+        .expect("a loader");
+    let mut dp = DpSgd::new(SgdConfig::new().init(), mechanism);
     let mut model = init.clone().train();
-    let mut optim = SgdConfig::new().init();
-    group.bench_function("cnn/standard", |b| {
+    group.bench_function(format!("{name}/dp_sgd"), |b| {
         b.iter(|| {
-            let loss = model.loss(x.clone(), y.clone());
-            model = standard(model.clone(), &mut optim, loss);
-        })
-    });
-    let mut model = init.train();
-    let mut dp = DpSgd::new(SgdConfig::new().init(), config()).unwrap();
-    let loss = |m: &Cnn, (x, y): (Tensor<4>, Tensor<1, Int>)| m.loss(x, y);
-    group.bench_function("cnn/dp_sgd", |b| {
-        b.iter(|| {
-            model = dp
-                .step(0.01, model.clone(), loss, Some((x.clone(), y.clone())))
-                .unwrap();
+            let sampled = loader.next_batch().expect("a batch");
+            (model, _) = dp.step(0.01, model.clone(), loss, sampled).expect("a step");
         })
     });
     group.finish();
+
+    let mut group = c.benchmark_group("clip");
+    group.sample_size(10);
+    let model = init;
+    let plain = micro_grad_module(move |m: &M, (x,): (X,)| loss(m, x))
+        .transform_fn(|g: ParamGrads| clip_by_global_norm(g, 1.0));
+    let flagged = micro_grad_module(move |m: &M, (x,): (X,)| loss(m, x))
+        .transform_fn(|g: ParamGrads| clip_and_flag(g, 1.0));
+    group.bench_function(format!("{name}/plain"), |b| {
+        b.iter(|| plain.call(&model, (batch.clone(),)).expect("a sum"))
+    });
+    group.bench_function(format!("{name}/finite_safe"), |b| {
+        b.iter(|| flagged.call(&model, (batch.clone(),)).expect("a sum"))
+    });
+    group.finish();
+}
+
+fn dp(c: &mut Criterion) {
+    let device = Device::default();
+    let y = labels(BATCH, &device);
+
+    // MLP 784-512-512-10.
+    let x = Tensor::<2>::random([BATCH, 784], Distribution::Default, &device);
+    let loss = |m: &Mlp, (x, y): (Tensor<2>, Tensor<1, Int>)| m.loss(x, y);
+    pair(c, "mlp", Mlp::new(&device), (x, y.clone()), loss);
+
+    // CNN: conv 3x3 1->16, conv 3x3 16->32, mean pool, linear 32->10, on 28x28.
+    let x = Tensor::<4>::random([BATCH, 1, 28, 28], Distribution::Default, &device);
+    let loss = |m: &Cnn, (x, y): (Tensor<4>, Tensor<1, Int>)| m.loss(x, y);
+    pair(c, "cnn", Cnn::new(&device), (x, y.clone()), loss);
+
+    // Transformer encoder, (B, T, d) = (64, 16, 64).
+    let x = tokens(BATCH, T, &device);
+    let loss = |m: &Transformer, (x, y): (Tensor<2, Int>, Tensor<1, Int>)| m.loss(x, y);
+    pair(
+        c,
+        "transformer",
+        Transformer::new(T, D, &device),
+        (x, y),
+        loss,
+    );
 }
 
 criterion_group! {
@@ -98,20 +150,20 @@ criterion_group! {
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
-    println!("\n== ratio (same run), expected batch {BATCH} ==");
+    println!("\n== ratios (same run), batch {BATCH} ==");
     // (A filtered run, `cargo bench --bench dp -- mlp`, prints the models it ran.)
-    for model in ["mlp", "cnn"] {
-        if let (Some(d), Some(s)) = (
-            // Criterion stores `a/b` function ids as `a_b`.
-            mean_ns("dp_step", &format!("{model}_dp_sgd")),
-            mean_ns("dp_step", &format!("{model}_standard")),
-        ) {
-            println!(
-                "{model}: DpSgd step / standard step = {:.2}x  ({:.2} ms / {:.2} ms)",
-                d / s,
-                d / 1e6,
-                s / 1e6
-            );
+    for model in ["mlp", "cnn", "transformer"] {
+        // Criterion stores `a/b` function ids as `a_b`.
+        let ratio = |group: &str, num: &str, den: &str| {
+            let n = mean_ns(group, &format!("{model}_{num}"))?;
+            let d = mean_ns(group, &format!("{model}_{den}"))?;
+            Some((n / d, n / 1e6, d / 1e6))
+        };
+        if let Some((r, n, d)) = ratio("dp_step", "dp_sgd", "standard") {
+            println!("{model}: DP step / standard step = {r:.2}x  ({n:.2} ms / {d:.2} ms)");
+        }
+        if let Some((r, n, d)) = ratio("clip", "finite_safe", "plain") {
+            println!("{model}: finite-safe clip / plain clip = {r:.2}x  ({n:.2} ms / {d:.2} ms)");
         }
     }
 }

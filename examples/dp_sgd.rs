@@ -32,7 +32,7 @@ use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, ModuleOptimizer, SgdConfig};
 use burn::tensor::{Device, Tensor};
 use burn_vmap::privacy::accounting::{AccountantKind, calibrate_noise_multiplier};
-use burn_vmap::privacy::{DpSgd, DpSgdConfig, PoissonLoader};
+use burn_vmap::privacy::{DpConfig, DpMechanism, DpSgd, Neighbouring};
 
 use common::{Batch, Dataset, Mlp, SplitMix64, epoch_batches, progress};
 
@@ -97,8 +97,9 @@ pub fn fit_baseline(
     model
 }
 
-/// The same loop with DP-SGD: Poisson-sampled batches from the loader, and the step of the
-/// [`DpSgd`] wrapper around the same optimizer (clip, sum, noise, divide by q·N, account).
+/// The same loop with DP-SGD: Poisson-sampled batches from the mechanism's loader, and the
+/// step of the [`DpSgd`] wrapper around the same optimizer (clip, sum, noise, divide by the
+/// public expected batch size, account).
 ///
 /// # Errors
 /// A refused model or setting (see `burn_vmap::privacy::PrivacyError`).
@@ -107,21 +108,21 @@ pub fn fit_private(
     data: Arc<Dataset>,
     steps: usize,
     lr: f64,
-    config: DpSgdConfig,
+    config: DpConfig,
 ) -> Result<(Mlp, DpSgd), Box<dyn Error>> {
     let n = data.len();
     let mut model = model.train();
-    let mut loader = PoissonLoader::new(
+    let mechanism = DpMechanism::new(config)?;
+    let mut loader = mechanism.loader(
         Arc::new(Indices(n)),
         Arc::new(Rows(data)),
-        config.sampling_rate,
         Device::default(),
     )?;
-    let mut dp = DpSgd::new(sgd(), config)?;
+    let mut dp = DpSgd::new(sgd(), mechanism);
     let bar = progress(steps, "DP-SGD");
     for _ in 0..steps {
-        let step = loader.next_batch(); // Poisson: a random size, possibly empty
-        model = dp.step(lr, model, loss, step.batch)?;
+        let batch = loader.next_batch()?; // Poisson: a random size, possibly empty
+        (model, _) = dp.step(lr, model, loss, batch)?;
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -196,7 +197,11 @@ fn run() -> Result<(), Box<dyn Error>> {
     let start = Instant::now();
     let baseline = fit_baseline(init.clone(), &train, epochs, expected_batch, lr, &mut rng);
     let t_baseline = start.elapsed();
-    let config = DpSgdConfig::new(clip, sigma, q, n)
+    // N is the published size of the training set: the public expected batch size is q·N.
+    let public = Neighbouring::AddRemove {
+        expected_batch_size: expected_batch as f64,
+    };
+    let config = DpConfig::new(clip, sigma, q, public)
         .with_delta(delta)
         .with_microbatch_size(microbatch);
     let start = Instant::now();
@@ -222,9 +227,9 @@ fn run() -> Result<(), Box<dyn Error>> {
     println!();
     println!(
         "privacy of the DP-SGD model: ε = {:.3} by PLD, {:.3} by RDP, at δ = {delta:.1e}",
-        dp.epsilon_pld()?,
-        dp.epsilon()?
+        dp.mechanism().epsilon()?,
+        dp.mechanism().epsilon_rdp()?
     );
-    println!("{}", dp.statement()?);
+    println!("{}", dp.mechanism().statement()?);
     Ok(())
 }

@@ -45,7 +45,7 @@
 //! | [`transform`] | every transform and its builder, [`Axes`](transform::Axes) |
 //! | [`accumulate`] | how microbatched transforms combine outputs: `Sum`, `Mean`, `RunningMean`, `Concat`, your own `Accumulator` |
 //! | [`tree`] | the [`Tree`] trait and its parts: `Leaf`, `TreeDef`, `Spec`, `DynTree`, visitors |
-//! | [`privacy`] | DP-SGD that holds: `PoissonLoader`, `DpSgd`, `PrivacyRng`, the accountants |
+//! | [`privacy`] | DP-SGD that holds: `DpMechanism` (sampling, clipping, noise, accounting, its record), `DpSgd`, the accountants |
 //! | `train` (feature `train`) | DP-SGD through burn-train's `Learner`: `DpTraining`, the ε metric |
 //! | [`tensor`], [`level`] | the engine's `VmapTensor` and its batch dims, vmap levels and [`Randomness`] |
 //! | [`strict`] | strict mode: whether an op without a batching rule may loop over the examples |

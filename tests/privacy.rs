@@ -1,18 +1,22 @@
-//! The DP-SGD optimizer: one step equals clip + sum + noise + divide by hand, the noise has the
-//! calibrated standard deviation and comes from the operating system unless seeded, empty
-//! batches take noise-only steps, ragged microbatches give the same sum, per-layer clipping,
-//! one recording across Poisson steps, BatchNorm is refused.
+//! The DP-SGD mechanism and optimizer: one step equals clip + sum + noise + divide by hand, the
+//! noise has the calibrated standard deviation, empty batches take noise-only steps, ragged
+//! microbatches give the same sum, per-layer clipping, one recording across Poisson steps,
+//! BatchNorm is refused; and one test per defect of issue 26 (NaN examples, N under
+//! add/remove, clones and seeds, one sampling rate, one parameter set, the statement, resume),
+//! the budget and the replace-one relation.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
 use burn::optim::{GradientsParams, SgdConfig};
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use burn_vmap::privacy::{
-    DpSgd, DpSgdConfig, PoissonSampler, PrivacyError, PrivacyRng, add_gaussian_noise,
-    clip_per_layer,
+    DpConfig, DpLoader, DpMechanism, DpRecord, DpSgd, Neighbouring, NoiseKind, PoissonSampler,
+    PrivacyError, PrivacyRng, Sampled, clip_per_layer,
 };
 use burn_vmap::{ParamGrads, VmapError, clip_by_global_norm, global_norm, micro_grad_module};
 
@@ -62,31 +66,95 @@ fn assert_close(a: &[f32], b: &[f32], tol: f32) {
     }
 }
 
-fn sgd(config: DpSgdConfig, seed: u64) -> DpSgd {
-    DpSgd::with_rng(SgdConfig::new().init(), config, PrivacyRng::seeded(seed)).unwrap()
+/// The rows of [`batch`] as a dataset, batched back by [`Rows`].
+fn rows(n: usize) -> Arc<InMemDataset<(Vec<f32>, Vec<f32>)>> {
+    let (x, y) = batch(n);
+    let (x, y) = (floats(x), floats(y));
+    let items = (0..n)
+        .map(|i| (x[i * 3..i * 3 + 3].to_vec(), y[i * 2..i * 2 + 2].to_vec()))
+        .collect();
+    Arc::new(InMemDataset::new(items))
+}
+
+#[derive(Clone)]
+struct Rows;
+
+impl Batcher<(Vec<f32>, Vec<f32>), Batch> for Rows {
+    fn batch(&self, items: Vec<(Vec<f32>, Vec<f32>)>, device: &Device) -> Batch {
+        let n = items.len();
+        let (x, y): (Vec<Vec<f32>>, Vec<Vec<f32>>) = items.into_iter().unzip();
+        (
+            Tensor::from_data(TensorData::new(x.concat(), [n, 3]), device),
+            Tensor::from_data(TensorData::new(y.concat(), [n, 2]), device),
+        )
+    }
+}
+
+/// The public batch size the add/remove tests divide by.
+const B: f64 = 10.0;
+
+fn config(c: f64, sigma: f64, q: f64) -> DpConfig {
+    DpConfig::new(
+        c,
+        sigma,
+        q,
+        Neighbouring::AddRemove {
+            expected_batch_size: B,
+        },
+    )
+}
+
+fn seeded(config: DpConfig, seed: u64) -> DpMechanism {
+    DpMechanism::seeded(config, seed).unwrap()
+}
+
+/// A loader of `n` rows; at `q = 1` every batch is [`batch`]`(n)`.
+fn loader(dp: &DpMechanism, n: usize) -> DpLoader<(Vec<f32>, Vec<f32>), Batch> {
+    dp.loader(rows(n), Arc::new(Rows), dev()).unwrap()
+}
+
+/// The next batch of a fresh loader of `n` rows.
+fn next(dp: &DpMechanism, n: usize) -> Sampled<Batch> {
+    loader(dp, n).next_batch().unwrap()
+}
+
+/// An empty batch: a loader of no rows.
+fn empty(dp: &DpMechanism) -> Sampled<Batch> {
+    let none: Arc<InMemDataset<(Vec<f32>, Vec<f32>)>> = Arc::new(InMemDataset::new(vec![]));
+    dp.loader(none, Arc::new(Rows), dev())
+        .unwrap()
+        .next_batch()
+        .unwrap()
+}
+
+fn sgd(dp: DpMechanism) -> DpSgd {
+    DpSgd::new(SgdConfig::new().init(), dp)
 }
 
 const C: f64 = 1.0;
 const SIGMA: f64 = 1.3;
 const Q: f64 = 0.05;
-const N: usize = 200;
 
 #[test]
 fn should_equal_clip_sum_noise_divide_by_hand() {
     let m = model();
-    let mut dp = sgd(DpSgdConfig::new(C, SIGMA, Q, N), 5);
-    let ours = dp.noisy_gradient(&m, loss, Some(batch(7))).unwrap();
+    let mut dp = seeded(config(C, SIGMA, 1.0), 5);
+    let (ours, report) = dp.noisy_gradient(&m, loss, next(&dp, 7)).unwrap();
+    assert_eq!((report.step, report.sampled, report.non_finite), (1, 7, 0));
 
     let (sum, _) = micro_grad_module(loss)
         .transform_fn(|g| clip_by_global_norm(g, C))
         .call(&m, batch(7))
         .unwrap();
-    let noisy = add_gaussian_noise(sum, SIGMA * C, &mut PrivacyRng::seeded(5)).unwrap();
-    let by_hand: Vec<f32> = values(&noisy)
+    let by_hand: Vec<f32> = values(&sum).iter().map(|v| v / B as f32).collect();
+    // The noise: σC per coordinate, so the difference is noise / B.
+    let diff: Vec<f64> = values(&ours)
         .iter()
-        .map(|v| v / (Q * N as f64) as f32)
+        .zip(&by_hand)
+        .map(|(a, b)| (a - b) as f64 * B)
         .collect();
-    assert_close(&values(&ours), &by_hand, 1e-5);
+    assert!(diff.iter().all(|d| d.abs() < 6.0 * SIGMA * C), "{diff:?}");
+    assert!(diff.iter().any(|d| d.abs() > 1e-3), "noise was added");
     assert_eq!(dp.steps(), 1);
 }
 
@@ -129,16 +197,20 @@ fn should_equal_the_loop_of_burns_backward_without_noise() {
         (plain.train(), false),
     ] {
         for c in [0.1, 1.0, 100.0] {
-            let config = DpSgdConfig::new(c, 0.0, Q, N).with_per_layer_clipping(per_layer);
+            let mut dp = seeded(config(c, 0.0, 1.0).with_per_layer_clipping(per_layer), 1);
             // A model in training mode (autodiff parameters) gives the same gradient.
-            let ours = sgd(config, 1)
-                .noisy_gradient(&m, loss, Some(batch(9)))
-                .unwrap();
-            let want: Vec<f32> = clipped_sum_by_hand(&plain_of(&m), batch(9), c as f32, per_layer)
+            let (ours, report) = dp.noisy_gradient(&m, loss, next(&dp, 9)).unwrap();
+            let want: Vec<f32> = clipped_sum_by_hand(&m.valid(), batch(9), c as f32, per_layer)
                 .iter()
-                .map(|v| v / (Q * N as f64) as f32)
+                .map(|v| v / B as f32)
                 .collect();
             assert_close(&values(&ours), &want, 1e-5);
+            if c == 0.1 && !per_layer {
+                assert_eq!(report.clipped, 9, "every example is clipped at C = 0.1");
+            }
+            if c == 100.0 {
+                assert_eq!(report.clipped, 0);
+            }
         }
     }
 }
@@ -147,23 +219,17 @@ fn should_equal_the_loop_of_burns_backward_without_noise() {
 fn should_step_the_optimizer_with_the_noisy_gradient() {
     let m = model().train(); // as a Burn training loop holds it
     let before = values_of(&m);
-    let grads = sgd(DpSgdConfig::new(C, SIGMA, Q, N), 9)
-        .noisy_gradient(&m, loss, Some(batch(5)))
-        .unwrap();
-    let after = sgd(DpSgdConfig::new(C, SIGMA, Q, N), 9)
-        .step(0.1, m, loss, Some(batch(5)))
-        .unwrap();
+    let mut dp = seeded(config(C, SIGMA, 1.0), 9);
+    let (grads, _) = dp.noisy_gradient(&m, loss, next(&dp, 5)).unwrap();
+    let mut opt = sgd(seeded(config(C, SIGMA, 1.0), 9));
+    let batch = next(opt.mechanism(), 5);
+    let (after, _) = opt.step(0.1, m, loss, batch).unwrap();
     let want: Vec<f32> = before
         .iter()
         .zip(values(&grads))
         .map(|(p, g)| p - 0.1 * g)
         .collect();
     assert_close(&values_of(&after), &want, 1e-5);
-}
-
-/// The model's parameters off autodiff.
-fn plain_of(m: &Linear) -> Linear {
-    m.valid()
 }
 
 fn values_of(m: &Linear) -> Vec<f32> {
@@ -175,15 +241,13 @@ fn values_of(m: &Linear) -> Vec<f32> {
 #[test]
 fn should_give_the_same_sum_with_a_ragged_last_microbatch() {
     let m = model();
-    let config = |mb: Option<usize>| DpSgdConfig::new(C, 0.0, Q, N).with_microbatch_size(mb);
-    let whole = sgd(config(None), 1)
-        .noisy_gradient(&m, loss, Some(batch(7)))
-        .unwrap();
+    let sum = |mb: Option<usize>| {
+        let mut dp = seeded(config(C, 0.0, 1.0).with_microbatch_size(mb), 1);
+        values(&dp.noisy_gradient(&m, loss, next(&dp, 7)).unwrap().0)
+    };
+    let whole = sum(None);
     for mb in [1, 2, 3, 4, 7, 9] {
-        let ragged = sgd(config(Some(mb)), 1)
-            .noisy_gradient(&m, loss, Some(batch(7)))
-            .unwrap();
-        assert_close(&values(&ragged), &values(&whole), 1e-5);
+        assert_close(&sum(Some(mb)), &whole, 1e-5);
     }
 }
 
@@ -194,25 +258,30 @@ fn should_record_the_loss_once_across_poisson_batches() {
         CALLS.fetch_add(1, Ordering::Relaxed);
         loss(m, b)
     };
-    let mut dp = sgd(DpSgdConfig::new(C, SIGMA, Q, N).with_microbatch_size(3), 4);
-    let mut sampler = PoissonSampler::with_rng(N, Q, PrivacyRng::seeded(8)).unwrap();
+    let mut dp = sgd(seeded(config(C, SIGMA, 0.05).with_microbatch_size(3), 4));
+    let mut data = loader(dp.mechanism(), 200);
     let mut m = model();
     let mut sizes = Vec::new();
     for _ in 0..8 {
-        let size = sampler.sample().len();
-        sizes.push(size);
-        m = dp
-            .step(0.05, m, counted, (size > 0).then(|| batch(size)))
-            .unwrap();
+        let b = data.next_batch().unwrap();
+        sizes.push(b.size());
+        (m, _) = dp.step(0.05, m, counted, b).unwrap();
     }
     assert!(sizes.windows(2).any(|w| w[0] != w[1]), "{sizes:?}");
     assert_eq!(CALLS.load(Ordering::Relaxed), 1, "batch sizes {sizes:?}");
-    assert_eq!(dp.steps(), 8);
+    assert_eq!(dp.mechanism().steps(), 8);
 }
 
 #[test]
 fn should_take_any_tree_as_the_batch() {
     // A bare tensor: the loss sees one example as [1, 3].
+    #[derive(Clone)]
+    struct Xs;
+    impl Batcher<(Vec<f32>, Vec<f32>), Tensor<2>> for Xs {
+        fn batch(&self, items: Vec<(Vec<f32>, Vec<f32>)>, device: &Device) -> Tensor<2> {
+            Rows.batch(items, device).0
+        }
+    }
     let m = model();
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let shapes = seen.clone();
@@ -220,25 +289,30 @@ fn should_take_any_tree_as_the_batch() {
         shapes.lock().unwrap().push(x.dims());
         m.forward(x).sum()
     };
-    let g = sgd(DpSgdConfig::new(C, 0.0, 1.0, 4), 1)
-        .noisy_gradient(&m, loss, Some(batch(4).0))
+    let mut dp = seeded(config(C, 0.0, 1.0), 1);
+    let b = dp
+        .loader(rows(4), Arc::new(Xs), dev())
+        .unwrap()
+        .next_batch()
         .unwrap();
+    let (g, _) = dp.noisy_gradient(&m, loss, b).unwrap();
     assert_eq!(seen.lock().unwrap().as_slice(), &[[1, 3]]);
-    // d(sum(x W + b))/db = 1 per output and example, clipped to C = 1 with the weight's share.
     assert_eq!(g.get::<1>("bias").unwrap().dims(), [2]);
 }
 
 #[test]
 fn should_draw_noise_with_the_calibrated_std() {
-    // An empty batch: the noisy gradient is the noise alone, divided by q·N.
+    // An empty batch: the noisy gradient is the noise alone, divided by B.
     let m: Linear = LinearConfig::new(40, 50).init(&dev());
-    let mut dp = sgd(DpSgdConfig::new(C, SIGMA, Q, N), 11);
-    let g = dp
-        .noisy_gradient(&m, |m: &Linear, x: Tensor<2>| m.forward(x).sum(), None)
+    let mut dp = seeded(config(C, SIGMA, Q), 11);
+    let b = empty(&dp);
+    let (g, report) = dp
+        .noisy_gradient(&m, |m: &Linear, (x, _): Batch| m.forward(x).sum(), b)
         .unwrap();
+    assert_eq!(report.sampled, 0);
     let v: Vec<f64> = floats(g.get::<2>("weight").unwrap())
         .iter()
-        .map(|x| *x as f64 * Q * N as f64)
+        .map(|x| *x as f64 * B)
         .collect();
     let n = v.len() as f64;
     let mean = v.iter().sum::<f64>() / n;
@@ -251,69 +325,46 @@ fn should_draw_noise_with_the_calibrated_std() {
 }
 
 #[test]
-fn should_take_noise_only_steps_on_empty_batches() {
-    let m = model();
-    let before = values_of(&m);
-    let mut dp = DpSgd::new(SgdConfig::new().init(), DpSgdConfig::new(C, SIGMA, Q, N)).unwrap();
-    let m = dp.step(0.1, m, loss, None::<Batch>).unwrap();
-    let after = values_of(&m);
-    assert!(
-        before.iter().zip(&after).all(|(a, b)| a != b),
-        "every parameter moves"
-    );
-    assert!(dp.epsilon().unwrap() > 0.0);
-}
-
-#[test]
 fn should_leave_frozen_parameters_alone() {
     let m = model();
     let m = Linear {
         bias: m.bias.map(|b| b.set_require_grad(false)),
         ..m
     };
-    let mut dp = sgd(DpSgdConfig::new(C, SIGMA, Q, N), 3);
-    let g = dp.noisy_gradient(&m, loss, None::<Batch>).unwrap();
-    assert_eq!(g.paths().collect::<Vec<_>>(), vec!["weight"]);
-    let g = dp.noisy_gradient(&m, loss, Some(batch(3))).unwrap();
-    assert_eq!(g.paths().collect::<Vec<_>>(), vec!["weight"]);
-    // A step moves the weight alone, and the bias stays frozen for the next one.
+    let mut dp = sgd(seeded(config(C, SIGMA, 1.0), 3));
     let bias = floats(m.bias.as_ref().unwrap().val());
     let weight = floats(m.weight.val());
-    let m = dp.step(0.1, m, loss, Some(batch(3))).unwrap();
-    let m = dp.step(0.1, m, loss, Some(batch(3))).unwrap();
+    let b = empty(dp.mechanism());
+    let (m, _) = dp.step(0.1, m, loss, b).unwrap();
+    let b = next(dp.mechanism(), 3);
+    let (m, _) = dp.step(0.1, m, loss, b).unwrap();
     assert_eq!(floats(m.bias.as_ref().unwrap().val()), bias);
     assert_ne!(floats(m.weight.val()), weight);
 }
 
 #[test]
-fn should_draw_different_noise_without_a_seed() {
-    let m = model();
-    let noise = || {
-        let mut dp = DpSgd::new(SgdConfig::new().init(), DpSgdConfig::new(C, SIGMA, Q, N)).unwrap();
-        values(&dp.noisy_gradient(&m, loss, None::<Batch>).unwrap())
-    };
-    assert_ne!(noise(), noise());
-}
-
-#[test]
 fn should_account_every_step_and_agree_with_the_accountant() {
-    use burn_vmap::privacy::accounting::{PoissonGaussian, RdpAccountant};
-    let mut dp = sgd(DpSgdConfig::new(C, SIGMA, Q, N).with_delta(1e-5), 2);
+    use burn_vmap::privacy::accounting::{PldAccountant, PoissonGaussian, RdpAccountant};
+    let mut dp = sgd(seeded(config(C, SIGMA, Q), 2));
+    let mut data = loader(dp.mechanism(), 200);
     let mut m = model();
-    for i in 0..5 {
-        let b = (i % 2 == 0).then(|| batch(3));
-        m = dp.step(0.05, m, loss, b).unwrap();
+    for _ in 0..5 {
+        let b = data.next_batch().unwrap();
+        (m, _) = dp.step(0.05, m, loss, b).unwrap();
     }
+    let event = PoissonGaussian::new(Q, SIGMA).unwrap();
     let mut rdp = RdpAccountant::new();
-    rdp.compose(PoissonGaussian::new(Q, SIGMA).unwrap(), 5)
-        .unwrap();
+    rdp.compose(event, 5).unwrap();
+    let mut pld = PldAccountant::new();
+    pld.compose(event, 5).unwrap();
+    let dp = dp.mechanism();
     assert_eq!(dp.steps(), 5);
-    assert!((dp.epsilon().unwrap() - rdp.epsilon(1e-5).unwrap()).abs() < 1e-12);
-    assert!(dp.epsilon_pld().unwrap() <= dp.epsilon().unwrap() + 1e-9);
-    let text = dp.statement().unwrap().to_string();
-    assert!(text.contains("Poisson"), "{text}");
-    let text = dp.statement_rdp().unwrap().to_string();
-    assert!(text.contains("Poisson"), "{text}");
+    assert!((dp.epsilon_rdp().unwrap() - rdp.epsilon(1e-5).unwrap()).abs() < 1e-12);
+    assert!((dp.epsilon().unwrap() - pld.epsilon(1e-5).unwrap()).abs() < 1e-12);
+    assert!(dp.epsilon().unwrap() <= dp.epsilon_rdp().unwrap() + 1e-9);
+    for text in [dp.statement(), dp.statement_rdp()].map(|s| s.unwrap().to_string()) {
+        assert!(text.contains("Poisson"), "{text}");
+    }
 }
 
 #[test]
@@ -337,33 +388,80 @@ fn should_clip_every_layer_to_its_share() {
 
 #[test]
 fn should_refuse_bad_settings_naming_them() {
-    let err = |c: DpSgdConfig| match DpSgd::new(SgdConfig::new().init(), c) {
+    let err = |c: DpConfig| match DpMechanism::new(c) {
         Err(PrivacyError::Argument { argument, .. }) => argument,
         Err(other) => panic!("{other}"),
         Ok(_) => panic!("accepted"),
     };
-    assert_eq!(err(DpSgdConfig::new(0.0, SIGMA, Q, N)), "clip_norm");
-    assert_eq!(err(DpSgdConfig::new(f64::NAN, SIGMA, Q, N)), "clip_norm");
-    assert_eq!(err(DpSgdConfig::new(C, -1.0, Q, N)), "noise_multiplier");
-    assert_eq!(err(DpSgdConfig::new(C, SIGMA, 1.5, N)), "sampling_rate");
-    assert_eq!(err(DpSgdConfig::new(C, SIGMA, 0.0, N)), "sampling_rate");
-    assert_eq!(err(DpSgdConfig::new(C, SIGMA, Q, 0)), "dataset_size");
-    assert_eq!(
-        err(DpSgdConfig::new(C, SIGMA, Q, N).with_delta(1.0)),
-        "delta"
+    let replace = |n| DpConfig::new(C, SIGMA, Q, Neighbouring::ReplaceOne { dataset_size: n });
+    assert_eq!(err(config(0.0, SIGMA, Q)), "clip_norm");
+    assert_eq!(err(config(f64::NAN, SIGMA, Q)), "clip_norm");
+    assert_eq!(err(config(C, -1.0, Q)), "noise_multiplier");
+    assert_eq!(err(config(C, SIGMA, 1.5)), "sampling_rate");
+    assert_eq!(err(config(C, SIGMA, 0.0)), "sampling_rate");
+    assert_eq!(err(replace(0)), "dataset_size");
+    let no_size = DpConfig::new(
+        C,
+        SIGMA,
+        Q,
+        Neighbouring::AddRemove {
+            expected_batch_size: 0.0,
+        },
     );
+    assert_eq!(err(no_size), "expected_batch_size");
+    assert_eq!(err(config(C, SIGMA, Q).with_delta(1.0)), "delta");
     assert_eq!(
-        err(DpSgdConfig::new(C, SIGMA, Q, N).with_microbatch_size(0)),
+        err(config(C, SIGMA, Q).with_microbatch_size(0)),
         "microbatch_size"
     );
+    // Replace-one states N: a dataset of another size is refused.
+    let dp = DpMechanism::new(replace(100)).unwrap();
+    match dp.loader(rows(50), Arc::new(Rows), dev()) {
+        Err(PrivacyError::Argument { argument, got, .. }) => {
+            assert_eq!(argument, "dataset");
+            assert!(got.contains("50"), "{got}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let budget = |e, d| {
+        DpMechanism::new(config(C, SIGMA, Q))
+            .unwrap()
+            .with_budget(e, d)
+    };
+    assert!(matches!(
+        budget(0.0, 1e-5),
+        Err(PrivacyError::Argument {
+            argument: "epsilon",
+            ..
+        })
+    ));
+    assert!(matches!(
+        budget(1.0, 0.0),
+        Err(PrivacyError::Argument {
+            argument: "delta",
+            ..
+        })
+    ));
 }
 
 #[test]
 fn should_refuse_mismatched_batches_unaccounted() {
-    let mut dp = sgd(DpSgdConfig::new(C, SIGMA, Q, N), 1);
-    let (x, _) = batch(4);
-    let (_, y) = batch(5);
-    let err = dp.noisy_gradient(&model(), loss, Some((x, y))).unwrap_err();
+    #[derive(Clone)]
+    struct Mismatched;
+    impl Batcher<(Vec<f32>, Vec<f32>), Batch> for Mismatched {
+        fn batch(&self, items: Vec<(Vec<f32>, Vec<f32>)>, device: &Device) -> Batch {
+            let (x, _) = Rows.batch(items, device);
+            let n = x.dims()[0];
+            (x, Tensor::zeros([n + 1, 2], device))
+        }
+    }
+    let mut dp = seeded(config(C, SIGMA, 1.0), 1);
+    let b = dp
+        .loader(rows(4), Arc::new(Mismatched), dev())
+        .unwrap()
+        .next_batch()
+        .unwrap();
+    let err = dp.noisy_gradient(&model(), loss, b).unwrap_err();
     assert!(matches!(err, PrivacyError::Vmap(_)), "{err}");
     assert_eq!(dp.steps(), 0);
 }
@@ -380,12 +478,12 @@ fn should_refuse_batch_norm_naming_its_path() {
         fc: LinearConfig::new(3, 2).init(&dev()),
         bn: BatchNormConfig::new(2).init(&dev()),
     };
-    let mut dp = DpSgd::new(SgdConfig::new().init(), DpSgdConfig::new(C, SIGMA, Q, N)).unwrap();
+    let mut dp = sgd(seeded(config(C, SIGMA, 1.0), 1));
     let loss = |m: &Normed, (x, _y): Batch| {
         let h: Tensor<3> = m.bn.forward(m.fc.forward(x).unsqueeze_dim(2));
         h.sum()
     };
-    for b in [Some(batch(4)), None] {
+    for b in [next(dp.mechanism(), 4), empty(dp.mechanism())] {
         let err = dp.step(0.1, m.clone(), loss, b).map(|_| ()).unwrap_err();
         match &err {
             PrivacyError::Vmap(VmapError::MixesExamples { path, .. }) => assert_eq!(path, "bn"),
@@ -393,5 +491,332 @@ fn should_refuse_batch_norm_naming_its_path() {
         }
         assert!(err.to_string().contains("GroupNorm"));
     }
-    assert_eq!(dp.steps(), 0, "a refused step is not accounted");
+    assert_eq!(dp.mechanism().steps(), 0, "a refused step is not accounted");
+}
+
+// -------------------------------------------------------------------------------------------
+// The eight defects of the mechanism before 0.3 (issue 26), one test each: each fails on the
+// mechanism they were found in.
+// -------------------------------------------------------------------------------------------
+
+/// Defect 1: one example with a NaN gradient made the released model NaN. It contributes zero
+/// now, still counts as sampled, and the step reports it.
+#[test]
+fn should_keep_the_model_finite_with_a_nan_example() {
+    #[derive(Clone)]
+    struct Poisoned;
+    impl Batcher<(Vec<f32>, Vec<f32>), Batch> for Poisoned {
+        fn batch(&self, mut items: Vec<(Vec<f32>, Vec<f32>)>, device: &Device) -> Batch {
+            items[2].0[1] = f32::NAN;
+            Rows.batch(items, device)
+        }
+    }
+    let m = model();
+    let mut dp = seeded(config(C, 0.0, 1.0), 1);
+    let mut data = dp.loader(rows(6), Arc::new(Poisoned), dev()).unwrap();
+    let (got, report) = dp
+        .noisy_gradient(&m, loss, data.next_batch().unwrap())
+        .unwrap();
+    assert_eq!((report.sampled, report.non_finite), (6, 1));
+    // The same as the clipped sum of the five finite examples.
+    let (x, y) = batch(6);
+    let keep = Tensor::<1, Int>::from_ints([0, 1, 3, 4, 5], &dev());
+    let finite = (x.select(0, keep.clone()), y.select(0, keep));
+    let (want, _) = micro_grad_module(loss)
+        .transform_fn(|g| clip_by_global_norm(g, C))
+        .call(&m, finite)
+        .unwrap();
+    let want: Vec<f32> = values(&want).iter().map(|v| v / B as f32).collect();
+    assert_close(&values(&got), &want, 1e-5);
+    // Through the optimizer, with noise: the model stays finite.
+    let mut opt = sgd(seeded(config(C, SIGMA, 1.0), 2));
+    let mut data = opt
+        .mechanism()
+        .loader(rows(6), Arc::new(Poisoned), dev())
+        .unwrap();
+    let (m, report) = opt.step(0.1, m, loss, data.next_batch().unwrap()).unwrap();
+    assert!(
+        values_of(&m).iter().all(|v| v.is_finite()),
+        "{:?}",
+        values_of(&m)
+    );
+    assert_eq!(report.non_finite, 1);
+}
+
+/// Defect 2: the noisy sum was divided by `q · N` with `N` private under add/remove. Now by the
+/// public expected batch size, whatever the dataset's size.
+#[test]
+fn should_not_read_n_under_add_remove() {
+    let m = model();
+    let grad = |n: usize| {
+        let mut dp = seeded(config(C, 0.0, 1.0), 1);
+        let (g, _) = dp.noisy_gradient(&m, loss, next(&dp, n)).unwrap();
+        values(&g)
+    };
+    // q = 1: the batch is the whole dataset, and the sum is divided by B = 10, not by q·N.
+    let (sum, _) = micro_grad_module(loss)
+        .transform_fn(|g| clip_by_global_norm(g, C))
+        .call(&m, batch(4))
+        .unwrap();
+    let want: Vec<f32> = values(&sum).iter().map(|v| v / B as f32).collect();
+    assert_close(&grad(4), &want, 1e-6);
+    let text = seeded(config(C, SIGMA, Q), 1)
+        .statement()
+        .unwrap()
+        .to_string();
+    assert!(text.contains("N is private and never read"), "{text}");
+}
+
+/// Defect 3: the generator and the sampler were `Clone` (a noise stream could be replayed),
+/// and a seeded run stated the same guarantee as an unseeded one.
+#[test]
+fn should_neither_clone_generators_nor_call_a_seeded_run_private() {
+    struct Probe<T>(std::marker::PhantomData<T>);
+    trait NotClone {
+        const CLONE: bool = false;
+    }
+    impl<T> NotClone for Probe<T> {}
+    #[allow(dead_code)]
+    impl<T: Clone> Probe<T> {
+        const CLONE: bool = true;
+    }
+    const {
+        assert!(Probe::<Linear>::CLONE);
+    }
+    const {
+        assert!(!Probe::<PrivacyRng>::CLONE);
+    }
+    const {
+        assert!(!Probe::<PoissonSampler>::CLONE);
+    }
+    const {
+        assert!(!Probe::<DpMechanism>::CLONE);
+    }
+    const {
+        assert!(!Probe::<Sampled<Batch>>::CLONE);
+    }
+    let seeded = seeded(config(C, SIGMA, Q), 1).statement().unwrap();
+    let private = DpMechanism::new(config(C, SIGMA, Q))
+        .unwrap()
+        .statement()
+        .unwrap();
+    assert!(!seeded.is_private() && private.is_private());
+    assert!(seeded.to_string().starts_with("NOT PRIVATE"), "{seeded}");
+    assert!(!private.to_string().contains("NOT PRIVATE"), "{private}");
+}
+
+/// Defect 4: the sampling rate was given to the loader and to the configuration, and could
+/// disagree. Now the loader samples at the mechanism's rate, and the step takes only the
+/// batches this mechanism's loader sampled, once, in order.
+#[test]
+fn should_sample_at_the_mechanisms_rate_and_take_only_its_batches() {
+    let mut dp = seeded(config(C, SIGMA, 0.25), 1);
+    let other = seeded(config(C, SIGMA, 0.25), 1);
+    let mut data = loader(&dp, 100);
+    assert_eq!(data.sampler().sampling_rate(), 0.25);
+    let foreign = loader(&other, 100).next_batch().unwrap();
+    let err = dp.noisy_gradient(&model(), loss, foreign).unwrap_err();
+    assert!(matches!(err, PrivacyError::Batch { .. }), "{err}");
+    let first = data.next_batch().unwrap();
+    let second = data.next_batch().unwrap();
+    let err = dp.noisy_gradient(&model(), loss, second).unwrap_err();
+    assert!(err.to_string().contains("sampling order"), "{err}");
+    drop(first);
+    assert_eq!(dp.steps(), 0);
+}
+
+/// Defect 5: an empty step and a non-empty step updated different sets of parameters. Both
+/// give every trainable parameter a gradient (noise alone on an empty batch), a parameter the
+/// loss does not reach included.
+#[test]
+fn should_touch_the_same_parameters_on_empty_and_full_steps() {
+    #[derive(Module, Debug)]
+    struct Two {
+        used: Linear,
+        unused: Linear,
+    }
+    let m = Two {
+        used: LinearConfig::new(3, 2).init(&dev()),
+        unused: LinearConfig::new(4, 4).init(&dev()),
+    };
+    let loss = |m: &Two, b: Batch| loss(&m.used, b);
+    let mut dp = seeded(config(C, SIGMA, 1.0), 1);
+    let b = empty(&dp);
+    let (on_empty, _) = dp.noisy_gradient(&m, loss, b).unwrap();
+    let b = next(&dp, 5);
+    let (on_full, _) = dp.noisy_gradient(&m, loss, b).unwrap();
+    let ids = |g: &ParamGrads| {
+        g.iter()
+            .map(|(p, id, _)| (p.to_string(), id))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(&on_empty), ids(&on_full));
+    assert_eq!(on_full.len(), 4);
+    let unused: Tensor<2> = on_full.get("unused.weight").unwrap();
+    assert!(
+        floats(unused).iter().any(|v| *v != 0.0),
+        "noise on the unused parameter"
+    );
+}
+
+/// Defect 6: the noise was textbook `f32` Gaussians, open to floating-point attacks (Mironov
+/// 2012). By default it is the exact discrete Gaussian on the grid 2⁻²⁰: every released value
+/// times the (power-of-two) normaliser lies on the grid.
+#[test]
+fn should_draw_hardened_noise_on_a_grid_by_default() {
+    let public = Neighbouring::AddRemove {
+        expected_batch_size: 8.0,
+    };
+    let config = DpConfig::new(C, SIGMA, 1.0, public);
+    assert_eq!(config.noise, NoiseKind::default());
+    let mut dp = seeded(config, 3);
+    let (g, _) = dp.noisy_gradient(&model(), loss, next(&dp, 5)).unwrap();
+    for v in values(&g) {
+        let on_grid = v as f64 * 8.0 * 2f64.powi(20);
+        assert_eq!(on_grid.fract(), 0.0, "{v}");
+    }
+    assert!(
+        dp.statement()
+            .unwrap()
+            .to_string()
+            .contains("discrete Gaussian")
+    );
+}
+
+/// Defect 7: the statement omitted what it assumes.
+#[test]
+fn should_state_what_the_guarantee_assumes() {
+    let dp = DpMechanism::new(DpConfig::new(
+        C,
+        SIGMA,
+        Q,
+        Neighbouring::ReplaceOne { dataset_size: 200 },
+    ))
+    .unwrap();
+    let text = dp.statement().unwrap().to_string();
+    for needle in [
+        "Poisson sampling",
+        "replace one example",
+        "N = 200 is public",
+        "seed is secret",
+        "peer is trusted",
+        "hyper-parameter tuning",
+        "δ = 1e-5 against 1/N = 0.005",
+    ] {
+        assert!(text.contains(needle), "`{needle}` in\n{text}");
+    }
+    assert!(!text.contains("WARNING"), "{text}");
+    let large_delta = DpMechanism::new(
+        DpConfig::new(C, SIGMA, Q, Neighbouring::ReplaceOne { dataset_size: 200 }).with_delta(0.01),
+    )
+    .unwrap();
+    assert!(
+        large_delta
+            .statement()
+            .unwrap()
+            .to_string()
+            .contains("WARNING δ ≥ 1/N")
+    );
+}
+
+/// Defect 8: nothing could be saved, so a resumed run restarted ε at zero. Save at step k,
+/// resume, continue: the same ε as the uninterrupted run, different noise.
+#[test]
+fn should_resume_with_the_same_epsilon_and_fresh_noise() {
+    let m = model();
+    let run = |dp: &mut DpMechanism, steps: usize| {
+        let mut data = loader(dp, 50);
+        let mut last = vec![];
+        for _ in 0..steps {
+            let b = data.next_batch().unwrap();
+            last = values(&dp.noisy_gradient(&m, loss, b).unwrap().0);
+        }
+        last
+    };
+    let mut whole = DpMechanism::new(config(C, SIGMA, Q)).unwrap();
+    run(&mut whole, 6);
+    let mut first = DpMechanism::new(config(C, SIGMA, Q)).unwrap();
+    run(&mut first, 4);
+    let path = std::env::temp_dir().join(format!("burn-vmap-resume-{}.bpk", std::process::id()));
+    first.record().save(&path).unwrap();
+    let record = DpRecord::load(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    assert_eq!(record, first.record());
+    let mut resumed = DpMechanism::from_record(record).unwrap();
+    assert_eq!(resumed.steps(), 4);
+    run(&mut resumed, 2);
+    assert_eq!(resumed.steps(), whole.steps());
+    assert_eq!(resumed.epsilon().unwrap(), whole.epsilon().unwrap());
+    // A seeded run resumed twice from one record with one seed would replay; two resumes from
+    // the operating system never do.
+    let bytes = first.record().to_bytes().unwrap();
+    let a = run(
+        &mut DpMechanism::from_record(DpRecord::from_bytes(&bytes).unwrap()).unwrap(),
+        1,
+    );
+    let b = run(
+        &mut DpMechanism::from_record(DpRecord::from_bytes(&bytes).unwrap()).unwrap(),
+        1,
+    );
+    assert_ne!(a, b, "fresh noise on every resume");
+    // A seeded run stays "not private" across a resume.
+    let seeded_record = seeded(config(C, SIGMA, Q), 3).record();
+    assert!(DpMechanism::from_record(seeded_record).unwrap().is_seeded());
+}
+
+#[test]
+fn should_stop_before_the_step_that_exceeds_the_budget() {
+    use burn_vmap::privacy::accounting::{PldAccountant, PoissonGaussian};
+    let (q, sigma, eps) = (0.2, 1.5, 3.0);
+    let mut dp = sgd(seeded(config(C, sigma, q), 1)
+        .with_budget(eps, 1e-5)
+        .unwrap());
+    let allowed = dp.mechanism().remaining_steps().unwrap();
+    assert!((2..200).contains(&allowed), "{allowed}");
+    let epsilon_after = |steps| {
+        let mut pld = PldAccountant::new();
+        pld.compose(PoissonGaussian::new(q, sigma).unwrap(), steps)
+            .unwrap();
+        pld.epsilon(1e-5).unwrap()
+    };
+    assert!(epsilon_after(allowed) <= eps && epsilon_after(allowed + 1) > eps);
+    let mut data = loader(dp.mechanism(), 20);
+    let mut m = model();
+    for _ in 0..allowed {
+        let b = data.next_batch().unwrap();
+        (m, _) = dp.step(0.01, m, loss, b).unwrap();
+    }
+    let before = values_of(&m);
+    let b = data.next_batch().unwrap();
+    match dp.step(0.01, m.clone(), loss, b) {
+        Err(PrivacyError::Budget {
+            steps, max_steps, ..
+        }) => {
+            assert_eq!((steps, max_steps), (allowed, allowed));
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    assert_eq!(values_of(&m), before);
+    assert_eq!(dp.mechanism().steps(), allowed);
+    assert!(dp.mechanism().epsilon().unwrap() <= eps);
+}
+
+#[test]
+fn should_state_a_larger_epsilon_for_replace_one_than_add_remove() {
+    let steps = |relation| {
+        let mut dp = seeded(DpConfig::new(C, SIGMA, Q, relation), 1);
+        let mut data = dp.loader(rows(20), Arc::new(Rows), dev()).unwrap();
+        for _ in 0..3 {
+            let b = data.next_batch().unwrap();
+            dp.noisy_gradient(&model(), loss, b).unwrap();
+        }
+        dp.epsilon().unwrap()
+    };
+    let add_remove = steps(Neighbouring::AddRemove {
+        expected_batch_size: 1.0,
+    });
+    let replace = steps(Neighbouring::ReplaceOne { dataset_size: 20 });
+    // Group privacy: 2ε' at a smaller δ', at least twice the add/remove ε.
+    assert!(replace >= 2.0 * add_remove, "{replace} vs {add_remove}");
+    assert!(replace < 4.0 * add_remove, "{replace} vs {add_remove}");
 }

@@ -28,6 +28,35 @@ pub enum AccountingError {
         /// The value that was given.
         actual: u64,
     },
+    /// Two arguments that pair up element by element (scores and inclusion bits) have
+    /// different lengths.
+    #[error(
+        "invalid argument `{name}`: expected {expected} elements (one per element of \
+         `{other}`), got {actual}"
+    )]
+    LengthMismatch {
+        /// The argument's name, e.g. `included`.
+        name: &'static str,
+        /// The argument whose length it must match, e.g. `scores`.
+        other: &'static str,
+        /// The length it must have.
+        expected: usize,
+        /// Its length.
+        actual: usize,
+    },
+    /// A count is larger than the size it is drawn from (more guesses than canaries, more
+    /// correct guesses than guesses).
+    #[error("invalid argument `{name}`: expected at most {limit} ({what}), got {actual}")]
+    CountTooLarge {
+        /// The argument's name, e.g. `guesses`.
+        name: &'static str,
+        /// What the limit is, e.g. `the number of canaries`.
+        what: &'static str,
+        /// The largest allowed value.
+        limit: u64,
+        /// The value that was given.
+        actual: u64,
+    },
     /// An RDP accountant was given no orders to evaluate.
     #[error("invalid argument `orders`: expected at least one Rényi order, got an empty list")]
     EmptyOrders,

@@ -17,9 +17,11 @@
 //!   than RDP (2.38 vs 2.60 on the example below), at the cost of FFTs over `range/Δ` points.
 //!
 //! [`calibrate_noise_multiplier`] (and [`NoiseCalibration`]) finds the smallest σ meeting a
-//! budget; [`PrivacyStatement`] renders what was accounted for people. Errors are
-//! [`AccountingError`]s that name the argument, the expected domain and the value: nothing here
-//! panics on bad input.
+//! budget; [`PrivacyStatement`] renders what was accounted for people. The
+//! [`audit`](mod@audit) module measures from the other side: an empirical **lower** bound on ε
+//! from one training run with canaries (Steinke, Nasr & Jagielski 2023), to catch runs that leak
+//! more than accounted for. Errors are [`AccountingError`]s that name the argument, the expected
+//! domain and the value: nothing here panics on bad input.
 //!
 //! ```
 //! use burn_vmap_accounting::{Accountant, PldAccountant, PoissonGaussian, RdpAccountant};
@@ -40,6 +42,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod audit;
 mod calibrate;
 mod error;
 mod event;
@@ -48,6 +51,7 @@ mod rdp;
 mod special;
 mod statement;
 
+pub use audit::{audit, draw_inclusion, AuditConfig, AuditReport, GuessCount, GuessTally, Guesses};
 pub use calibrate::{calibrate_noise_multiplier, AccountantKind, NoiseCalibration};
 pub use error::{AccountingError, Result};
 pub use event::{Accountant, PoissonGaussian};

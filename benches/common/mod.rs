@@ -1,4 +1,4 @@
-//! What the benches share: the MLP and CNN bench models, and criterion's estimates read back
+//! What the benches share: the MLP, CNN and transformer bench models, and criterion's estimates read back
 //! for the ratios printed at the end of a run.
 
 // Each bench uses part of this module.
@@ -8,7 +8,13 @@ pub mod alloc;
 
 use burn::module::Module;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
-use burn::nn::{Linear, LinearConfig, Relu};
+use burn::nn::transformer::{
+    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
+};
+use burn::nn::{
+    Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig, Relu,
+};
+use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor};
 
 /// Reads criterion's mean estimate (ns) of `group/id` from this run's JSON (criterion stores a
@@ -98,4 +104,63 @@ impl Cnn {
         let logp = burn::tensor::activation::log_softmax(self.fc.forward(pooled), 1);
         logp.gather(1, y.unsqueeze_dim(1)).mean().neg()
     }
+}
+
+pub const VOCAB: usize = 1000;
+pub const CLASSES: usize = 10;
+
+/// Mean softmax cross-entropy.
+pub fn cross_entropy(logits: Tensor<2>, labels: Tensor<1, Int>) -> Tensor<1> {
+    log_softmax(logits, 1)
+        .gather(1, labels.unsqueeze_dim(1))
+        .mean()
+        .neg()
+}
+
+/// A text classifier on Burn's transformer encoder.
+#[derive(Module, Debug)]
+pub struct Transformer {
+    pub tokens: Embedding,
+    pub positions: Embedding,
+    pub encoder: TransformerEncoder,
+    pub norm: LayerNorm,
+    pub head: Linear,
+}
+
+impl Transformer {
+    pub fn new(t: usize, d: usize, device: &Device) -> Self {
+        Self {
+            tokens: EmbeddingConfig::new(VOCAB, d).init(device),
+            positions: EmbeddingConfig::new(t, d).init(device),
+            encoder: TransformerEncoderConfig::new(d, 4 * d, 4, 2)
+                .with_dropout(0.0)
+                .init(device),
+            norm: LayerNormConfig::new(d).init(device),
+            head: LinearConfig::new(d, CLASSES).init(device),
+        }
+    }
+
+    pub fn loss(&self, tokens: Tensor<2, Int>, labels: Tensor<1, Int>) -> Tensor<1> {
+        let [n, t] = tokens.dims();
+        let device = tokens.device();
+        let positions = Tensor::<1, Int>::arange(0..t as i64, &device)
+            .reshape([1, t])
+            .expand([n, t]);
+        let h = self.tokens.forward(tokens) + self.positions.forward(positions);
+        let h = self.encoder.forward(TransformerEncoderInput::new(h));
+        let pooled = self.norm.forward(h).mean_dim(1).squeeze_dim(1);
+        cross_entropy(self.head.forward(pooled), labels)
+    }
+}
+
+pub fn labels(n: usize, device: &Device) -> Tensor<1, Int> {
+    let v: Vec<i64> = (0..n as i64).map(|i| i % CLASSES as i64).collect();
+    Tensor::from_ints(v.as_slice(), device)
+}
+
+pub fn tokens(n: usize, t: usize, device: &Device) -> Tensor<2, Int> {
+    let v: Vec<i64> = (0..(n * t) as i64)
+        .map(|i| (i * 7919) % VOCAB as i64)
+        .collect();
+    Tensor::<1, Int>::from_ints(v.as_slice(), device).reshape([n, t])
 }

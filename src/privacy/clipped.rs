@@ -4,6 +4,15 @@
 //! through the clipping and the sum). The builders are kept across steps: one per loss function
 //! type, each holding its recordings (one per module and batch signature; a Poisson batch
 //! changes only the batch size, which is not part of the signature).
+//!
+//! **Non-finite examples contribute zero.** The recorded transform returns, beside the clipped
+//! gradient, two flags per example read from the norm the clipping computes anyway (its norm is
+//! not finite; its norm exceeds `C`), summed with the gradients: the counts cost a few scalar
+//! ops per example, and the factored forms stay factored. When the count of non-finite examples
+//! is not zero (the sum is then NaN: `0 · NaN` is NaN, so no scaling can zero such an example
+//! inside a factored product), the sum is taken again over the batch's finite examples only,
+//! which one more vectorized pass finds: the plain clip's cost in the common case, and the same
+//! released value as zeroing them (an example still counts as sampled).
 
 use std::any::{Any, TypeId};
 use std::sync::Arc;
@@ -14,8 +23,9 @@ use burn_backend::ops::FloatTensorOps;
 use burn_dispatch::Dispatch;
 
 use crate::transform::grad::ParamGrads;
+use crate::transform::micro::{non_finite, scale_tree};
 use crate::tree::{Leaf, Tree, rows};
-use crate::{VmapError, clip_by_global_norm, micro_grad_module};
+use crate::{VmapError, global_norm, micro_grad_module};
 
 use super::clip_per_layer;
 
@@ -31,18 +41,78 @@ pub(super) struct Clipping {
 }
 
 impl Clipping {
-    /// One example's gradient clipped (written for one example; recorded as `transform_fn`).
-    fn apply(self, g: ParamGrads) -> ParamGrads {
+    /// One example's gradient clipped, with its flags `[norm not finite, norm > C]` (written
+    /// for one example; recorded as `transform_fn`). The global norm is computed once, for the
+    /// clipping and the flags.
+    fn apply(self, g: ParamGrads) -> (ParamGrads, Tensor<1>) {
         if self.per_layer {
-            clip_per_layer(g, self.norm)
+            let (_, flags) = flagged(&g, self.norm);
+            (clip_per_layer(g, self.norm), flags)
         } else {
-            clip_by_global_norm(g, self.norm)
+            clip_and_flag(g, self.norm)
         }
     }
 }
 
-/// The clipped sum of the per-example gradients of `loss_fn` over a batch (`&M`, the batch).
-type Runner<M, A> = Box<dyn Fn(&M, A) -> Result<ParamGrads, VmapError> + Send>;
+/// The global norm of `tree` and its flags `[norm not finite, norm > max_norm]`.
+fn flagged<T: Tree + Clone>(tree: &T, max_norm: f64) -> (Tensor<1>, Tensor<1>) {
+    let norm = global_norm(tree);
+    let bad = norm.clone().is_nan().bool_or(norm.clone().is_inf()).float();
+    let over = norm.clone().greater_elem(max_norm).float();
+    (norm, Tensor::cat(vec![bad, over], 0))
+}
+
+/// The DP mechanism's clipping of one example's gradient: [`clip_by_global_norm`] (scaled by
+/// `max_norm / max(norm, max_norm)`) with the example's flags `[norm not finite, norm >
+/// max_norm]` from the same norm. Used as a `transform_fn`, the flags sum to the batch's counts
+/// of non-finite and clipped examples, at the cost of a few scalar ops per example; a factored
+/// weight gradient stays factored (its norm comes from its factors, the scaling multiplies one
+/// factor).
+///
+/// ```
+/// use burn::tensor::{Device, Tensor};
+/// use burn_vmap::privacy::clip_and_flag;
+/// let d = Device::default();
+/// let (c, flags) = clip_and_flag(Tensor::<1>::from_floats([3.0, 4.0], &d), 1.0);
+/// assert_eq!(flags.into_data().to_vec::<f32>().unwrap(), vec![0.0, 1.0]); // finite, clipped
+/// let (_, flags) = clip_and_flag(Tensor::<1>::from_floats([f32::NAN, 4.0], &d), 1.0);
+/// assert_eq!(flags.into_data().to_vec::<f32>().unwrap(), vec![1.0, 0.0]); // not finite
+/// ```
+///
+/// # Panics
+/// If the tree has no float leaf.
+///
+/// [`clip_by_global_norm`]: crate::clip_by_global_norm
+pub fn clip_and_flag<T: Tree + Clone>(tree: T, max_norm: f64) -> (T, Tensor<1>) {
+    let (norm, flags) = flagged(&tree, max_norm);
+    let factor = norm.clamp_min(max_norm).recip() * max_norm;
+    (scale_tree(tree, factor), flags)
+}
+
+/// A batch's clipped sum and what its examples were.
+#[derive(Debug)]
+pub(super) struct ClippedSum {
+    /// The sum of the clipped gradients of the finite examples.
+    pub(super) sum: ParamGrads,
+    /// Examples whose gradient was not finite (they contribute zero).
+    pub(super) non_finite: usize,
+    /// Finite examples whose gradient norm exceeded `C` (scaled down to `C`).
+    pub(super) clipped: usize,
+}
+
+/// The clipped sum of the per-example gradients of `loss_fn` over a batch (`&M`, the batch),
+/// with the summed flags.
+type Runner<M, A> = Box<dyn Fn(&M, A) -> Result<(ParamGrads, Tensor<1>), VmapError> + Send>;
+
+/// Every example's non-finite flag (`[B]`, 1 where its gradient is not finite).
+type Finder<M, A> = Box<dyn Fn(&M, A) -> Result<Tensor<1>, VmapError> + Send>;
+
+/// The two builders of one loss function: the clipped sum, and the finder of non-finite
+/// examples (built on first need).
+struct Runners<M, A> {
+    sum: Runner<M, A>,
+    finder: Finder<M, A>,
+}
 
 /// The builders of the clipped sums, one per `(loss function, module, batch)` type and clipping.
 #[derive(Default)]
@@ -58,16 +128,17 @@ impl std::fmt::Debug for ClippedSums {
 
 impl ClippedSums {
     /// The sum over the examples of `batch` of every example's gradient of `loss_fn(model,
-    /// example)` (a batch of one), clipped by `clipping`. The first call with a loss function
-    /// type builds (and keeps) its builder around that function; later calls with the same type
-    /// reuse it, and its recordings.
+    /// example)` (a batch of one), clipped by `clipping`, an example with a non-finite gradient
+    /// contributing zero. The first call with a loss function type builds (and keeps) its
+    /// builder around that function; later calls with the same type reuse it, and its
+    /// recordings.
     pub(super) fn sum<M, A, F>(
         &mut self,
         clipping: Clipping,
         model: &M,
         loss_fn: F,
         batch: A,
-    ) -> Result<ParamGrads, VmapError>
+    ) -> Result<ClippedSum, VmapError>
     where
         M: Module + 'static,
         A: Tree + 'static,
@@ -81,17 +152,68 @@ impl ClippedSums {
         let index = match found {
             Some(i) => i,
             None => {
-                let runner: Runner<M, A> = runner(clipping, loss_fn);
-                self.runners.push((key, clipping, Box::new(runner)));
+                let runners: Runners<M, A> = runners(clipping, loss_fn);
+                self.runners.push((key, clipping, Box::new(runners)));
                 self.runners.len() - 1
             }
         };
-        let runner = self.runners[index]
+        let runners = self.runners[index]
             .2
-            .downcast_ref::<Runner<M, A>>()
-            .expect("a runner of its key's types");
-        runner(model, batch)
+            .downcast_ref::<Runners<M, A>>()
+            .expect("runners of their key's types");
+        let (leaves, def) = batch.flatten();
+        let sampled = batch_size(&leaves);
+        let (sum, flags) = (runners.sum)(model, A::unflatten(&def, leaves.clone())?)?;
+        let [non_finite, clipped] = counts(flags);
+        if non_finite == 0 {
+            return Ok(ClippedSum {
+                sum,
+                non_finite,
+                clipped,
+            });
+        }
+        // The sum is NaN: again over the finite examples only.
+        let bad = (runners.finder)(model, A::unflatten(&def, leaves.clone())?)?;
+        let bad = bad
+            .into_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .expect("f32 flags");
+        let keep: Vec<i64> = (0..sampled as i64)
+            .filter(|&i| bad[i as usize] == 0.0)
+            .collect();
+        let sum = if keep.is_empty() {
+            ParamGrads::zeros(NAME, model)?
+        } else {
+            let index =
+                Tensor::<1, burn::tensor::Int>::from_ints(keep.as_slice(), &leaves[0].device());
+            let rows = leaves
+                .iter()
+                .map(|l| l.clone().select(0, index.clone().into_dispatch()))
+                .collect();
+            (runners.sum)(model, A::unflatten(&def, rows)?)?.0
+        };
+        Ok(ClippedSum {
+            sum,
+            non_finite: sampled - keep.len(),
+            clipped,
+        })
     }
+}
+
+/// The name errors of the clipped sum carry.
+const NAME: &str = "DpMechanism::step";
+
+/// The summed flags as counts.
+fn counts(flags: Tensor<1>) -> [usize; 2] {
+    let v = flags
+        .into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .expect("f32 flags");
+    // The non-finite flag of a NaN example is 1 (its norm is NaN, `is_nan` is true); the
+    // clipped flag of a NaN norm is 0 (`NaN > C` is false).
+    [v[0].round() as usize, v[1].round() as usize]
 }
 
 /// The leading size of a batch (every leaf's; the transform checks they agree).
@@ -103,7 +225,7 @@ fn batch_size(leaves: &[Leaf]) -> usize {
 }
 
 /// The entrywise sum of two gradient trees of one module (the same parameters in order).
-pub(super) fn add(a: ParamGrads, b: ParamGrads) -> ParamGrads {
+fn add(a: ParamGrads, b: ParamGrads) -> ParamGrads {
     let mut others = b
         .iter()
         .map(|(_, _, g)| g.clone())
@@ -121,7 +243,8 @@ pub(super) fn add(a: ParamGrads, b: ParamGrads) -> ParamGrads {
 /// The builders around `loss_fn`: the whole batch in one vectorized pass, and with a
 /// microbatch size the rows it divides in microbatches, the ragged rest as one more pass (the
 /// same sum). The two builders share their recordings (a builder's clone shares its caches).
-fn runner<M, A, F>(clipping: Clipping, loss_fn: F) -> Runner<M, A>
+/// The finder runs the loss once more with the non-finite flag as its `metrics_fn`.
+fn runners<M, A, F>(clipping: Clipping, loss_fn: F) -> Runners<M, A>
 where
     M: Module + 'static,
     A: Tree + 'static,
@@ -131,11 +254,14 @@ where
     // The batch goes in as a one-argument tuple, so any tree (a tensor, a tuple, a struct) is a
     // batch; every leaf is batched on axis 0 and seen with a leading 1 (keep_batch_dim).
     let loss = move |m: &M, (a,): (A,)| -> Tensor<1> { loss_fn(m, a) };
+    let finder = micro_grad_module(loss.clone())
+        .metrics_fn(|g: ParamGrads| non_finite(&g))
+        .microbatch_size(clipping.microbatch_size);
     let whole = micro_grad_module(loss).transform_fn(move |g: ParamGrads| clipping.apply(g));
     let micro = clipping
         .microbatch_size
         .map(|m| (m, whole.clone().microbatch_size(m)));
-    Box::new(move |model: &M, batch: A| {
+    let sum = Box::new(move |model: &M, batch: A| {
         let (leaves, def) = batch.flatten();
         let size = batch_size(&leaves);
         let split = match &micro {
@@ -152,7 +278,7 @@ where
                 .collect();
             Ok((A::unflatten(&def, rows_of)?,))
         };
-        let mut sum: Option<ParamGrads> = None;
+        let mut sum: Option<(ParamGrads, Tensor<1>)> = None;
         if let (true, Some((_, micro))) = (split > 0, &micro) {
             let (s, _) = micro.call(model, part(0..split)?)?;
             sum = Some(s);
@@ -160,12 +286,18 @@ where
         if split < size || size == 0 {
             let (s, _) = whole.call(model, part(split..size)?)?;
             sum = Some(match sum {
-                Some(a) => add(a, s),
+                Some((a, fa)) => (add(a, s.0), fa + s.1),
                 None => s,
             });
         }
         Ok(sum.expect("a part ran"))
-    })
+    });
+    let finder = Box::new(move |model: &M, batch: A| {
+        let (_, aux) = finder.call(model, (batch,))?;
+        let flags: Tensor<2> = aux.metrics;
+        Ok(flags.flatten(0, 1))
+    });
+    Runners { sum, finder }
 }
 
 /// Whether any float parameter of `model` is an autodiff tensor (the model is in training

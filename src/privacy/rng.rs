@@ -10,15 +10,19 @@ use rand_chacha::ChaCha20Rng;
 ///
 /// [`PrivacyRng::from_entropy`] seeds it from the operating system; only then do the privacy
 /// guarantees hold, since anyone who knows the seed can regenerate the noise and subtract it.
-/// [`PrivacyRng::seeded`] exists for tests and reproducible experiments. Burn's tensor RNG is
-/// never used for privacy: it is process-global and seeded by `Backend::seed`.
+/// [`PrivacyRng::seeded`] exists for tests and reproducible experiments, and every statement
+/// made from a seeded generator says it is not private. Burn's tensor RNG is never used for
+/// privacy: it is process-global and seeded by `Backend::seed`.
+///
+/// It is deliberately not `Clone`: a clone would replay the same noise, and noise drawn twice
+/// can be subtracted. Nor can it be re-seeded once made.
 ///
 /// ```
 /// use burn_vmap::privacy::PrivacyRng;
 /// assert!(!PrivacyRng::from_entropy().is_seeded());
 /// assert!(PrivacyRng::seeded(7).is_seeded()); // reproducible, and NOT private
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct PrivacyRng {
     rng: ChaCha20Rng,
     seeded: bool,
@@ -46,6 +50,17 @@ impl PrivacyRng {
         Self {
             rng: ChaCha20Rng::seed_from_u64(seed),
             seeded: true,
+        }
+    }
+
+    /// A generator for another consumer (a loader's sampling), seeded from 32 bytes of this
+    /// one: a distinct stream, never a copy; seeded exactly when this one is.
+    pub(crate) fn derive(&mut self) -> Self {
+        let mut seed = [0u8; 32];
+        self.rng.fill_bytes(&mut seed);
+        Self {
+            rng: ChaCha20Rng::from_seed(seed),
+            seeded: self.seeded,
         }
     }
 

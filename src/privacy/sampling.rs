@@ -1,7 +1,8 @@
-//! Poisson sampling, and a loader that draws DP-SGD batches from a `burn::data` dataset with the
-//! user's own batcher.
+//! Poisson sampling, and the loader that draws a mechanism's DP-SGD batches from a `burn::data`
+//! dataset with the user's own batcher.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::Dataset;
@@ -22,7 +23,8 @@ use super::{PrivacyError, PrivacyRng};
 /// let batch = sampler.sample(); // sorted indices; its length varies from step to step
 /// assert!(batch.windows(2).all(|w| w[0] < w[1]));
 /// ```
-#[derive(Clone, Debug)]
+/// Not `Clone`: a clone would draw the same batches as the original.
+#[derive(Debug)]
 pub struct PoissonSampler {
     num_examples: usize,
     rate: f64,
@@ -97,114 +99,145 @@ impl PoissonSampler {
     }
 }
 
-/// One step's Poisson batch from a [`PoissonLoader`].
-#[derive(Debug, Clone)]
-pub struct PoissonBatch<O> {
-    /// The batched examples, `None` when no example joined this step (DP-SGD still takes a
-    /// noise-only step then: skipping it would reveal that the batch was empty).
-    pub batch: Option<O>,
-    /// How many examples joined.
-    pub size: usize,
-    /// `q · N`.
-    pub expected_size: f64,
+/// Where a [`Sampled`] batch came from: the mechanism and the batch's place in its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ticket {
+    /// The issuing mechanism (a random number drawn when it was made).
+    pub(super) mechanism: u64,
+    /// The batch's number: the mechanism releases batch `k` at its step `k`.
+    pub(super) seq: u64,
 }
 
-/// DP-SGD batches from a `burn::data` [`Dataset`] and your own [`Batcher`]: every step, each
-/// example joins independently with probability `q` ([`PoissonSampler`]), and the batcher turns
-/// the examples that joined into the model's input. Burn's own data loaders draw fixed-size
-/// shuffled batches, for which the DP accountants' guarantee does not hold.
+/// What a mechanism shares with its loaders: its identity, the sampling rate, the numbering
+/// of the batches, and the generator the loaders' samplers derive from.
+#[derive(Debug)]
+pub(super) struct Issuer {
+    pub(super) id: u64,
+    pub(super) sampling_rate: f64,
+    /// The number the next sampled batch gets.
+    pub(super) next: AtomicU64,
+    pub(super) rng: Mutex<PrivacyRng>,
+}
+
+impl Issuer {
+    fn ticket(&self) -> Ticket {
+        Ticket {
+            mechanism: self.id,
+            seq: self.next.fetch_add(1, Ordering::SeqCst),
+        }
+    }
+}
+
+/// One step's batch, Poisson-sampled by a [`DpMechanism`](super::DpMechanism)'s
+/// [`DpLoader`]: the only kind of batch the mechanism's step accepts, once, in the order it
+/// was sampled. Not `Clone`, and only a loader makes one.
+#[derive(Debug)]
+pub struct Sampled<O> {
+    batch: Option<O>,
+    size: usize,
+    pub(super) ticket: Ticket,
+}
+
+impl<O> Sampled<O> {
+    /// The batched examples, `None` when no example joined (the step is then noise alone:
+    /// skipping it would reveal that the batch was empty).
+    pub fn batch(&self) -> Option<&O> {
+        self.batch.as_ref()
+    }
+
+    /// How many examples joined (private: for the mechanism, not for logs).
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Whether no example joined.
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    /// The batch taken out for the step.
+    pub(super) fn into_batch(self) -> (Option<O>, usize, Ticket) {
+        (self.batch, self.size, self.ticket)
+    }
+}
+
+/// DP-SGD batches from a `burn::data` [`Dataset`] and your own [`Batcher`], made by
+/// [`DpMechanism::loader`](super::DpMechanism::loader): every step, each example joins
+/// independently with the mechanism's probability `q` ([`PoissonSampler`], from a generator
+/// derived from the mechanism's), and the batcher turns the examples that joined into the
+/// model's input. Burn's own data loaders draw fixed-size shuffled batches, for which the DP
+/// accountants' guarantee does not hold.
 ///
-/// ```
-/// use std::sync::Arc;
-/// use burn::data::dataloader::batcher::Batcher;
-/// use burn::data::dataset::InMemDataset;
-/// use burn::tensor::{Device, Tensor};
-/// use burn_vmap::privacy::{PoissonLoader, PrivacyRng};
-///
-/// #[derive(Clone)]
-/// struct Rows;
-/// impl Batcher<[f32; 2], Tensor<2>> for Rows {
-///     fn batch(&self, items: Vec<[f32; 2]>, device: &Device) -> Tensor<2> {
-///         let rows: Vec<Tensor<2>> =
-///             items.iter().map(|r| Tensor::<1>::from_floats(*r, device).unsqueeze()).collect();
-///         Tensor::cat(rows, 0)
-///     }
-/// }
-///
-/// let data = InMemDataset::new((0..100).map(|i| [i as f32, 1.0]).collect());
-/// let mut loader = PoissonLoader::with_rng(
-///     Arc::new(data), Arc::new(Rows), 0.1, Device::default(), PrivacyRng::seeded(3),
-/// ).unwrap();
-/// let step = loader.next_batch();
-/// assert_eq!(step.expected_size, 10.0);
-/// assert_eq!(step.batch.map_or(0, |b| b.dims()[0]), step.size);
-/// ```
-pub struct PoissonLoader<I, O> {
+/// See [`DpMechanism`](super::DpMechanism) for a training loop.
+pub struct DpLoader<I, O> {
     dataset: Arc<dyn Dataset<I>>,
     batcher: Arc<dyn Batcher<I, O>>,
     sampler: PoissonSampler,
     device: Device,
+    issuer: Arc<Issuer>,
 }
 
-impl<I, O> PoissonLoader<I, O> {
-    /// A loader over `dataset` at `sampling_rate`, sampling from the operating system's entropy.
-    ///
-    /// # Errors
-    /// [`PrivacyError::Argument`] for a rate outside `[0, 1]`.
-    pub fn new(
-        dataset: Arc<dyn Dataset<I>>,
-        batcher: Arc<dyn Batcher<I, O>>,
-        sampling_rate: f64,
-        device: Device,
-    ) -> Result<Self, PrivacyError> {
-        Self::with_rng(
-            dataset,
-            batcher,
-            sampling_rate,
-            device,
-            PrivacyRng::from_entropy(),
-        )
+impl<I, O> std::fmt::Debug for DpLoader<I, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DpLoader")
+            .field("sampler", &self.sampler)
+            .field("device", &self.device)
+            .finish_non_exhaustive()
     }
+}
 
-    /// As [`new`](Self::new) with a given generator (seeded: reproducible and not private).
-    ///
-    /// # Errors
-    /// As [`new`](Self::new).
-    pub fn with_rng(
+impl<I, O> DpLoader<I, O> {
+    pub(super) fn new(
         dataset: Arc<dyn Dataset<I>>,
         batcher: Arc<dyn Batcher<I, O>>,
-        sampling_rate: f64,
         device: Device,
-        rng: PrivacyRng,
+        issuer: Arc<Issuer>,
     ) -> Result<Self, PrivacyError> {
-        let sampler = PoissonSampler::with_rng(dataset.len(), sampling_rate, rng)?;
+        let rng = issuer.rng.lock().expect("the issuer's generator").derive();
+        let sampler = PoissonSampler::with_rng(dataset.len(), issuer.sampling_rate, rng)?;
         Ok(Self {
             dataset,
             batcher,
             sampler,
             device,
+            issuer,
         })
     }
 
-    /// The sampler (rate, dataset size, expected batch size, steps per epoch).
+    /// The sampler (its rate is the mechanism's).
     pub fn sampler(&self) -> &PoissonSampler {
         &self.sampler
     }
 
-    /// Draws one step's batch.
-    pub fn next_batch(&mut self) -> PoissonBatch<O> {
+    /// Steps in one epoch: `⌈1 / q⌉`, so that every example is seen once per epoch on average.
+    pub fn steps_per_epoch(&self) -> usize {
+        self.sampler.steps_per_epoch()
+    }
+
+    /// Draws the next step's batch: Poisson sampling, then the user's batcher over the
+    /// examples that joined (none: `batch()` is `None`, and the step is noise alone).
+    ///
+    /// # Errors
+    /// [`PrivacyError::Dataset`] when the dataset fails to give an example it counts (the
+    /// batch is then not issued: dropping the example silently would change the mechanism).
+    pub fn next_batch(&mut self) -> Result<Sampled<O>, PrivacyError> {
         let indices = self.sampler.sample();
         let size = indices.len();
-        let items: Vec<I> = indices
+        let items = indices
             .into_iter()
-            .filter_map(|i| self.dataset.get(i).ok())
-            .collect();
+            .map(|index| {
+                self.dataset.get(index).map_err(|e| PrivacyError::Dataset {
+                    index,
+                    message: e.to_string(),
+                })
+            })
+            .collect::<Result<Vec<I>, _>>()?;
         let batch = (!items.is_empty()).then(|| self.batcher.batch(items, &self.device));
-        PoissonBatch {
+        Ok(Sampled {
             batch,
             size,
-            expected_size: self.sampler.expected_batch_size(),
-        }
+            ticket: self.issuer.ticket(),
+        })
     }
 }
 

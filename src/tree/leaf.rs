@@ -126,6 +126,14 @@ impl Leaf {
 
     /// The values, read back (for tests and messages).
     pub fn to_data(&self) -> TensorData {
+        let shape = self.shape();
+        if shape.num_dims() == 0 {
+            // Read a scalar as `[1]` and give it back its shape: cubecl-wgpu 0.11.3's read of a
+            // rank-0 tensor indexes its strides at `rank - 1` and panics.
+            let data = self.clone().reshape([1].into()).to_data();
+            let dtype = data.dtype();
+            return TensorData::from_bytes(data.into_bytes(), shape, dtype);
+        }
         let t = self.0.clone();
         let read = match self.kind() {
             Kind::Float => burn_backend::read_sync(Dispatch::float_into_data(t)),
@@ -164,6 +172,16 @@ impl Leaf {
         let mut slices = vec![Slice::full(); self.shape().num_dims()];
         slices[axis] = slice;
         self.slice(&slices)
+    }
+
+    /// The rows `indices` (a rank-1 int tensor) of `axis`, in their order.
+    pub(crate) fn select(self, axis: usize, indices: DispatchTensor) -> Self {
+        by_kind!(
+            self,
+            float_select,
+            int_select,
+            bool_select(axis, indices.clone())
+        )
     }
 
     /// Row `t` of `axis`, without that axis (rank one less).

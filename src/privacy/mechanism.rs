@@ -1,0 +1,444 @@
+//! [`DpMechanism`]: the one owner of DP-SGD's sampling, clipping, noise and accounting.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::Dataset;
+use burn::module::Module;
+use burn::tensor::{Device, Tensor};
+use burn_backend::ops::FloatTensorOps;
+use burn_dispatch::Dispatch;
+
+use super::accountant::Accountant;
+use super::clipped::{ClippedSums, Clipping};
+use super::config::{DpConfig, check};
+use super::record::DpRecord;
+use super::sampling::{DpLoader, Issuer, Sampled};
+use super::{DpStatement, Neighbouring, NoiseKind, PrivacyError, PrivacyRng, add_noise};
+use crate::transform::grad::ParamGrads;
+use crate::tree::{Leaf, Tree};
+
+/// The identity of the next mechanism made in this process.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The name errors of a step carry.
+const NAME: &str = "DpMechanism::step";
+
+/// What one step did, for metrics. These counts are computed from the private batch and are
+/// **not** covered by the guarantee (the statement says so): log them for debugging, do not
+/// publish them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepReport {
+    /// The step's number (1 for the first step of a run, continuing after a resume).
+    pub step: u64,
+    /// Examples in the batch.
+    pub sampled: usize,
+    /// Examples whose gradient was not finite (NaN or infinite): they contributed zero and
+    /// still counted as sampled.
+    pub non_finite: usize,
+    /// Finite examples whose gradient norm exceeded `C` (scaled down to `C`).
+    pub clipped: usize,
+}
+
+impl StepReport {
+    /// The fraction of the batch's examples that were clipped (0 for an empty batch).
+    pub fn clipped_fraction(&self) -> f64 {
+        if self.sampled == 0 {
+            0.0
+        } else {
+            self.clipped as f64 / self.sampled as f64
+        }
+    }
+}
+
+/// A privacy budget: the steps it allows, computed once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Budget {
+    pub(super) epsilon: f64,
+    pub(super) delta: f64,
+    pub(super) max_steps: u64,
+}
+
+/// DP-SGD's mechanism, owned in one place: Poisson sampling at rate `q`, clipping of every
+/// example's gradient to `C` (an example whose gradient is not finite contributes zero),
+/// Gaussian noise `N(0, (σC)²)` from a generator seeded by the operating system added once to
+/// the sum, the division by a public constant ([`Neighbouring`]), and the accountant. Every
+/// setting exists once ([`DpConfig`]); the loader it makes ([`loader`](Self::loader)) samples
+/// at its rate, and its step accepts only the [`Sampled`] batches that loader drew, each once,
+/// in order. Its state saves as a Burn record ([`record`](Self::record), [`DpRecord`]): a
+/// resumed run continues ε where it stopped, with fresh noise. An optional budget
+/// ([`with_budget`](Self::with_budget)) refuses the step that would exceed it.
+///
+/// [`DpSgd`](super::DpSgd) puts it in front of a Burn optimizer; use the mechanism directly
+/// for a custom loop ([`noisy_gradient`](Self::noisy_gradient)).
+///
+/// ```
+/// use std::sync::Arc;
+/// use burn::data::dataloader::batcher::Batcher;
+/// use burn::data::dataset::InMemDataset;
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::tensor::{Device, Tensor};
+/// use burn_vmap::privacy::{DpConfig, DpMechanism, Neighbouring};
+///
+/// #[derive(Clone)]
+/// struct Rows;
+/// impl Batcher<[f32; 2], Tensor<2>> for Rows {
+///     fn batch(&self, items: Vec<[f32; 2]>, device: &Device) -> Tensor<2> {
+///         let rows = items.iter().map(|r| Tensor::<1>::from_floats(*r, device).unsqueeze()).collect();
+///         Tensor::cat(rows, 0)
+///     }
+/// }
+///
+/// let device = Device::default();
+/// let data: Vec<[f32; 2]> = (0..100).map(|i| [i as f32 / 100.0, 1.0]).collect();
+/// let config = DpConfig::new(1.0, 1.0, 0.1, Neighbouring::AddRemove { expected_batch_size: 10.0 });
+/// let mut dp = DpMechanism::new(config)?.with_budget(3.0, 1e-5)?;
+/// let mut loader = dp.loader(Arc::new(InMemDataset::new(data)), Arc::new(Rows), device.clone())?;
+/// let model: Linear = LinearConfig::new(2, 1).init(&device);
+/// let loss = |m: &Linear, x: Tensor<2>| m.forward(x).sum();
+/// let batch = loader.next_batch()?;
+/// let (gradient, report) = dp.noisy_gradient(&model, loss, batch)?;
+/// assert_eq!(report.step, 1);
+/// assert!(gradient.get::<2>("weight").is_some());
+/// assert!(dp.epsilon()? > 0.0);
+/// println!("{}", dp.statement()?);
+/// # Ok::<(), burn_vmap::privacy::PrivacyError>(())
+/// ```
+pub struct DpMechanism {
+    config: DpConfig,
+    issuer: Arc<Issuer>,
+    noise: PrivacyRng,
+    /// Steps released so far (the next batch released must carry this number).
+    accountant: Accountant,
+    /// The number of the next batch the step takes (a failed step consumes its batch without
+    /// releasing it).
+    expected: u64,
+    budget: Option<Budget>,
+    /// A seeded generator was used at some point of the run (kept across resumes).
+    seeded: bool,
+    sums: ClippedSums,
+}
+
+impl std::fmt::Debug for DpMechanism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DpMechanism")
+            .field("config", &self.config)
+            .field("steps", &self.accountant.steps())
+            .field("budget", &self.budget)
+            .field("seeded", &self.seeded)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DpMechanism {
+    /// The mechanism of `config`, with its generator seeded from the operating system.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Argument`] naming a setting outside its domain.
+    pub fn new(config: DpConfig) -> Result<Self, PrivacyError> {
+        Self::build(config, PrivacyRng::from_entropy(), 0, false)
+    }
+
+    /// As [`new`](Self::new) with a fixed seed: reproducible, for tests and experiments, and
+    /// **not private** (its statement says so, and so does every run resumed from its record).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn seeded(config: DpConfig, seed: u64) -> Result<Self, PrivacyError> {
+        Self::build(config, PrivacyRng::seeded(seed), 0, true)
+    }
+
+    fn build(
+        config: DpConfig,
+        mut rng: PrivacyRng,
+        steps: u64,
+        seeded: bool,
+    ) -> Result<Self, PrivacyError> {
+        config.validate()?;
+        let mut accountant = Accountant::new(&config)?;
+        accountant.compose(steps)?;
+        let seeded = seeded || rng.is_seeded();
+        let issuer = Arc::new(Issuer {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            sampling_rate: config.sampling_rate,
+            next: AtomicU64::new(steps),
+            rng: Mutex::new(rng.derive()),
+        });
+        Ok(Self {
+            config,
+            issuer,
+            noise: rng,
+            accountant,
+            expected: steps,
+            budget: None,
+            seeded,
+            sums: ClippedSums::default(),
+        })
+    }
+
+    /// With a privacy budget: the step that would take ε at `delta` above `epsilon` fails with
+    /// [`PrivacyError::Budget`] before it runs (nothing is released or accounted). The number
+    /// of steps the budget allows is computed here, once, by PLD.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Argument`] for `epsilon` not finite and positive or `delta` outside
+    /// `(0, 1)`; [`PrivacyError::Budget`] when the steps already taken exceed it.
+    pub fn with_budget(mut self, epsilon: f64, delta: f64) -> Result<Self, PrivacyError> {
+        check(
+            epsilon.is_finite() && epsilon > 0.0,
+            "epsilon",
+            "a finite budget ε > 0",
+            epsilon,
+        )?;
+        check(delta > 0.0 && delta < 1.0, "delta", "a δ in (0, 1)", delta)?;
+        let max_steps = self.accountant.max_steps(epsilon, delta)?;
+        let budget = Budget {
+            epsilon,
+            delta,
+            max_steps,
+        };
+        if self.accountant.steps() > max_steps {
+            return Err(self.exhausted(budget));
+        }
+        self.budget = Some(budget);
+        Ok(self)
+    }
+
+    fn exhausted(&self, budget: Budget) -> PrivacyError {
+        PrivacyError::Budget {
+            epsilon: budget.epsilon,
+            delta: budget.delta,
+            steps: self.accountant.steps(),
+            max_steps: budget.max_steps,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &DpConfig {
+        &self.config
+    }
+
+    /// Steps released (each one accounted).
+    pub fn steps(&self) -> u64 {
+        self.accountant.steps()
+    }
+
+    /// Steps the budget still allows (`None` without a budget).
+    pub fn remaining_steps(&self) -> Option<u64> {
+        self.budget
+            .map(|b| b.max_steps.saturating_sub(self.accountant.steps()))
+    }
+
+    /// Whether a seeded generator was used at some point of the run (then it is not private).
+    pub fn is_seeded(&self) -> bool {
+        self.seeded
+    }
+
+    /// The loader of this mechanism's batches over `dataset`, batched by `batcher` onto
+    /// `device`: Poisson sampling at the mechanism's rate, from a generator derived from the
+    /// mechanism's.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Argument`] when the relation is replace-one and the dataset's size is
+    /// not the public `N` the configuration states.
+    pub fn loader<I, O>(
+        &self,
+        dataset: Arc<dyn Dataset<I>>,
+        batcher: Arc<dyn Batcher<I, O>>,
+        device: Device,
+    ) -> Result<DpLoader<I, O>, PrivacyError> {
+        if let Neighbouring::ReplaceOne { dataset_size } = self.config.neighbouring
+            && dataset.len() != dataset_size
+        {
+            return Err(PrivacyError::Argument {
+                argument: "dataset",
+                expected: "the public dataset_size of the replace-one relation",
+                got: format!("{} examples (stated: {dataset_size})", dataset.len()),
+            });
+        }
+        DpLoader::new(dataset, batcher, device, self.issuer.clone())
+    }
+
+    /// The privatized gradient of one step of `model` on a `batch` this mechanism's loader
+    /// sampled: every example's gradient of `loss_fn(model, example)` (the example seen as a
+    /// batch of one: every leaf keeps a leading dim of 1) clipped to `C`, summed, the noise
+    /// added, divided by the configuration's normaliser; the step accounted. Every trainable
+    /// parameter of `model` gets a gradient, on an empty batch too (noise alone). The loss
+    /// function is recorded once per module and batch signature (the batch size is not part of
+    /// it) and the recording is kept across steps.
+    ///
+    /// # Errors
+    /// - [`PrivacyError::Batch`]: the batch was sampled by another mechanism, or out of order
+    ///   (a batch skipped or stepped twice);
+    /// - [`PrivacyError::Budget`]: the step would exceed the budget;
+    /// - [`PrivacyError::Vmap`]: the per-example gradients failed (a module with BatchNorm in
+    ///   training mode, inputs that do not fit the model).
+    ///
+    /// A failed step releases nothing and is not accounted; its batch is consumed.
+    pub fn noisy_gradient<M, A, F>(
+        &mut self,
+        model: &M,
+        loss_fn: F,
+        batch: Sampled<A>,
+    ) -> Result<(ParamGrads, StepReport), PrivacyError>
+    where
+        M: Module + 'static,
+        A: Tree + 'static,
+        F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
+    {
+        let (batch, size, ticket) = batch.into_batch();
+        if ticket.mechanism != self.issuer.id {
+            return Err(PrivacyError::Batch {
+                expected: "a batch sampled by this mechanism's loader".into(),
+                got: "a batch of another mechanism".into(),
+            });
+        }
+        if ticket.seq != self.expected {
+            return Err(PrivacyError::Batch {
+                expected: format!(
+                    "batch {} (batches are stepped in sampling order)",
+                    self.expected
+                ),
+                got: format!("batch {}", ticket.seq),
+            });
+        }
+        self.expected += 1;
+        if let Some(budget) = self.budget
+            && self.accountant.steps() >= budget.max_steps
+        {
+            return Err(self.exhausted(budget));
+        }
+        let clipping = Clipping {
+            norm: self.config.clip_norm,
+            per_layer: self.config.per_layer,
+            microbatch_size: self.config.microbatch_size,
+        };
+        let (sum, non_finite, clipped) = match batch {
+            None => (ParamGrads::zeros(NAME, model)?, 0, 0),
+            Some(batch) => {
+                let s = self.sums.sum(clipping, model, loss_fn, batch)?;
+                (s.sum, s.non_finite, s.clipped)
+            }
+        };
+        let gradient = self.privatize(sum)?;
+        Ok((
+            gradient,
+            StepReport {
+                step: self.accountant.steps(),
+                sampled: size,
+                non_finite,
+                clipped,
+            },
+        ))
+    }
+
+    /// Noise on the clipped sum, the step accounted, the division by the normaliser.
+    fn privatize(&mut self, sum: ParamGrads) -> Result<ParamGrads, PrivacyError> {
+        let dims = sum.iter().map(|(_, _, g)| g.shape().num_elements()).sum();
+        let kind = self.config.noise;
+        let std = kind.calibrated_std(self.config.noise_multiplier, self.config.clip_norm, dims)?;
+        let noisy = add_noise(sum, std, kind, &mut self.noise)?;
+        self.accountant.compose(1)?;
+        let normaliser = self.config.normaliser();
+        Ok(noisy.map(|_, g| {
+            Leaf(Dispatch::float_div_scalar(
+                g.into_dispatch(),
+                normaliser.into(),
+            ))
+        }))
+    }
+
+    /// ε so far at the configured δ, by privacy loss distributions (the tightest; the first
+    /// query after new steps runs the FFT composition).
+    ///
+    /// # Errors
+    /// [`PrivacyError::Accounting`].
+    pub fn epsilon(&self) -> Result<f64, PrivacyError> {
+        self.accountant.epsilon(self.config.delta)
+    }
+
+    /// ε so far at the configured δ, by Rényi DP (exact orders, the improved conversion):
+    /// looser than [`epsilon`](Self::epsilon).
+    ///
+    /// # Errors
+    /// [`PrivacyError::Accounting`].
+    pub fn epsilon_rdp(&self) -> Result<f64, PrivacyError> {
+        self.accountant.epsilon_rdp(self.config.delta)
+    }
+
+    /// What the run guarantees so far and what it assumes ([`DpStatement`]), by PLD.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Accounting`].
+    pub fn statement(&self) -> Result<DpStatement, PrivacyError> {
+        self.statement_of(self.accountant.statement(self.config.delta)?)
+    }
+
+    /// As [`statement`](Self::statement), by RDP.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Accounting`].
+    pub fn statement_rdp(&self) -> Result<DpStatement, PrivacyError> {
+        self.statement_of(self.accountant.statement_rdp(self.config.delta)?)
+    }
+
+    fn statement_of(
+        &self,
+        accounted: super::accounting::PrivacyStatement,
+    ) -> Result<DpStatement, PrivacyError> {
+        Ok(DpStatement {
+            accounted: accounted.with_clipping_norm(self.config.clip_norm),
+            config: self.config.clone(),
+            seeded: self.seeded,
+            noise: match self.config.noise {
+                NoiseKind::Hardened { granularity } => format!(
+                    "hardened (the exact discrete Gaussian of Canonne, Kamath & Steinke on the \
+                     grid {granularity:e}, calibrated to C plus the grid's rounding, γ·√d)"
+                ),
+                NoiseKind::Plain => {
+                    "plain f32 Gaussian (open to floating-point attacks, Mironov 2012)".into()
+                }
+            },
+        })
+    }
+
+    /// The mechanism's state as a Burn record (its settings, steps, budget, and whether it was
+    /// ever seeded; never its generators): [`DpRecord::save`] writes it next to a model's and
+    /// an optimizer's, [`from_record`](Self::from_record) resumes.
+    pub fn record(&self) -> DpRecord {
+        DpRecord {
+            config: self.config.clone(),
+            steps: self.accountant.steps(),
+            budget: self.budget.map(|b| (b.epsilon, b.delta)),
+            seeded: self.seeded,
+        }
+    }
+
+    /// Resumes a run from its record, with a fresh generator from the operating system (the
+    /// noise never replays the saved run's): ε continues from the saved steps, the budget
+    /// holds, and the loaders of the saved run are not accepted (make new ones).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new) and [`with_budget`](Self::with_budget), for a record whose
+    /// settings are out of their domain.
+    pub fn from_record(record: DpRecord) -> Result<Self, PrivacyError> {
+        Self::resume(record, PrivacyRng::from_entropy())
+    }
+
+    /// As [`from_record`](Self::from_record) with a fixed seed (tests): not private.
+    ///
+    /// # Errors
+    /// As [`from_record`](Self::from_record).
+    pub fn from_record_seeded(record: DpRecord, seed: u64) -> Result<Self, PrivacyError> {
+        Self::resume(record, PrivacyRng::seeded(seed))
+    }
+
+    fn resume(record: DpRecord, rng: PrivacyRng) -> Result<Self, PrivacyError> {
+        let mechanism = Self::build(record.config, rng, record.steps, record.seeded)?;
+        match record.budget {
+            Some((epsilon, delta)) => mechanism.with_budget(epsilon, delta),
+            None => Ok(mechanism),
+        }
+    }
+}

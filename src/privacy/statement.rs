@@ -1,0 +1,139 @@
+//! [`DpStatement`]: what a DP-SGD run guarantees, and what it assumes, for people.
+
+use std::fmt;
+
+use super::accounting::PrivacyStatement;
+use super::config::DpConfig;
+
+/// What a [`DpMechanism`](super::DpMechanism) run guarantees so far and everything the
+/// guarantee rests on: the sampling, the neighbouring relation, whether the generator was
+/// seeded (then **nothing** is guaranteed), `δ` against `1 / N`, and what it does not cover.
+/// `Display` renders it for a report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DpStatement {
+    /// The accountant's statement (ε, δ, steps, the accountant); its ε is the relation's.
+    pub accounted: PrivacyStatement,
+    /// The mechanism's settings.
+    pub config: DpConfig,
+    /// The noise or sampling generator was seeded by the caller at some point of the run:
+    /// anyone with the seed can regenerate the noise, so the run is **not private**.
+    pub seeded: bool,
+    /// The noise construction, in words.
+    pub noise: String,
+}
+
+impl DpStatement {
+    /// Whether the (ε, δ) holds: the generators were seeded by the operating system throughout.
+    pub fn is_private(&self) -> bool {
+        !self.seeded && self.accounted.epsilon.is_finite()
+    }
+
+    /// The certified ε (infinite for a mechanism without noise).
+    pub fn epsilon(&self) -> f64 {
+        self.accounted.epsilon
+    }
+
+    /// The δ it holds at.
+    pub fn delta(&self) -> f64 {
+        self.accounted.delta
+    }
+}
+
+impl fmt::Display for DpStatement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        if self.seeded {
+            writeln!(
+                f,
+                "NOT PRIVATE: the noise or sampling generator was seeded by the caller; anyone \
+                 with the seed can regenerate the noise. The figures below are what an unseeded \
+                 run would guarantee."
+            )?;
+        }
+        writeln!(
+            f,
+            "(ε = {}, δ = {})-differential privacy for the released parameters after {} step{} \
+             of DP-SGD",
+            sig(self.accounted.epsilon),
+            sig(self.accounted.delta),
+            self.accounted.steps,
+            if self.accounted.steps == 1 { "" } else { "s" }
+        )?;
+        writeln!(
+            f,
+            "  mechanism: Poisson sampling (every example joins a step's batch independently \
+             with q = {}); every example's gradient clipped to L2 norm C = {} ({}; a non-finite \
+             gradient contributes zero); {} noise of standard deviation σ·C with σ = {} added \
+             once to the sum of a step; the sum divided by {}",
+            sig(c.sampling_rate),
+            sig(c.clip_norm),
+            if c.per_layer {
+                "per layer, C/√P per parameter tensor"
+            } else {
+                "global norm"
+            },
+            self.noise,
+            sig(c.noise_multiplier),
+            sig(c.normaliser()),
+        )?;
+        writeln!(f, "  neighbouring datasets: {}", c.neighbouring.describe())?;
+        let n = c.public_size();
+        writeln!(
+            f,
+            "  δ = {} against 1/N = {} (N = {}{}){}",
+            sig(c.delta),
+            sig(1.0 / n),
+            sig(n),
+            match c.neighbouring {
+                super::Neighbouring::AddRemove { .. } => ", the public expected batch size / q",
+                super::Neighbouring::ReplaceOne { .. } => "",
+            },
+            if c.delta * n >= 1.0 {
+                ": WARNING δ ≥ 1/N, a mechanism that publishes one example at random meets it"
+            } else {
+                ""
+            }
+        )?;
+        writeln!(f, "  accountant: {:?}", self.accounted.accountant)?;
+        writeln!(
+            f,
+            "  assumes: the generators' seed is secret (drawn from the operating system){}; \
+             every step's batch was sampled by this mechanism and released once, in order; \
+             in a data-parallel run, every peer is trusted (the guarantee is for the released \
+             parameters, not for what peers see)",
+            if self.seeded { " -- VIOLATED" } else { "" }
+        )?;
+        write!(
+            f,
+            "  does not cover: hyper-parameter tuning or repeated runs on the same data (each \
+             run spends its own ε), the per-step metrics (the counts of clipped and non-finite \
+             examples, the losses), timing side channels, and anything computed from the data \
+             outside the mechanism"
+        )
+    }
+}
+
+/// `x` with 4 significant digits, without trailing zeros.
+fn sig(x: f64) -> String {
+    if !x.is_finite() {
+        return if x > 0.0 { "∞".into() } else { x.to_string() };
+    }
+    let s = format!("{x:.4e}");
+    let v: f64 = s.parse().unwrap_or(x);
+    let mag = if v == 0.0 {
+        0
+    } else {
+        v.abs().log10().floor() as i32
+    };
+    if (-4..=6).contains(&mag) {
+        let decimals = (3 - mag).max(0) as usize;
+        let t = format!("{v:.decimals$}");
+        if t.contains('.') {
+            t.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            t
+        }
+    } else {
+        format!("{v:e}")
+    }
+}
