@@ -1,8 +1,9 @@
 //! DP-SGD through burn-train's `Learner` on the bundled digits: your model and your batcher,
-//! a per-example loss, and `burn_vmap::train::DpTraining` wiring burn-train for DP (Poisson
-//! batches, the DP step, the loop that refuses gradient accumulation). ε is a metric of the
-//! training split, on burn-train's dashboard; the validation split shows your model's own
-//! loss and accuracy. The run ends printing the privacy statement.
+//! a per-example loss, and `burn_vmap::train::DpTraining` wiring burn-train for DP (the
+//! mechanism's Poisson batches, the DP step, the loop that refuses gradient accumulation). ε,
+//! the clipped fraction and the non-finite examples are metrics of the training split, on
+//! burn-train's dashboard; the validation split shows your model's own loss and accuracy. The
+//! run ends printing the privacy statement.
 //!
 //! ```text
 //! cargo run --release --example dp_learner --features tui   # the dashboard (in a terminal)
@@ -10,8 +11,9 @@
 //!                                                           # its summary (ε per epoch)
 //! ```
 //!
-//! Options: `--epochs N`, `--expected-batch B` (q·N), `--lr LR`, `--clip C`, `--sigma S`,
-//! `--delta D`, `--seed S` (the data split and the initial weights; sampling and noise always
+//! Options: `--epochs N`, `--expected-batch B` (the public expected batch size; q = B/N with N
+//! the training split's announced size), `--lr LR`, `--clip C`, `--sigma S`, `--delta D`,
+//! `--seed S` (the data split and the initial weights; sampling and noise always
 //! come from the operating system's entropy), `--dir DIR` (burn-train's logs; default: a
 //! directory under the system's temporary directory).
 
@@ -31,6 +33,7 @@ use burn::optim::momentum::MomentumConfig;
 use burn::tensor::{Device, Int, Tensor};
 use burn_train::metric::{AccuracyMetric, LossMetric};
 use burn_train::{ClassificationOutput, InferenceStep, Learner};
+use burn_vmap::privacy::Neighbouring;
 use burn_vmap::train::{DpTraining, DpTrainingConfig};
 
 use common::{Batch, Dataset, Mlp, SplitMix64};
@@ -124,8 +127,12 @@ fn run() -> Result<(), Box<dyn Error>> {
         .batch_size(128)
         .build(Indices(test.len()));
 
-    // The DP part: one owner of sampling, clipping, noise and accounting.
-    let config = DpTrainingConfig::new(clip, sigma, q).with_delta(delta);
+    // The DP part: one owner of sampling, clipping, noise and accounting. Add/remove neighbours:
+    // the noisy sum is divided by the public expected batch size, never by the private N.
+    let relation = Neighbouring::AddRemove {
+        expected_batch_size: expected_batch as f64,
+    };
+    let config = DpTrainingConfig::new(clip, sigma, q, relation).with_delta(delta);
     let dp = DpTraining::new(config, Indices(n), Rows(train), loss)?;
     let optim = SgdConfig::new()
         .with_momentum(Some(MomentumConfig::new().with_momentum(0.9)))

@@ -1,12 +1,13 @@
 //! DP-SGD through burn-train's `Learner` (`burn_vmap::train`): a small MLP trains for a few
-//! steps on an in-memory dataset; the ε on the training split's metric is the mechanism's;
-//! gradient accumulation and resuming are refused before any step, with the typed error, and
+//! steps on an in-memory dataset; the ε on the training split's metric is the mechanism's, and
+//! the clipped and non-finite counts are the step's; gradient accumulation and resuming are
+//! refused before any step, with the typed error, and
 //! the step refuses what the strategy would have (accumulation under another strategy, a batch
 //! of another owner).
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use burn::data::dataloader::batcher::Batcher;
@@ -21,6 +22,7 @@ use burn_train::metric::store::{EpochSummary, MetricsUpdate, Split};
 use burn_train::metric::{MetricDefinition, MetricId, NumericEntry};
 use burn_train::renderer::CliMetricsRenderer;
 use burn_train::{InferenceStep, Learner, LearningResult, RegressionOutput, SupervisedTraining};
+use burn_vmap::privacy::Neighbouring;
 use burn_vmap::privacy::accounting::{PoissonGaussian, RdpAccountant};
 use burn_vmap::train::{DpModel, DpTrainError, DpTraining, DpTrainingConfig};
 
@@ -87,10 +89,25 @@ fn rows(n: usize) -> Vec<[f32; 3]> {
         .collect()
 }
 
-/// N = 100 at q = 0.1: 10 steps an epoch. Seeded: reproducible, not private (a test).
+/// C = 1, σ = 1, q = 0.1: 10 steps an epoch; add/remove, the sum divided by the public
+/// expected batch size 10 (N = 100). Seeded: reproducible, not private (a test).
+fn config(seed: u64) -> DpTrainingConfig {
+    let relation = Neighbouring::AddRemove {
+        expected_batch_size: 10.0,
+    };
+    DpTrainingConfig::new(1.0, 1.0, 0.1, relation).with_seed(seed)
+}
+
 fn owner(seed: u64) -> DpTraining<Mlp, Batch> {
-    let config = DpTrainingConfig::new(1.0, 1.0, 0.1).with_seed(seed);
-    DpTraining::new(config, InMemDataset::new(rows(100)), Rows, loss).unwrap()
+    DpTraining::new(config(seed), InMemDataset::new(rows(100)), Rows, loss).unwrap()
+}
+
+/// ε by RDP after `k` steps of (q, σ) = (0.1, 1) at δ = 1e-5.
+fn rdp(k: u64) -> f64 {
+    let mut acc = RdpAccountant::new();
+    acc.compose(PoissonGaussian::new(0.1, 1.0).unwrap(), k)
+        .unwrap();
+    acc.epsilon(1e-5).unwrap()
 }
 
 fn valid() -> Arc<dyn DataLoader<Batch>> {
@@ -157,9 +174,14 @@ impl MetricLogger for Captured {
     fn log_epoch_summary(&mut self, _summary: EpochSummary) {}
 }
 
-/// A training run of `dp`, quiet, on the default device.
+/// A training run of `dp` in a fresh directory, quiet, on the default device.
 fn training(dp: &DpTraining<Mlp, Batch>, name: &str) -> SupervisedTraining<DpModel<Mlp, Batch>> {
-    dp.training(directory(name), valid())
+    training_in(dp, &directory(name))
+}
+
+/// A training run of `dp` in `dir`.
+fn training_in(dp: &DpTraining<Mlp, Batch>, dir: &Path) -> SupervisedTraining<DpModel<Mlp, Batch>> {
+    dp.training(dir, valid())
         .renderer(Box::new(CliMetricsRenderer::new()))
         .with_application_logger(None)
 }
@@ -228,29 +250,67 @@ fn should_train_with_dp_through_the_learner_and_show_the_mechanisms_epsilon() {
     let eps = captured.of("Epsilon");
     assert_eq!(eps.len(), 22, "{eps:?}");
     assert!(eps.windows(2).all(|w| w[1] >= w[0]), "{eps:?}");
-    let final_eps = dp.epsilon().unwrap();
+    let final_eps = dp.epsilon_rdp().unwrap();
     assert_eq!(*eps.last().unwrap(), final_eps);
     // 10 steps, epoch 1's value, 10 steps, epoch 2's value: an epoch's value is its last ε.
     assert_eq!(eps[10], eps[9]);
     assert_eq!(eps[20], final_eps, "the last step's ε");
     // Step k's ε is the accountant's for k steps of (q, σ) = (0.1, 1).
-    let rdp = |k: u64| {
-        let mut acc = RdpAccountant::new();
-        acc.compose(PoissonGaussian::new(0.1, 1.0).unwrap(), k)
-            .unwrap();
-        acc.epsilon(1e-5).unwrap()
-    };
     let steps = eps[..10].iter().chain(&eps[11..21]);
     for (k, e) in (1..=20).zip(steps) {
         assert_eq!(*e, rdp(k), "step {k}");
     }
-    // The statement's ε is the tighter PLD one.
-    let pld = dp.epsilon_pld().unwrap();
-    assert_eq!(dp.statement().unwrap().epsilon, pld);
+    // The statement's ε is the tighter PLD one; a seeded run is not private, and says so.
+    let pld = dp.epsilon().unwrap();
+    let statement = dp.statement().unwrap();
+    assert_eq!(statement.epsilon(), pld);
+    assert_eq!(statement.accounted.steps, 20);
     assert!(pld <= final_eps, "PLD {pld} <= RDP {final_eps}");
-    // The mechanism does not report clipping: the clipped fraction is not on the dashboard
-    // rather than a made-up number.
-    assert!(captured.of("Clipped").is_empty());
+    assert!(!statement.is_private());
+    assert!(
+        statement.to_string().starts_with("NOT PRIVATE"),
+        "{statement}"
+    );
+    // The step's counts are on the dashboard: a percentage clipped and the non-finite examples
+    // (none: the loss is finite) after every step (no batch of 100 examples at q = 0.1 came
+    // out empty with this seed), then each epoch's.
+    let clipped = captured.of("Clipped");
+    assert_eq!(clipped.len(), 22, "{clipped:?}");
+    assert!(
+        clipped.iter().all(|c| (0.0..=100.0).contains(c)),
+        "{clipped:?}"
+    );
+    assert_eq!(captured.of("Non-finite"), vec![0.0; 22]);
+}
+
+#[test]
+fn should_report_the_clipped_and_non_finite_examples_of_a_step() {
+    let device = Device::default();
+    // C = 1e-6: every finite example's gradient is above it.
+    let tiny = DpTrainingConfig {
+        clip_norm: 1e-6,
+        ..config(20)
+    };
+    let dp = DpTraining::new(tiny.clone(), InMemDataset::new(rows(100)), Rows, loss).unwrap();
+    let model = dp.model(Mlp::new(&device));
+    let batch = dp.loader().iter().next().unwrap().unwrap();
+    let sampled = batch.size();
+    assert!(sampled > 0);
+    let output = model.try_step(batch).unwrap().item;
+    assert_eq!((output.step(), output.sampled()), (1, sampled));
+    assert_eq!((output.clipped(), output.non_finite()), (sampled, 0));
+
+    // A loss that is infinite on every example: none is clipped, all are counted non-finite
+    // (each contributes zero), and the step still releases its noise and is accounted.
+    let infinite = |m: &Mlp, b: Batch| loss(m, b).div_scalar(0.0);
+    let dp = DpTraining::new(tiny, InMemDataset::new(rows(100)), Rows, infinite).unwrap();
+    let model = dp.model(Mlp::new(&device));
+    let batch = dp.loader().iter().next().unwrap().unwrap();
+    let sampled = batch.size();
+    assert!(sampled > 0);
+    let output = model.try_step(batch).unwrap().item;
+    assert_eq!((output.clipped(), output.non_finite()), (0, sampled));
+    assert_eq!(dp.steps(), 1);
 }
 
 #[test]
@@ -274,7 +334,7 @@ fn should_refuse_gradient_accumulation_before_any_step() {
 }
 
 #[test]
-fn should_refuse_to_resume_without_the_accountant() {
+fn should_refuse_to_resume_without_the_mechanism() {
     let dp = owner(3);
     let result = training(&dp, "resume")
         .checkpoint(1)
@@ -284,6 +344,27 @@ fn should_refuse_to_resume_without_the_accountant() {
         DpTrainError::Resume { epoch: 1 }
     ));
     assert_eq!(dp.steps(), 0);
+}
+
+#[test]
+fn should_refuse_a_dataset_that_is_not_the_stated_replace_one_size() {
+    let relation = |dataset_size| Neighbouring::ReplaceOne { dataset_size };
+    let stated = DpTrainingConfig::new(1.0, 1.0, 0.1, relation(90)).with_seed(15);
+    let refused = DpTraining::new(stated, InMemDataset::new(rows(100)), Rows, loss);
+    assert!(matches!(
+        refused,
+        Err(DpTrainError::Privacy(
+            burn_vmap::privacy::PrivacyError::Argument {
+                argument: "dataset",
+                ..
+            }
+        ))
+    ));
+    // N public and right: the sum is divided by q · N, and ε is stated for replacement.
+    let config = DpTrainingConfig::new(1.0, 1.0, 0.1, relation(100)).with_seed(15);
+    let dp: DpTraining<Mlp, Batch> =
+        DpTraining::new(config, InMemDataset::new(rows(100)), Rows, loss).unwrap();
+    assert_eq!(dp.statement().unwrap().config.normaliser(), 10.0);
 }
 
 #[test]
@@ -326,7 +407,7 @@ fn should_refuse_a_batch_sampled_by_another_owner() {
     // Its own owner's batch is accepted; a second step before the first is applied is not.
     let batch = a.loader().iter().next().unwrap().unwrap();
     let output = model.try_step(batch).unwrap();
-    assert_eq!(output.item.epsilon().unwrap(), a.epsilon().unwrap());
+    assert_eq!(output.item.epsilon().unwrap(), a.epsilon_rdp().unwrap());
     let batch = a.loader().iter().next().unwrap().unwrap();
     assert!(matches!(
         model.try_step(batch),

@@ -1,54 +1,61 @@
 //! The adapter between burn-train and the DP mechanism: the only file of [`train`](super) that
-//! names the mechanism's types (today [`DpSgd`] and [`PoissonSampler`]).
+//! names the mechanism and its parts ([`DpMechanism`], its loader
+//! ([`DpLoader`](privacy::DpLoader)), its [`Sampled`] batches and its
+//! [`StepReport`](privacy::StepReport)).
 //!
 //! Everything else in `train` sees [`Mechanism`]: it is built from a [`DpTrainingConfig`], a
-//! dataset, a batcher and the per-example loss; it samples a [`Sample`] (Poisson sampling over
-//! the dataset, batched on a device) and turns a sample into the privatized [`GradientsParams`]
-//! of one step and a [`StepReport`]; it answers ε and the privacy statement. Switching to
-//! another mechanism type (one owner of sampler, clipping, noise and accountant whose batch type
-//! only its own loader makes, and whose step reports what it clipped) replaces the bodies of
-//! these functions, [`Sample`]'s fields and [`REPORTS_CLIPPING`]; nothing outside this file.
+//! dataset, a batcher and the per-example loss; it samples a [`Sample`] on a device (from the
+//! mechanism's loader for that device); it turns a sample into the privatized
+//! [`GradientsParams`] of one step and a [`StepReport`]; it answers ε, the statement and the
+//! mechanism's record. What users state and read back (the neighbouring relation, the noise,
+//! the statement, the record) are the privacy module's public types.
 
 use std::sync::Arc;
 
 use burn::data::dataloader::batcher::Batcher;
-use burn::data::dataset::{Dataset, DatasetError};
+use burn::data::dataset::Dataset;
 use burn::module::Module;
-use burn::optim::{GradientsParams, SgdConfig};
+use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 
 use super::DpTrainingConfig;
-use crate::privacy::accounting::{PoissonGaussian, PrivacyStatement, RdpAccountant};
-use crate::privacy::{DpSgd, DpSgdConfig, PoissonSampler, PrivacyError, PrivacyRng};
+use crate::privacy::{self, DpConfig, DpMechanism, DpRecord, DpStatement, PrivacyError, Sampled};
 use crate::tree::Tree;
-
-/// Whether [`StepReport::clipped`] is measured. [`DpSgd`] clips inside its vectorized pass and
-/// does not say how many examples it clipped; measuring it here would take a second per-example
-/// pass (about the cost of the step again). A mechanism whose step reports it sets this to
-/// `true`, and [`DpTraining::training`](super::DpTraining::training) then puts the clipped
-/// fraction on the dashboard.
-pub(super) const REPORTS_CLIPPING: bool = false;
 
 /// The per-example loss: `loss(model, example)`, the example a batch of one.
 pub(super) type Loss<M, O> = Arc<dyn Fn(&M, O) -> Tensor<1> + Send + Sync>;
 
-/// One step's Poisson sample, batched: what the mechanism's step accepts.
-pub(super) struct Sample<O> {
-    /// The batched examples, `None` when no example joined (the step is then noise only).
-    pub(super) batch: Option<O>,
+/// ε after a number of steps, at the run's δ.
+type Accountant = Arc<dyn Fn(u64) -> Result<f64, PrivacyError> + Send + Sync>;
+
+/// One step's Poisson sample, batched: the mechanism's [`Sampled`] batch, which its step takes
+/// once, in sampling order.
+pub(super) struct Sample<O>(Sampled<O>);
+
+impl<O> Sample<O> {
     /// How many examples joined.
-    pub(super) size: usize,
+    pub(super) fn size(&self) -> usize {
+        self.0.size()
+    }
+
+    /// The batched examples, `None` when no example joined (the step is then noise only).
+    pub(super) fn batch(&self) -> Option<&O> {
+        self.0.batch()
+    }
 }
 
-/// What one step did, for the metrics.
+/// What one step did, for the metrics. The counts are computed from the private batch and are
+/// not covered by the guarantee.
 #[derive(Debug, Clone)]
 pub(super) struct StepReport {
+    /// The step's number in the run (continuing after a resume).
+    pub(super) step: u64,
     /// Examples in the sample.
     pub(super) sampled: usize,
-    /// Examples whose gradient norm exceeded `C`, when the mechanism measures it.
-    pub(super) clipped: Option<usize>,
-    /// Examples whose gradient was not finite, when the mechanism measures it.
-    pub(super) nonfinite: Option<usize>,
+    /// Finite examples whose gradient norm exceeded `C`.
+    pub(super) clipped: usize,
+    /// Examples whose gradient was not finite (they contributed zero).
+    pub(super) non_finite: usize,
     /// ε after this step, at the run's δ.
     pub(super) epsilon: StepEpsilon,
 }
@@ -57,14 +64,14 @@ pub(super) struct StepReport {
 /// thread, so an accountant's evaluation there does not hold up the next training step).
 #[derive(Clone)]
 pub(super) enum StepEpsilon {
-    /// Computed by the mechanism's step.
+    /// Computed already.
     Known(f64),
     /// ε after `steps` steps, computed when asked.
     After {
         /// Steps accounted, this one included.
         steps: u64,
         /// ε after a number of steps, at the run's δ.
-        accountant: Arc<dyn Fn(u64) -> Result<f64, PrivacyError> + Send + Sync>,
+        accountant: Accountant,
     },
 }
 
@@ -87,10 +94,22 @@ impl std::fmt::Debug for StepEpsilon {
     }
 }
 
-/// A dataset and a batcher, the dataset's item type erased.
+/// A loader of the mechanism's batches, its dataset's item type erased.
+trait Source<O>: Send {
+    fn next_batch(&mut self) -> Result<Sampled<O>, PrivacyError>;
+}
+
+impl<I, O> Source<O> for privacy::DpLoader<I, O> {
+    fn next_batch(&mut self) -> Result<Sampled<O>, PrivacyError> {
+        privacy::DpLoader::next_batch(self)
+    }
+}
+
+/// A dataset and a batcher, the dataset's item type erased: they make a mechanism's loaders.
 trait Examples<O>: Send {
-    /// The examples `indices`, batched on `device` (`None` for no index).
-    fn batch(&self, indices: Vec<usize>, device: &Device) -> Result<Option<O>, DatasetError>;
+    /// A loader of `dp`'s batches on `device`.
+    fn loader(&self, dp: &DpMechanism, device: &Device)
+    -> Result<Box<dyn Source<O>>, PrivacyError>;
 }
 
 struct DatasetBatcher<I, O> {
@@ -98,32 +117,61 @@ struct DatasetBatcher<I, O> {
     batcher: Arc<dyn Batcher<I, O>>,
 }
 
-impl<I, O> Examples<O> for DatasetBatcher<I, O> {
-    fn batch(&self, indices: Vec<usize>, device: &Device) -> Result<Option<O>, DatasetError> {
-        if indices.is_empty() {
-            return Ok(None);
-        }
-        // A failed read stops the run: dropping the example silently would hide it.
-        let items = indices
-            .into_iter()
-            .map(|i| self.dataset.get(i))
-            .collect::<Result<Vec<I>, _>>()?;
-        Ok(Some(self.batcher.batch(items, device)))
+impl<I: 'static, O: 'static> Examples<O> for DatasetBatcher<I, O> {
+    fn loader(
+        &self,
+        dp: &DpMechanism,
+        device: &Device,
+    ) -> Result<Box<dyn Source<O>>, PrivacyError> {
+        let loader = dp.loader(self.dataset.clone(), self.batcher.clone(), device.clone())?;
+        Ok(Box::new(loader))
     }
 }
 
-/// The DP mechanism behind a [`DpTraining`](super::DpTraining): sampler, clipping, noise,
-/// accountant, and the per-example loss.
+/// The mechanism's settings from the training's.
+fn dp_config(config: &DpTrainingConfig) -> DpConfig {
+    DpConfig::new(
+        config.clip_norm,
+        config.noise_multiplier,
+        config.sampling_rate,
+        config.neighbouring,
+    )
+    .with_delta(config.delta)
+    .with_microbatch_size(config.microbatch_size)
+    .with_per_layer_clipping(config.per_layer)
+    .with_noise(config.noise)
+}
+
+/// ε by RDP after any number of steps of the mechanism of `record`'s settings: what
+/// [`DpMechanism::epsilon_rdp`] answers after that many steps (its neighbouring relation
+/// included), for burn-train's metrics thread, without the training's lock.
+fn rdp_accountant(record: DpRecord) -> Accountant {
+    Arc::new(move |steps: u64| {
+        let at = DpRecord {
+            steps,
+            budget: None,
+            ..record.clone()
+        };
+        // An accountant only: it never samples nor draws noise, so its generator's seed does
+        // not matter (and a fixed one reads no entropy from the operating system).
+        DpMechanism::from_record_seeded(at, 0)?.epsilon_rdp()
+    })
+}
+
+/// The DP mechanism behind a [`DpTraining`](super::DpTraining): one [`DpMechanism`] (sampling,
+/// clipping, noise, accountant), its loaders, and the per-example loss.
 pub(super) struct Mechanism<M, O> {
-    /// Clipping, noise and the accountants. Its own optimizer is never stepped: burn-train's
-    /// `Learner` owns the optimizer and steps it with the gradient [`Mechanism::step`] returns.
-    dp: DpSgd,
-    sampler: PoissonSampler,
+    /// Its step gives the privatized gradient; burn-train's `Learner` owns the optimizer and
+    /// steps it with that gradient.
+    dp: DpMechanism,
     examples: Box<dyn Examples<O>>,
+    /// The mechanism's loaders, one for each device a batch was asked on (burn-train moves the
+    /// training loader to the model's device). All of them draw the mechanism's batches, in
+    /// one numbering.
+    loaders: Vec<(Device, Box<dyn Source<O>>)>,
     loss: Loss<M, O>,
-    delta: f64,
-    /// ε after a number of steps by RDP, as [`DpSgd::epsilon`] computes it.
-    rdp: Arc<dyn Fn(u64) -> Result<f64, PrivacyError> + Send + Sync>,
+    /// ε by RDP after a number of steps: what the steps report.
+    rdp: Accountant,
 }
 
 impl<M, O> Mechanism<M, O>
@@ -131,109 +179,100 @@ where
     M: Module + 'static,
     O: Tree + Send + 'static,
 {
-    /// The mechanism of `config` over `dataset` (its length is `N`), batching with `batcher`.
-    /// The sampling rate is read once, from `config`, for the sampler and the accountant alike.
+    /// The mechanism of `config` over `dataset`, batching with `batcher`. A replace-one
+    /// relation's stated `N` is checked against the dataset here.
     pub(super) fn new<I: 'static>(
         config: &DpTrainingConfig,
         dataset: Arc<dyn Dataset<I>>,
         batcher: Arc<dyn Batcher<I, O>>,
         loss: Loss<M, O>,
     ) -> Result<Self, PrivacyError> {
-        let n = dataset.len();
-        let dp_config = DpSgdConfig::new(
-            config.clip_norm,
-            config.noise_multiplier,
-            config.sampling_rate,
-            n,
-        )
-        .with_delta(config.delta)
-        .with_microbatch_size(config.microbatch_size)
-        .with_per_layer_clipping(config.per_layer);
-        let (sampling_rng, noise_rng) = match config.seed {
-            // Two streams from one seed; reproducible and not private.
-            Some(seed) => (
-                PrivacyRng::seeded(seed),
-                PrivacyRng::seeded(seed ^ 0x9E37_79B9_7F4A_7C15),
-            ),
-            None => (PrivacyRng::from_entropy(), PrivacyRng::from_entropy()),
+        let dp_config = dp_config(config);
+        let dp = match config.seed {
+            Some(seed) => DpMechanism::seeded(dp_config, seed)?,
+            None => DpMechanism::new(dp_config)?,
         };
-        let dp = DpSgd::with_rng(SgdConfig::new().init(), dp_config, noise_rng)?;
-        let sampler = PoissonSampler::with_rng(n, config.sampling_rate, sampling_rng)?;
-        let (q, sigma, delta) = (config.sampling_rate, config.noise_multiplier, config.delta);
-        let rdp = Arc::new(move |steps: u64| -> Result<f64, PrivacyError> {
-            let mut rdp = RdpAccountant::new();
-            if steps > 0 {
-                rdp.compose(PoissonGaussian::new(q, sigma)?, steps)?;
-            }
-            Ok(rdp.epsilon(delta)?)
-        });
+        let examples: Box<dyn Examples<O>> = Box::new(DatasetBatcher { dataset, batcher });
+        let device = Device::default();
+        let loader = examples.loader(&dp, &device)?;
         Ok(Self {
+            rdp: rdp_accountant(dp.record()),
             dp,
-            sampler,
-            examples: Box::new(DatasetBatcher { dataset, batcher }),
+            examples,
+            loaders: vec![(device, loader)],
             loss,
-            delta,
-            rdp,
         })
     }
 
-    /// One step's Poisson sample, batched on `device`.
+    /// One step's Poisson sample, batched on `device` by the mechanism's loader for it.
     ///
     /// # Errors
-    /// The dataset's, when an example cannot be read.
-    pub(super) fn sample(&mut self, device: &Device) -> Result<Sample<O>, DatasetError> {
-        let indices = self.sampler.sample();
-        let size = indices.len();
-        let batch = self.examples.batch(indices, device)?;
-        Ok(Sample { batch, size })
+    /// [`PrivacyError::Dataset`] when an example cannot be read.
+    pub(super) fn sample(&mut self, device: &Device) -> Result<Sample<O>, PrivacyError> {
+        let index = match self.loaders.iter().position(|(d, _)| d == device) {
+            Some(index) => index,
+            None => {
+                let loader = self.examples.loader(&self.dp, device)?;
+                self.loaders.push((device.clone(), loader));
+                self.loaders.len() - 1
+            }
+        };
+        Ok(Sample(self.loaders[index].1.next_batch()?))
     }
 
     /// The privatized gradient of `model` on `sample` (every example's gradient clipped, the
-    /// sum noised, divided by the expected batch size), the step accounted.
+    /// sum noised, divided by the relation's public normaliser), the step accounted.
     ///
     /// # Errors
-    /// The mechanism's (a module it refuses, inputs that do not fit, the accountant).
+    /// The mechanism's: a batch out of order, a module it refuses, inputs that do not fit.
     pub(super) fn step(
         &mut self,
         model: &M,
         sample: Sample<O>,
     ) -> Result<(GradientsParams, StepReport), PrivacyError> {
         let loss = self.loss.clone();
-        let grads = self
-            .dp
-            .noisy_gradient(model, move |m: &M, a: O| loss(m, a), sample.batch)?;
+        let (grads, report) =
+            self.dp
+                .noisy_gradient(model, move |m: &M, a: O| loss(m, a), sample.0)?;
         let report = StepReport {
-            sampled: sample.size,
-            clipped: None,
-            nonfinite: None,
+            step: report.step,
+            sampled: report.sampled,
+            clipped: report.clipped,
+            non_finite: report.non_finite,
             // By RDP, about a millisecond an evaluation, on the metrics thread; PLD (the
-            // statement's) takes tens of milliseconds after hundreds of steps.
+            // statement's) composes again from the start at every new step count, tens of
+            // milliseconds after hundreds of steps.
             epsilon: StepEpsilon::After {
-                steps: self.dp.steps(),
+                steps: report.step,
                 accountant: self.rdp.clone(),
             },
         };
         Ok((grads.into_gradients_params(), report))
     }
 
-    /// ε so far at [`delta`](Self::delta) by RDP: what the steps report.
+    /// ε so far at the configured δ by PLD: the statement's.
     pub(super) fn epsilon(&self) -> Result<f64, PrivacyError> {
         self.dp.epsilon()
     }
 
-    /// ε so far at [`delta`](Self::delta) by PLD (tighter): what the statement says.
-    pub(super) fn epsilon_pld(&self) -> Result<f64, PrivacyError> {
-        self.dp.epsilon_pld()
+    /// ε so far at the configured δ by RDP (looser): what the steps report.
+    pub(super) fn epsilon_rdp(&self) -> Result<f64, PrivacyError> {
+        self.dp.epsilon_rdp()
     }
 
     /// The δ of the reported ε.
     pub(super) fn delta(&self) -> f64 {
-        self.delta
+        self.dp.config().delta
     }
 
-    /// What the run guarantees so far, for people.
-    pub(super) fn statement(&self) -> Result<PrivacyStatement, PrivacyError> {
+    /// What the run guarantees so far and what it assumes, by PLD.
+    pub(super) fn statement(&self) -> Result<DpStatement, PrivacyError> {
         self.dp.statement()
+    }
+
+    /// The mechanism's state (settings, steps, whether it was ever seeded).
+    pub(super) fn record(&self) -> DpRecord {
+        self.dp.record()
     }
 
     /// Steps accounted.
@@ -243,6 +282,6 @@ where
 
     /// Steps of one epoch, `⌈1 / q⌉`: each example joins once per epoch on average.
     pub(super) fn steps_per_epoch(&self) -> usize {
-        self.sampler.steps_per_epoch()
+        (1.0 / self.dp.config().sampling_rate).ceil() as usize
     }
 }

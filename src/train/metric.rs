@@ -1,5 +1,11 @@
 //! What a DP step reports ([`DpStepOutput`], the `TrainStep` output) and the metrics that show
-//! it on burn-train's dashboard: [`EpsilonMetric`] and [`ClippedFractionMetric`].
+//! it on burn-train's dashboard: [`EpsilonMetric`], [`ClippedFractionMetric`] and
+//! [`NonFiniteMetric`].
+//!
+//! ε is what the run may publish. The clipped and non-finite counts (and the sample size) are
+//! computed from the private batches and are **not** covered by the guarantee: they are for
+//! watching a run (a clipping norm far too small, a loss that overflows), not for publishing,
+//! and burn-train writes them to the logs of the training directory as it does every metric.
 
 use std::sync::Arc;
 
@@ -13,9 +19,10 @@ use burn_train::metric::{
 use super::DpTrainError;
 use super::mechanism::{StepEpsilon, StepReport};
 
-/// What one DP step did: the training split's item, read by [`EpsilonMetric`] and
-/// [`ClippedFractionMetric`]. Holds numbers only; its ε is computed when burn-train syncs the
-/// item on its metrics thread (`ItemLazy::sync`), off the training thread.
+/// What one DP step did: the training split's item, read by [`EpsilonMetric`],
+/// [`ClippedFractionMetric`] and [`NonFiniteMetric`]. Holds numbers only; its ε is computed
+/// when burn-train syncs the item on its metrics thread (`ItemLazy::sync`), off the training
+/// thread. The counts are computed from the private batch, outside the guarantee.
 #[derive(Debug, Clone)]
 pub struct DpStepOutput {
     report: StepReport,
@@ -27,24 +34,30 @@ impl DpStepOutput {
         Self { report, delta }
     }
 
+    /// The step's number in the run (1 for the first; a resumed run goes on from the saved
+    /// count).
+    pub fn step(&self) -> u64 {
+        self.report.step
+    }
+
     /// Examples in the step's Poisson sample (0 for a noise-only step).
     pub fn sampled(&self) -> usize {
         self.report.sampled
     }
 
-    /// Examples whose gradient norm exceeded `C`, when the mechanism measures it (`None`
-    /// otherwise: never a guess).
-    pub fn clipped(&self) -> Option<usize> {
+    /// Finite examples whose gradient norm exceeded `C` (scaled down to `C`).
+    pub fn clipped(&self) -> usize {
         self.report.clipped
     }
 
-    /// Examples whose gradient was not finite, when the mechanism measures it.
-    pub fn nonfinite(&self) -> Option<usize> {
-        self.report.nonfinite
+    /// Examples whose gradient was NaN or infinite: they contributed zero (and counted as
+    /// sampled).
+    pub fn non_finite(&self) -> usize {
+        self.report.non_finite
     }
 
     /// ε after this step, at [`delta`](Self::delta) (by RDP, as
-    /// [`DpTraining::epsilon`](super::DpTraining::epsilon)).
+    /// [`DpTraining::epsilon_rdp`](super::DpTraining::epsilon_rdp)).
     ///
     /// # Errors
     /// [`DpTrainError::Privacy`] from the accountant.
@@ -184,8 +197,8 @@ impl Numeric for EpsilonMetric {
 /// [`ClippedFractionMetric`]'s input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClippedFractionInput {
-    /// Examples clipped, `None` when the mechanism does not measure it.
-    pub clipped: Option<usize>,
+    /// Examples clipped.
+    pub clipped: usize,
     /// Examples sampled.
     pub sampled: usize,
 }
@@ -200,8 +213,8 @@ impl Adaptor<ClippedFractionInput> for DpStepOutput {
 }
 
 /// The share of sampled examples whose gradient norm exceeded `C`, in percent: a batch's, and
-/// the epoch's (clipped over sampled, summed over its steps). "N/A" for a noise-only step and
-/// while the mechanism does not report clipping; never a guessed number.
+/// the epoch's (clipped over sampled, summed over its steps). "N/A" for a noise-only step.
+/// Computed from the private batches: for watching a run, outside the guarantee.
 #[derive(Debug, Clone)]
 pub struct ClippedFractionMetric {
     name: MetricName,
@@ -278,14 +291,10 @@ impl Metric for ClippedFractionMetric {
         item: &ClippedFractionInput,
         _metadata: &MetricMetadata,
     ) -> Result<SerializedEntry, TensorReadError> {
-        self.current = match item.clipped {
-            Some(clipped) if item.sampled > 0 => {
-                self.clipped += clipped;
-                self.sampled += item.sampled;
-                Some(100.0 * clipped as f64 / item.sampled as f64)
-            }
-            _ => None,
-        };
+        self.clipped += item.clipped;
+        self.sampled += item.sampled;
+        self.current =
+            (item.sampled > 0).then(|| 100.0 * item.clipped as f64 / item.sampled as f64);
         Ok(self.entry(false))
     }
 
@@ -312,6 +321,115 @@ impl Numeric for ClippedFractionMetric {
     }
 }
 
+/// [`NonFiniteMetric`]'s input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NonFiniteInput {
+    /// Examples whose gradient was not finite.
+    pub non_finite: usize,
+}
+
+impl Adaptor<NonFiniteInput> for DpStepOutput {
+    fn adapt(&self) -> NonFiniteInput {
+        NonFiniteInput {
+            non_finite: self.non_finite(),
+        }
+    }
+}
+
+/// The examples whose gradient was NaN or infinite (each contributed zero to its step): a
+/// batch's count, and the epoch's total. Anything above zero means the loss overflows or
+/// divides by zero on some examples. Computed from the private batches: for watching a run,
+/// outside the guarantee.
+#[derive(Debug, Clone)]
+pub struct NonFiniteMetric {
+    name: MetricName,
+    /// This batch's count, once a batch was seen.
+    current: Option<usize>,
+    total: usize,
+}
+
+impl NonFiniteMetric {
+    /// The metric, named "Non-finite".
+    pub fn new() -> Self {
+        Self {
+            name: Arc::new("Non-finite".to_string()),
+            current: None,
+            total: 0,
+        }
+    }
+
+    fn entry(&self, last: bool) -> SerializedEntry {
+        let Some(current) = self.current else {
+            return SerializedEntry::not_available(None);
+        };
+        let formatted = format!("epoch {} - batch {current}", self.total);
+        let value = if last {
+            NumericEntry::Final(self.total as f64)
+        } else {
+            NumericEntry::Value(current as f64)
+        };
+        SerializedEntry::new(formatted, value.serialize())
+    }
+}
+
+impl Default for NonFiniteMetric {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metric for NonFiniteMetric {
+    type Input = NonFiniteInput;
+
+    fn name(&self) -> MetricName {
+        self.name.clone()
+    }
+
+    fn description(&self) -> Option<String> {
+        Some("examples whose gradient was NaN or infinite (each contributed zero)".to_string())
+    }
+
+    fn attributes(&self) -> MetricAttributes {
+        NumericAttributes {
+            unit: None,
+            higher_is_better: false,
+        }
+        .into()
+    }
+
+    fn update(
+        &mut self,
+        item: &NonFiniteInput,
+        _metadata: &MetricMetadata,
+    ) -> Result<SerializedEntry, TensorReadError> {
+        self.current = Some(item.non_finite);
+        self.total += item.non_finite;
+        Ok(self.entry(false))
+    }
+
+    fn compute(&mut self) -> Result<SerializedEntry, TensorReadError> {
+        Ok(self.entry(true))
+    }
+
+    fn clear(&mut self) {
+        *self = Self::new();
+    }
+}
+
+impl Numeric for NonFiniteMetric {
+    fn value(&self) -> Option<NumericEntry> {
+        self.current.map(|c| NumericEntry::Value(c as f64))
+    }
+
+    fn running_value(&self) -> Option<NumericEntry> {
+        self.current.map(|_| NumericEntry::Value(self.total as f64))
+    }
+
+    fn final_value(&self) -> NumericEntry {
+        NumericEntry::Final(self.current.map_or(f64::NAN, |_| self.total as f64))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,12 +443,13 @@ mod tests {
         }
     }
 
-    fn output(sampled: usize, clipped: Option<usize>, epsilon: f64) -> DpStepOutput {
+    fn output(sampled: usize, clipped: usize, epsilon: f64) -> DpStepOutput {
         DpStepOutput::new(
             StepReport {
+                step: 1,
                 sampled,
                 clipped,
-                nonfinite: None,
+                non_finite: sampled - clipped.min(sampled),
                 epsilon: StepEpsilon::Known(epsilon),
             },
             1e-5,
@@ -341,7 +460,7 @@ mod tests {
     fn should_show_the_last_epsilon_not_a_mean() {
         let mut m = EpsilonMetric::new();
         for eps in [0.5, 1.0, 2.0] {
-            let input: EpsilonInput = output(3, None, eps).adapt();
+            let input: EpsilonInput = output(3, 0, eps).adapt();
             m.update(&input, &metadata()).unwrap();
         }
         assert!(matches!(m.value(), Some(NumericEntry::Value(v)) if v == 2.0));
@@ -358,7 +477,7 @@ mod tests {
     fn should_weight_the_clipped_fraction_by_examples() {
         let mut m = ClippedFractionMetric::new();
         for (sampled, clipped) in [(4, 1), (0, 0), (6, 6)] {
-            let input: ClippedFractionInput = output(sampled, Some(clipped), 1.0).adapt();
+            let input: ClippedFractionInput = output(sampled, clipped, 1.0).adapt();
             m.update(&input, &metadata()).unwrap();
         }
         // 7 of 10 sampled examples; the empty step has no fraction of its own.
@@ -370,12 +489,28 @@ mod tests {
     }
 
     #[test]
-    fn should_say_not_available_when_the_mechanism_does_not_measure_clipping() {
+    fn should_say_not_available_for_a_noise_only_step() {
         let mut m = ClippedFractionMetric::new();
-        let input: ClippedFractionInput = output(5, None, 1.0).adapt();
+        let input: ClippedFractionInput = output(0, 0, 1.0).adapt();
         let entry = m.update(&input, &metadata()).unwrap();
         assert!(entry.is_not_available());
         assert!(m.value().is_none() && m.running_value().is_none());
         assert!(m.compute().unwrap().is_not_available());
+    }
+
+    #[test]
+    fn should_count_non_finite_examples_per_batch_and_epoch() {
+        let mut m = NonFiniteMetric::new();
+        assert!(m.compute().unwrap().is_not_available());
+        // (sampled, clipped): 2, 0 and 3 non-finite examples.
+        for (sampled, clipped) in [(5, 3), (4, 4), (3, 0)] {
+            let input: NonFiniteInput = output(sampled, clipped, 1.0).adapt();
+            m.update(&input, &metadata()).unwrap();
+        }
+        assert!(matches!(m.value(), Some(NumericEntry::Value(v)) if v == 3.0));
+        assert!(matches!(m.running_value(), Some(NumericEntry::Value(v)) if v == 5.0));
+        let entry = m.compute().unwrap();
+        assert_eq!(entry.serialized, "5,final");
+        assert_eq!(entry.formatted, "epoch 5 - batch 3");
     }
 }

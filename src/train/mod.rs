@@ -1,30 +1,40 @@
 //! DP-SGD through burn-train's [`Learner`](burn_train::Learner) (cargo feature `train`).
 //!
 //! ```text
-//! dp = DpTraining::new(config, dataset, batcher, loss)   # one owner: sampler, clipping, noise, accountant
+//! dp = DpTraining::new(config, dataset, batcher, loss)   # one owner: a DpMechanism and the loss
 //! learner = Learner::new(dp.model(model), optimizer, lr)
 //! dp.training(dir, valid_loader)                         # SupervisedTraining, wired for DP
 //!     .num_epochs(E)                                     # and any of burn-train's settings
 //!     .launch(learner)
 //!   every epoch: ⌈1/q⌉ times
 //!     batch  = Poisson sample of the dataset (each example joins with probability q)
-//!     grads  = (Σ clip_C(∇ loss(model, example)) + N(0, σ²C²)) / (q·N)     # accounted
-//!     model  = optimizer.step(lr, model, grads)                            # the Learner's
-//!     dashboard: ε so far (and the clipped fraction, when the mechanism reports it)
+//!     grads  = (Σ clip_C(∇ loss(model, example)) + N(0, σ²C²)) / B                # accounted
+//!              (B: the public expected batch size, or q·N when N is public)
+//!     model  = optimizer.step(lr, model, grads)                                # the Learner's
+//!     dashboard: ε so far, the clipped fraction, the non-finite examples
 //!   then validation with your model's own `InferenceStep` and metrics
 //! ```
 //!
 //! Your model stays as it is: [`DpTraining::model`] wraps it in a [`DpModel`], the Learner's
 //! model, whose `TrainStep` is the DP step of the per-example `loss` you give (written for one
-//! example seen as a batch of one, as for [`DpSgd`](crate::privacy::DpSgd)) and whose
-//! `InferenceStep` is your model's. [`DpTraining::training`] returns burn-train's
+//! example seen as a batch of one, as for [`DpMechanism`](crate::privacy::DpMechanism)) and
+//! whose `InferenceStep` is your model's. [`DpTraining::training`] returns burn-train's
 //! `SupervisedTraining` with the three things DP needs already set: the training data loader
-//! ([`DpLoader`]: Poisson-sampled batches, the only batches the step accepts), the training
-//! strategy ([`DpStrategy`]: the loop, which refuses what would break the guarantee) and the
-//! [`EpsilonMetric`]. The optimizer, the learning rate schedule, the renderer, the metrics of
-//! the validation split, checkpointing and early stopping are burn-train's, unchanged. The
-//! training split shows what the DP step reports ([`DpStepOutput`]: ε, the sample size), not a
-//! loss: the step computes none beyond the per-example gradients.
+//! ([`DpLoader`]: the mechanism's Poisson-sampled batches, the only batches the step accepts),
+//! the training strategy ([`DpStrategy`]: the loop, which refuses what would break the
+//! guarantee) and the metrics of the training split
+//! ([`EpsilonMetric`], [`ClippedFractionMetric`], [`NonFiniteMetric`]). The optimizer, the
+//! learning rate schedule, the renderer, the metrics of the validation split, checkpointing and
+//! early stopping are burn-train's, unchanged. The training split shows what the DP step
+//! reports ([`DpStepOutput`]), not a loss: the step computes none beyond the per-example
+//! gradients.
+//!
+//! The settings ([`DpTrainingConfig`]) are the mechanism's
+//! ([`DpConfig`](crate::privacy::DpConfig)), stated once: `C`, `σ`, `q` and the neighbouring
+//! relation ([`Neighbouring`]): add or remove one example, `N` private, the noisy sum divided
+//! by a public expected batch size you state (what DP-SGD usually means), or replace one
+//! example, `N` public (checked against the dataset). Noise is hardened by default
+//! ([`NoiseKind`](crate::privacy::NoiseKind)).
 //!
 //! What the strategy refuses, with a [`DpTrainError`] in `LearningResult::error` (found by
 //! [`DpTrainError::find`]) and no step taken:
@@ -32,7 +42,7 @@
 //!   and accounted steps into one update, `k` times the noise for the same ε; bound memory with
 //!   [`DpTrainingConfig::with_microbatch_size`] instead, which changes nothing in the mechanism;
 //! - **resuming from a checkpoint**: burn-train's checkpoint holds the model, the optimizer and
-//!   the scheduler but not the accountant, so a resumed run would restart ε at zero;
+//!   the scheduler but not the mechanism, so a resumed run would restart ε at zero;
 //! - a `Learner` whose model another [`DpTraining`] made.
 //!
 //! Outside [`DpStrategy`] (another training strategy, several devices), the step itself refuses
@@ -41,7 +51,9 @@
 //! panics with the [`DpTrainError`]'s message there.
 //!
 //! The guarantee covers the training dataset given to [`DpTraining::new`] and the parameters
-//! trained on it; the validation split, and what is chosen by looking at it, are outside it.
+//! trained on it; the validation split, and what is chosen by looking at it, are outside it, and
+//! so are the clipped and non-finite counts on the dashboard (and in the logs burn-train writes
+//! to the training directory): they are computed from the private batches, for debugging.
 //!
 //! ```
 //! use burn::data::dataloader::{DataLoaderBuilder, batcher::Batcher};
@@ -51,6 +63,7 @@
 //! use burn::optim::SgdConfig;
 //! use burn::tensor::{Device, Tensor};
 //! use burn_train::{InferenceStep, Learner, RegressionOutput, renderer::CliMetricsRenderer};
+//! use burn_vmap::privacy::Neighbouring;
 //! use burn_vmap::train::{DpTraining, DpTrainingConfig};
 //!
 //! #[derive(Module, Debug)]
@@ -83,8 +96,10 @@
 //! let model = Model { linear: LinearConfig::new(1, 1).init(&device) };
 //! let loss = |m: &Model, (x, y): (Tensor<2>, Tensor<2>)| (m.linear.forward(x) - y).powi_scalar(2).mean();
 //!
-//! // C = 1, σ = 1, q = 0.1 of the 100 training rows (10 steps an epoch); δ = 1e-5.
-//! let config = DpTrainingConfig::new(1.0, 1.0, 0.1);
+//! // C = 1, σ = 1, q = 0.1 (10 steps an epoch); add/remove neighbours, the noisy sum divided by
+//! // the public expected batch size 10; δ = 1e-5.
+//! let relation = Neighbouring::AddRemove { expected_batch_size: 10.0 };
+//! let config = DpTrainingConfig::new(1.0, 1.0, 0.1, relation);
 //! let dp = DpTraining::new(config, InMemDataset::new(rows(100)), Rows, loss)?;
 //! let valid = DataLoaderBuilder::new(Rows).batch_size(10).build(InMemDataset::new(rows(20)));
 //! let learner = Learner::new(dp.model(model), SgdConfig::new().init(), 0.1);
@@ -107,6 +122,7 @@ mod strategy;
 
 pub use metric::{
     ClippedFractionInput, ClippedFractionMetric, DpStepOutput, EpsilonInput, EpsilonMetric,
+    NonFiniteInput, NonFiniteMetric,
 };
 pub use model::{DpBatch, DpLoader, DpModel};
 pub use strategy::DpStrategy;
@@ -122,13 +138,32 @@ use burn::module::Module;
 use burn::tensor::{Device, Tensor};
 use burn_train::{InferenceStep, SupervisedTraining, TrainOutput, TrainingStrategy};
 
-use crate::privacy::PrivacyError;
-use crate::privacy::accounting::PrivacyStatement;
+use crate::privacy::{DpRecord, DpStatement, Neighbouring, NoiseKind, PrivacyError};
 use crate::tree::Tree;
 use mechanism::{Mechanism, Sample};
 
-/// The settings of a DP training run: `C`, `σ`, `q` and `δ`. The dataset size `N` is the
-/// training dataset's length, read once by [`DpTraining::new`].
+/// The settings of a DP training run: `C`, `σ`, `q`, the neighbouring relation and `δ`, mapped
+/// one to one onto the mechanism's [`DpConfig`](crate::privacy::DpConfig).
+///
+/// The relation says what the noisy sum is divided by and what ε is about:
+/// - `Neighbouring::AddRemove { expected_batch_size }`, what DP-SGD usually means: datasets
+///   that differ by one example added or removed; `N` is private and never read, and the sum is
+///   divided by the expected batch size you state publicly (`q` times the dataset's announced
+///   size);
+/// - `Neighbouring::ReplaceOne { dataset_size }`: datasets of the same public size `N` that
+///   differ in one example; the sum is divided by `q · N`, and [`DpTraining::new`] checks the
+///   dataset's length against the stated `N` (ε by group privacy from add/remove:
+///   conservative).
+///
+/// ```
+/// use burn_vmap::privacy::Neighbouring;
+/// use burn_vmap::train::DpTrainingConfig;
+/// // C = 1, σ = 1.1, q = 0.01: about 600 of 60 000 examples a step.
+/// let add_remove = DpTrainingConfig::new(1.0, 1.1, 0.01, Neighbouring::AddRemove { expected_batch_size: 600.0 })
+///     .with_delta(1e-6)
+///     .with_microbatch_size(64);
+/// let replace_one = DpTrainingConfig::new(1.0, 1.1, 0.01, Neighbouring::ReplaceOne { dataset_size: 60_000 });
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct DpTrainingConfig {
     /// `C`: every example's gradient is clipped to this L2 norm.
@@ -137,28 +172,39 @@ pub struct DpTrainingConfig {
     pub noise_multiplier: f64,
     /// `q`: the Poisson sampling rate, the probability that an example joins a step's batch.
     pub sampling_rate: f64,
-    /// `δ` of the reported (ε, δ) (default `1e-5`; pick it below `1 / N`).
+    /// Which datasets are neighbours, and what the noisy sum is divided by.
+    pub neighbouring: Neighbouring,
+    /// `δ` of the reported (ε, δ) (default `1e-5`; pick it well below `1 / N`).
     pub delta: f64,
     /// Examples per vectorized backward pass (default: the whole batch at once): bounds peak
     /// memory without changing the mechanism, where gradient accumulation would.
     pub microbatch_size: Option<usize>,
     /// Clip every parameter tensor to `C / √P` instead of the whole gradient to `C`.
     pub per_layer: bool,
+    /// How the noise is drawn (default: hardened, the exact discrete Gaussian on a grid).
+    pub noise: NoiseKind,
     /// A fixed seed for sampling and noise: reproducible, and **not private**. For tests.
     pub seed: Option<u64>,
 }
 
 impl DpTrainingConfig {
-    /// `C`, `σ` and `q`; `δ = 1e-5`, no microbatching, global clipping, randomness from the
-    /// operating system.
-    pub fn new(clip_norm: f64, noise_multiplier: f64, sampling_rate: f64) -> Self {
+    /// `C`, `σ`, `q` and the neighbouring relation; `δ = 1e-5`, no microbatching, global
+    /// clipping, hardened noise, randomness from the operating system.
+    pub fn new(
+        clip_norm: f64,
+        noise_multiplier: f64,
+        sampling_rate: f64,
+        neighbouring: Neighbouring,
+    ) -> Self {
         Self {
             clip_norm,
             noise_multiplier,
             sampling_rate,
+            neighbouring,
             delta: 1e-5,
             microbatch_size: None,
             per_layer: false,
+            noise: NoiseKind::default(),
             seed: None,
         }
     }
@@ -181,8 +227,16 @@ impl DpTrainingConfig {
         self
     }
 
+    /// With another noise construction (`NoiseKind::Plain`: textbook `f32` Gaussians, open to
+    /// floating-point attacks; for comparisons).
+    pub fn with_noise(mut self, noise: NoiseKind) -> Self {
+        self.noise = noise;
+        self
+    }
+
     /// With a fixed seed for sampling and noise: reproducible, and the guarantee does **not**
-    /// hold (anyone with the seed regenerates the noise). For tests.
+    /// hold (anyone with the seed regenerates the noise); the statement says "NOT PRIVATE".
+    /// For tests.
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self
@@ -202,7 +256,7 @@ pub enum DpTrainError {
     },
     /// `SupervisedTraining::checkpoint(epoch)` asked to resume.
     #[error(
-        "dp-train: resuming from the checkpoint of epoch {epoch} would restart ε at zero: burn-train's checkpoint holds the model, optimizer and scheduler, not the accountant; train from the start"
+        "dp-train: resuming from the checkpoint of epoch {epoch} would restart ε at zero: burn-train's checkpoint holds the model, optimizer and scheduler, not the mechanism; train from the start"
     )]
     Resume {
         /// The epoch to resume from.
@@ -241,8 +295,12 @@ impl DpTrainError {
     /// # use burn::data::dataset::DatasetError;
     /// # use burn_train::TrainingError;
     /// # use burn_vmap::train::DpTrainError;
-    /// let error = TrainingError::Dataset(DatasetError::new(DpTrainError::Resume { epoch: 3 }));
-    /// assert!(matches!(DpTrainError::find(&error), Some(DpTrainError::Resume { epoch: 3 })));
+    /// let refusal = DpTrainError::GradientAccumulation { accumulation: 4 };
+    /// let error = TrainingError::Dataset(DatasetError::new(refusal));
+    /// assert!(matches!(
+    ///     DpTrainError::find(&error),
+    ///     Some(DpTrainError::GradientAccumulation { accumulation: 4 })
+    /// ));
     /// ```
     pub fn find<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a DpTrainError> {
         let mut next = Some(error);
@@ -275,10 +333,11 @@ struct State<M, O> {
     unapplied: bool,
 }
 
-/// The one owner of a DP training run's mechanism (Poisson sampler, clipping, noise,
-/// accountant) and of its per-example loss, shared by the pieces it makes: the [`DpModel`] the
-/// `Learner` trains, the [`DpLoader`] that samples its batches and the [`DpStrategy`] that runs
-/// the loop. A clone is another handle on the same owner.
+/// The one owner of a DP training run's mechanism (a
+/// [`DpMechanism`](crate::privacy::DpMechanism): Poisson sampling, clipping, noise, accountant)
+/// and of its per-example loss, shared by the pieces it makes: the [`DpModel`] the `Learner`
+/// trains, the [`DpLoader`] that samples its batches and the [`DpStrategy`] that runs the loop.
+/// A clone is another handle on the same owner.
 ///
 /// See the [module](self) for a training run.
 pub struct DpTraining<M, O> {
@@ -306,14 +365,15 @@ where
     M: Module + 'static,
     O: Tree + Send + 'static,
 {
-    /// The mechanism of `config` over the training `dataset` (its length is `N`), batched by
-    /// your `batcher`, for the per-example `loss`: `loss(model, example)` with the example a
-    /// batch of one (every leaf keeps a leading dim of 1, so a batched forward pass works
-    /// unchanged), as for [`DpSgd::step`](crate::privacy::DpSgd::step). The batch type `O` is
-    /// any [`Tree`] (a tensor, a tuple, a `#[derive(Tree)]` struct).
+    /// The mechanism of `config` over the training `dataset`, batched by your `batcher`, for
+    /// the per-example `loss`: `loss(model, example)` with the example a batch of one (every
+    /// leaf keeps a leading dim of 1, so a batched forward pass works unchanged), as for
+    /// [`DpMechanism::noisy_gradient`](crate::privacy::DpMechanism::noisy_gradient). The batch
+    /// type `O` is any [`Tree`] (a tensor, a tuple, a `#[derive(Tree)]` struct).
     ///
     /// # Errors
-    /// [`DpTrainError::Privacy`] naming a setting outside its domain.
+    /// [`DpTrainError::Privacy`] naming a setting outside its domain, or a dataset whose length
+    /// is not the `N` a replace-one relation states.
     pub fn new<I, D, B, F>(
         config: DpTrainingConfig,
         dataset: D,
@@ -349,8 +409,8 @@ where
         DpModel::new(model, self.clone())
     }
 
-    /// The training data loader: `⌈1/q⌉` Poisson-sampled batches an epoch, on the default
-    /// device until burn-train moves it (`DataLoader::to_device`).
+    /// The training data loader: `⌈1/q⌉` of the mechanism's Poisson-sampled batches an epoch,
+    /// on the default device until burn-train moves it (`DataLoader::to_device`).
     pub fn loader(&self) -> DpLoader<M, O> {
         DpLoader::new(self.clone(), Device::default())
     }
@@ -362,10 +422,10 @@ where
 
     /// burn-train's `SupervisedTraining` writing to `directory`, validating on `valid` with your
     /// model's `InferenceStep`, with this owner's [`loader`](Self::loader) for training, its
-    /// [`strategy`](Self::strategy), and the [`EpsilonMetric`] (and the
-    /// [`ClippedFractionMetric`] when the mechanism reports clipping) on the training split.
-    /// Set anything else burn-train offers on it (epochs, renderer, validation metrics with
-    /// `metric_valid_numeric`, checkpointers, early stopping), then `launch` a `Learner` of
+    /// [`strategy`](Self::strategy), and the [`EpsilonMetric`], [`ClippedFractionMetric`] and
+    /// [`NonFiniteMetric`] on the training split. Set anything else burn-train offers on it
+    /// (epochs, renderer, validation metrics with `metric_valid_numeric`, checkpointers, early
+    /// stopping), then `launch` a `Learner` of
     /// [`model`](Self::model).
     pub fn training(
         &self,
@@ -375,17 +435,16 @@ where
     where
         M: InferenceStep + std::fmt::Display,
     {
-        let training = SupervisedTraining::new(directory, Arc::new(self.loader()), valid)
-            .with_training_strategy(TrainingStrategy::Custom(Arc::new(self.strategy())))
-            .metric_train_numeric(EpsilonMetric::new());
-        if mechanism::REPORTS_CLIPPING {
-            training.metric_train_numeric(ClippedFractionMetric::new())
-        } else {
-            training
-        }
+        let strategy = Arc::new(self.strategy());
+        SupervisedTraining::new(directory, Arc::new(self.loader()), valid)
+            .with_training_strategy(TrainingStrategy::Custom(strategy))
+            .metric_train_numeric(EpsilonMetric::new())
+            .metric_train_numeric(ClippedFractionMetric::new())
+            .metric_train_numeric(NonFiniteMetric::new())
     }
 
-    /// ε so far at the configured δ, by RDP: the [`EpsilonMetric`]'s value.
+    /// ε so far at the configured δ, by privacy loss distributions: the
+    /// [`statement`](Self::statement)'s.
     ///
     /// # Errors
     /// [`DpTrainError::Privacy`] from the accountant.
@@ -393,22 +452,27 @@ where
         Ok(self.lock().mechanism.epsilon()?)
     }
 
-    /// ε so far at the configured δ, by privacy loss distributions (tighter than RDP): the
-    /// [`statement`](Self::statement)'s.
+    /// ε so far at the configured δ, by Rényi DP (looser than [`epsilon`](Self::epsilon), and
+    /// quick): the [`EpsilonMetric`]'s value.
     ///
     /// # Errors
     /// [`DpTrainError::Privacy`] from the accountant.
-    pub fn epsilon_pld(&self) -> Result<f64, DpTrainError> {
-        Ok(self.lock().mechanism.epsilon_pld()?)
+    pub fn epsilon_rdp(&self) -> Result<f64, DpTrainError> {
+        Ok(self.lock().mechanism.epsilon_rdp()?)
     }
 
-    /// What the run guarantees so far, for people: the mechanism, the neighbouring relation,
-    /// the accountant (PLD) and (ε, δ).
+    /// What the run guarantees so far and everything it assumes, for people: the mechanism, the
+    /// neighbouring relation, the accountant (PLD) and (ε, δ); "NOT PRIVATE" for a seeded run.
     ///
     /// # Errors
     /// [`DpTrainError::Privacy`] from the accountant.
-    pub fn statement(&self) -> Result<PrivacyStatement, DpTrainError> {
+    pub fn statement(&self) -> Result<DpStatement, DpTrainError> {
         Ok(self.lock().mechanism.statement()?)
+    }
+
+    /// The mechanism's state (its settings and the steps taken).
+    pub fn record(&self) -> DpRecord {
+        self.lock().mechanism.record()
     }
 
     /// Steps taken (each one accounted).
@@ -430,7 +494,11 @@ where
 
     /// One step's batch, sampled by this owner on `device`.
     fn sample(&self, device: &Device) -> Result<DpBatch<O>, burn::data::dataset::DatasetError> {
-        let sample = self.lock().mechanism.sample(device)?;
+        let sample = self
+            .lock()
+            .mechanism
+            .sample(device)
+            .map_err(|e| DpTrainError::Privacy(e).into_dataset_error())?;
         Ok(DpBatch::new(self.shared.id, sample))
     }
 

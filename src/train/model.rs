@@ -200,7 +200,10 @@ where
 }
 
 /// One step's Poisson-sampled batch: the input of [`DpModel`]'s `TrainStep`. Only a
-/// [`DpLoader`] makes one, and only its owner's model accepts it.
+/// [`DpLoader`] makes one (it is one of the mechanism's
+/// [`Sampled`](crate::privacy::Sampled) batches), and only its owner's model accepts it, once,
+/// in sampling order: a batch dropped without a step (a refused one included) leaves the
+/// mechanism refusing the batches after it.
 pub struct DpBatch<O> {
     owner: u64,
     sample: Sample<O>,
@@ -215,29 +218,33 @@ impl<O> DpBatch<O> {
         (self.owner, self.sample)
     }
 
-    /// Examples that joined (0: the step is noise only).
+    /// Examples that joined (0: the step is noise only). Private: for the mechanism, not for
+    /// logs.
     pub fn size(&self) -> usize {
-        self.sample.size
+        self.sample.size()
     }
 
     /// The batched examples, `None` when no example joined.
     pub fn batch(&self) -> Option<&O> {
-        self.sample.batch.as_ref()
+        self.sample.batch()
     }
 }
 
 impl<O> std::fmt::Debug for DpBatch<O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DpBatch")
-            .field("size", &self.sample.size)
+            .field("size", &self.sample.size())
             .finish_non_exhaustive()
     }
 }
 
 /// burn-train's training data loader for a [`DpTraining`]: an epoch is `⌈1/q⌉` steps, each a
-/// Poisson sample of the whole dataset batched by your batcher (of random size, possibly empty).
-/// Progress counts steps. It cannot be split across devices (`DataLoader::slice` gives a loader
-/// whose first item is [`DpTrainError::Sliced`]).
+/// Poisson sample of the whole dataset batched by your batcher (of random size, possibly empty),
+/// drawn by the owner's mechanism. Progress counts steps. Moved to a device
+/// (`DataLoader::to_device`, as burn-train does to the model's device), it draws from the
+/// mechanism's loader for that device, made on first use: every device's batches are the one
+/// mechanism's, numbered in one sequence. It cannot be split across devices
+/// (`DataLoader::slice` gives a loader whose first item is [`DpTrainError::Sliced`]).
 pub struct DpLoader<M, O> {
     dp: DpTraining<M, O>,
     device: Device,
