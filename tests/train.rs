@@ -1,7 +1,8 @@
 //! DP-SGD through burn-train's `Learner` (`burn_vmap::train`): a small MLP trains for a few
 //! steps on an in-memory dataset; the ε on the training split's metric is the mechanism's, and
-//! the clipped and non-finite counts are the step's; gradient accumulation and resuming are
-//! refused before any step, with the typed error, and
+//! the clipped and non-finite counts are the step's; a run resumed from burn-train's checkpoint
+//! continues ε from the mechanism's record as if it had not stopped; gradient accumulation and
+//! resumes that cannot be accounted for are refused before any step, with the typed error, and
 //! the step refuses what the strategy would have (accumulation under another strategy, a batch
 //! of another owner).
 
@@ -22,9 +23,9 @@ use burn_train::metric::store::{EpochSummary, MetricsUpdate, Split};
 use burn_train::metric::{MetricDefinition, MetricId, NumericEntry};
 use burn_train::renderer::CliMetricsRenderer;
 use burn_train::{InferenceStep, Learner, LearningResult, RegressionOutput, SupervisedTraining};
-use burn_vmap::privacy::Neighbouring;
 use burn_vmap::privacy::accounting::{PoissonGaussian, RdpAccountant};
-use burn_vmap::train::{DpModel, DpTrainError, DpTraining, DpTrainingConfig};
+use burn_vmap::privacy::{DpRecord, Neighbouring};
+use burn_vmap::train::{DpModel, DpTrainError, DpTraining, DpTrainingConfig, record_path};
 
 type Batch = (Tensor<2>, Tensor<2>);
 
@@ -179,7 +180,7 @@ fn training(dp: &DpTraining<Mlp, Batch>, name: &str) -> SupervisedTraining<DpMod
     training_in(dp, &directory(name))
 }
 
-/// A training run of `dp` in `dir`.
+/// A training run of `dp` in `dir` as it is (a resumed run reads its checkpoints).
 fn training_in(dp: &DpTraining<Mlp, Batch>, dir: &Path) -> SupervisedTraining<DpModel<Mlp, Batch>> {
     dp.training(dir, valid())
         .renderer(Box::new(CliMetricsRenderer::new()))
@@ -314,6 +315,112 @@ fn should_report_the_clipped_and_non_finite_examples_of_a_step() {
 }
 
 #[test]
+fn should_resume_epsilon_from_the_mechanisms_record_beside_the_checkpoint() {
+    let device = Device::default();
+    let dir = directory("resume");
+    // The first run: two epochs, checkpointed (burn-train keeps the last two).
+    let first = owner(10);
+    let result = training_in(&first, &dir)
+        .with_default_checkpointers()
+        .num_epochs(2)
+        .launch(learner(&first, Mlp::new(&device)));
+    assert!(result.error.is_none(), "{:?}", result.error);
+    assert_eq!(first.steps(), 20);
+    for (epoch, steps) in [(1, 10), (2, 20)] {
+        let record = DpRecord::load(record_path(&dir, epoch)).unwrap();
+        assert_eq!(record.steps, steps, "the record of epoch {epoch}");
+        assert!(record.seeded);
+        assert!(dir.join(format!("checkpoint/model-{epoch}.bpk")).exists());
+    }
+
+    // Refused before any step, with the record left as it is: other settings, ...
+    let other = DpTraining::new(
+        DpTrainingConfig {
+            noise_multiplier: 2.0,
+            ..config(11)
+        },
+        InMemDataset::new(rows(100)),
+        Rows,
+        loss,
+    )
+    .unwrap();
+    let result = training_in(&other, &dir)
+        .with_default_checkpointers()
+        .checkpoint(2)
+        .num_epochs(4)
+        .launch(learner(&other, Mlp::new(&device)));
+    let error = error_of(&result);
+    assert!(
+        matches!(error, DpTrainError::Resume { epoch: 2, reason, .. } if reason.contains("settings differ")),
+        "{error}"
+    );
+    assert_eq!(other.steps(), 0);
+    // ... an owner with steps of its own (they would drop out of ε), ...
+    let result = training_in(&first, &dir)
+        .with_default_checkpointers()
+        .checkpoint(2)
+        .num_epochs(4)
+        .launch(learner(&first, Mlp::new(&device)));
+    let error = error_of(&result);
+    assert!(
+        matches!(error, DpTrainError::Resume { reason, .. } if reason.contains("20 steps of its own")),
+        "{error}"
+    );
+    assert_eq!(first.steps(), 20);
+    // ... and a checkpoint without the mechanism's record.
+    let copy = directory("resume-without-record");
+    std::fs::create_dir_all(copy.join("checkpoint")).unwrap();
+    for name in ["model", "optim", "scheduler"] {
+        let file = format!("checkpoint/{name}-1.bpk");
+        std::fs::copy(dir.join(&file), copy.join(&file)).unwrap();
+    }
+    let lost = owner(12);
+    let result = training_in(&lost, &copy)
+        .with_default_checkpointers()
+        .checkpoint(1)
+        .num_epochs(4)
+        .launch(learner(&lost, Mlp::new(&device)));
+    let error = error_of(&result);
+    assert!(
+        matches!(error, DpTrainError::Resume { epoch: 1, path, .. } if *path == record_path(&copy, 1)),
+        "{error}"
+    );
+    assert_eq!(lost.steps(), 0);
+
+    // Resumed by a new DpTraining of the same settings (as a new process would): epochs 3 and 4.
+    let resumed = owner(13);
+    let captured = Captured::default();
+    let result = training_in(&resumed, &dir)
+        .with_default_checkpointers()
+        .checkpoint(2)
+        .num_epochs(4)
+        .with_metric_logger(captured.clone())
+        .launch(learner(&resumed, Mlp::new(&device)));
+    assert!(result.error.is_none(), "{:?}", result.error);
+    // ε goes on from step 21: the metric's first value is the RDP ε of 21 steps.
+    let eps = captured.of("Epsilon");
+    assert_eq!(eps.len(), 22, "{eps:?}");
+    assert_eq!(eps[0], rdp(21));
+    assert_eq!(*eps.last().unwrap(), rdp(40));
+    assert_eq!(DpRecord::load(record_path(&dir, 4)).unwrap().steps, 40);
+
+    // An uninterrupted run of four epochs: the same steps, the same ε by PLD and by RDP.
+    let whole = owner(14);
+    let result = training(&whole, "uninterrupted")
+        .num_epochs(4)
+        .launch(learner(&whole, Mlp::new(&device)));
+    assert!(result.error.is_none(), "{:?}", result.error);
+    assert_eq!((resumed.steps(), whole.steps()), (40, 40));
+    assert_eq!(resumed.epsilon().unwrap(), whole.epsilon().unwrap());
+    assert_eq!(resumed.epsilon_rdp().unwrap(), whole.epsilon_rdp().unwrap());
+    let statement = resumed.statement().unwrap();
+    assert_eq!(statement.accounted.steps, 40);
+    assert_eq!(statement.epsilon(), whole.statement().unwrap().epsilon());
+    // The first run was seeded: so is every run resumed from its records.
+    assert!(!statement.is_private());
+}
+
+#[test]
 fn should_refuse_gradient_accumulation_before_any_step() {
     let device = Device::default();
     let model = Mlp::new(&device);
@@ -334,15 +441,18 @@ fn should_refuse_gradient_accumulation_before_any_step() {
 }
 
 #[test]
-fn should_refuse_to_resume_without_the_mechanism() {
+fn should_refuse_to_resume_without_checkpointers() {
+    // burn-train restores no model without checkpointers: continuing ε would train a fresh
+    // model from epoch 2 as if it were the checkpoint's.
     let dp = owner(3);
-    let result = training(&dp, "resume")
+    let result = training(&dp, "resume-without-checkpointers")
         .checkpoint(1)
         .launch(learner(&dp, Mlp::new(&Device::default())));
-    assert!(matches!(
-        error_of(&result),
-        DpTrainError::Resume { epoch: 1 }
-    ));
+    let error = error_of(&result);
+    assert!(
+        matches!(error, DpTrainError::Resume { epoch: 1, reason, .. } if reason.contains("no checkpointers")),
+        "{error}"
+    );
     assert_eq!(dp.steps(), 0);
 }
 

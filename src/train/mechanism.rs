@@ -6,10 +6,12 @@
 //! Everything else in `train` sees [`Mechanism`]: it is built from a [`DpTrainingConfig`], a
 //! dataset, a batcher and the per-example loss; it samples a [`Sample`] on a device (from the
 //! mechanism's loader for that device); it turns a sample into the privatized
-//! [`GradientsParams`] of one step and a [`StepReport`]; it answers ε, the statement and the
-//! mechanism's record. What users state and read back (the neighbouring relation, the noise,
-//! the statement, the record) are the privacy module's public types.
+//! [`GradientsParams`] of one step and a [`StepReport`]; it answers ε and the statement, and it
+//! saves and resumes from the mechanism's record. What users state and read back (the
+//! neighbouring relation, the noise, the statement, the record) are the privacy module's public
+//! types.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use burn::data::dataloader::batcher::Batcher;
@@ -164,6 +166,8 @@ pub(super) struct Mechanism<M, O> {
     /// Its step gives the privatized gradient; burn-train's `Learner` owns the optimizer and
     /// steps it with that gradient.
     dp: DpMechanism,
+    /// The seed of a seeded run (not private; a resumed run is seeded too).
+    seed: Option<u64>,
     examples: Box<dyn Examples<O>>,
     /// The mechanism's loaders, one for each device a batch was asked on (burn-train moves the
     /// training loader to the model's device). All of them draw the mechanism's batches, in
@@ -198,6 +202,7 @@ where
         Ok(Self {
             rdp: rdp_accountant(dp.record()),
             dp,
+            seed: config.seed,
             examples,
             loaders: vec![(device, loader)],
             loss,
@@ -273,6 +278,62 @@ where
     /// The mechanism's state (settings, steps, whether it was ever seeded).
     pub(super) fn record(&self) -> DpRecord {
         self.dp.record()
+    }
+
+    /// Writes the mechanism's record to `path` (burnpack), creating its directory.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Record`] when it cannot be written.
+    pub(super) fn save(&self, path: &Path) -> Result<(), PrivacyError> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| PrivacyError::Record {
+                message: format!("creating {}: {e}", parent.display()),
+            })?;
+        }
+        self.dp.record().save(path)
+    }
+
+    /// Continues the run saved in the record at `path`: ε from its steps on, with fresh noise
+    /// (from the operating system; from the seed mixed with the step count in a seeded run) and
+    /// new loaders. Refused, with the reason, when the record cannot be read, when its settings
+    /// differ from this mechanism's (the microbatch size aside: it changes no released value),
+    /// or when this mechanism has taken steps of its own (they would drop out of ε).
+    pub(super) fn resume(&mut self, path: &Path) -> Result<(), String> {
+        if self.dp.steps() > 0 {
+            return Err(format!(
+                "this DpTraining has taken {} steps of its own, which resuming would drop from ε; resume with a new DpTraining",
+                self.dp.steps()
+            ));
+        }
+        let record = DpRecord::load(path).map_err(|e| e.to_string())?;
+        let ours = self.dp.config();
+        let theirs = DpConfig {
+            microbatch_size: ours.microbatch_size,
+            ..record.config.clone()
+        };
+        if theirs != *ours {
+            return Err(format!(
+                "its settings differ from this DpTraining's (saved {:?}, now {ours:?}): every step of a run is accounted with one setting; resume with the saved one",
+                record.config
+            ));
+        }
+        let record = DpRecord {
+            config: ours.clone(),
+            ..record
+        };
+        let steps = record.steps;
+        self.dp = match self.seed {
+            // Not the first run's noise again: the seed moves on with the steps.
+            Some(seed) => DpMechanism::from_record_seeded(
+                record,
+                seed ^ steps.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            ),
+            None => DpMechanism::from_record(record),
+        }
+        .map_err(|e| e.to_string())?;
+        // The first run's loaders drew batches of the first mechanism, which this one refuses.
+        self.loaders.clear();
+        Ok(())
     }
 
     /// Steps accounted.

@@ -13,6 +13,7 @@
 //!     model  = optimizer.step(lr, model, grads)                                # the Learner's
 //!     dashboard: ε so far, the clipped fraction, the non-finite examples
 //!   then validation with your model's own `InferenceStep` and metrics
+//!   with checkpointers: the mechanism's record beside the model's, for resuming
 //! ```
 //!
 //! Your model stays as it is: [`DpTraining::model`] wraps it in a [`DpModel`], the Learner's
@@ -22,7 +23,7 @@
 //! `SupervisedTraining` with the three things DP needs already set: the training data loader
 //! ([`DpLoader`]: the mechanism's Poisson-sampled batches, the only batches the step accepts),
 //! the training strategy ([`DpStrategy`]: the loop, which refuses what would break the
-//! guarantee) and the metrics of the training split
+//! guarantee and resumes the accountant) and the metrics of the training split
 //! ([`EpsilonMetric`], [`ClippedFractionMetric`], [`NonFiniteMetric`]). The optimizer, the
 //! learning rate schedule, the renderer, the metrics of the validation split, checkpointing and
 //! early stopping are burn-train's, unchanged. The training split shows what the DP step
@@ -36,13 +37,22 @@
 //! example, `N` public (checked against the dataset). Noise is hardened by default
 //! ([`NoiseKind`](crate::privacy::NoiseKind)).
 //!
+//! **Resuming.** With burn-train's checkpointers (`with_default_checkpointers`), the strategy
+//! saves the mechanism's record ([`DpRecord`](crate::privacy::DpRecord): its settings and the
+//! steps taken) after every epoch, beside the model's and the optimizer's checkpoint:
+//! `<directory>/checkpoint/dp-<epoch>.bpk` ([`record_path`]). `checkpoint(epoch)` on a new
+//! [`DpTraining`] of the same settings continues ε from that record, with fresh noise; it is
+//! refused ([`DpTrainError::Resume`]) without checkpointers, without a readable record, with
+//! other settings, or on a `DpTraining` that has taken steps already. Checkpoints of the first
+//! run after the resumed epoch are another release, outside the resumed run's ε: delete them
+//! (or add their ε) before publishing.
+//!
 //! What the strategy refuses, with a [`DpTrainError`] in `LearningResult::error` (found by
 //! [`DpTrainError::find`]) and no step taken:
 //! - **gradient accumulation** (`grads_accumulation(k)`): it would sum `k` separately noised
 //!   and accounted steps into one update, `k` times the noise for the same ε; bound memory with
 //!   [`DpTrainingConfig::with_microbatch_size`] instead, which changes nothing in the mechanism;
-//! - **resuming from a checkpoint**: burn-train's checkpoint holds the model, the optimizer and
-//!   the scheduler but not the mechanism, so a resumed run would restart ε at zero;
+//! - a resume it cannot account for (above);
 //! - a `Learner` whose model another [`DpTraining`] made.
 //!
 //! Outside [`DpStrategy`] (another training strategy, several devices), the step itself refuses
@@ -127,7 +137,7 @@ pub use metric::{
 pub use model::{DpBatch, DpLoader, DpModel};
 pub use strategy::DpStrategy;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -235,12 +245,27 @@ impl DpTrainingConfig {
     }
 
     /// With a fixed seed for sampling and noise: reproducible, and the guarantee does **not**
-    /// hold (anyone with the seed regenerates the noise); the statement says "NOT PRIVATE".
-    /// For tests.
+    /// hold (anyone with the seed regenerates the noise); the statement says "NOT PRIVATE",
+    /// and so does every run resumed from this one's records. For tests.
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self
     }
+}
+
+/// Where [`DpStrategy`] saves the mechanism's record after `epoch` of a run training in
+/// `directory` (the directory given to [`DpTraining::training`]): beside burn-train's default
+/// checkpoints (`model-<epoch>.bpk`, `optim-<epoch>.bpk`, ...).
+///
+/// ```
+/// let path = burn_vmap::train::record_path("runs/mnist", 3);
+/// assert_eq!(path, std::path::Path::new("runs/mnist/checkpoint/dp-3.bpk"));
+/// ```
+pub fn record_path(directory: impl AsRef<Path>, epoch: usize) -> PathBuf {
+    directory
+        .as_ref()
+        .join("checkpoint")
+        .join(format!("dp-{epoch}.bpk"))
 }
 
 /// What DP training through burn-train refuses or fails with.
@@ -254,13 +279,18 @@ pub enum DpTrainError {
         /// The accumulation that was asked for.
         accumulation: usize,
     },
-    /// `SupervisedTraining::checkpoint(epoch)` asked to resume.
+    /// `SupervisedTraining::checkpoint(epoch)` asked to resume, and the mechanism's state at
+    /// that epoch cannot be continued.
     #[error(
-        "dp-train: resuming from the checkpoint of epoch {epoch} would restart ε at zero: burn-train's checkpoint holds the model, optimizer and scheduler, not the mechanism; train from the start"
+        "dp-train: resuming from the checkpoint of epoch {epoch} with the mechanism's record {}: {reason}", path.display()
     )]
     Resume {
         /// The epoch to resume from.
         epoch: usize,
+        /// Where the record was looked for.
+        path: PathBuf,
+        /// Why it cannot be continued.
+        reason: String,
     },
     /// A step ran while the previous step's gradient was not applied yet.
     #[error(
@@ -415,9 +445,10 @@ where
         DpLoader::new(self.clone(), Device::default())
     }
 
-    /// The training strategy: the DP loop on the model's device.
-    pub fn strategy(&self) -> DpStrategy<M, O> {
-        DpStrategy::new(self.clone())
+    /// The training strategy: the DP loop on the model's device, keeping the mechanism's
+    /// records in `directory` (the run's directory: see [`record_path`]).
+    pub fn strategy(&self, directory: impl AsRef<Path>) -> DpStrategy<M, O> {
+        DpStrategy::new(self.clone(), directory.as_ref().to_path_buf())
     }
 
     /// burn-train's `SupervisedTraining` writing to `directory`, validating on `valid` with your
@@ -425,7 +456,7 @@ where
     /// [`strategy`](Self::strategy), and the [`EpsilonMetric`], [`ClippedFractionMetric`] and
     /// [`NonFiniteMetric`] on the training split. Set anything else burn-train offers on it
     /// (epochs, renderer, validation metrics with `metric_valid_numeric`, checkpointers, early
-    /// stopping), then `launch` a `Learner` of
+    /// stopping, `checkpoint(epoch)` to resume), then `launch` a `Learner` of
     /// [`model`](Self::model).
     pub fn training(
         &self,
@@ -435,7 +466,7 @@ where
     where
         M: InferenceStep + std::fmt::Display,
     {
-        let strategy = Arc::new(self.strategy());
+        let strategy = Arc::new(self.strategy(directory.as_ref()));
         SupervisedTraining::new(directory, Arc::new(self.loader()), valid)
             .with_training_strategy(TrainingStrategy::Custom(strategy))
             .metric_train_numeric(EpsilonMetric::new())
@@ -470,12 +501,13 @@ where
         Ok(self.lock().mechanism.statement()?)
     }
 
-    /// The mechanism's state (its settings and the steps taken).
+    /// The mechanism's state (its settings and the steps taken), as [`DpStrategy`] saves it
+    /// beside burn-train's checkpoints.
     pub fn record(&self) -> DpRecord {
         self.lock().mechanism.record()
     }
 
-    /// Steps taken (each one accounted).
+    /// Steps taken (each one accounted, those of a resumed run included).
     pub fn steps(&self) -> u64 {
         self.lock().mechanism.steps()
     }
@@ -528,6 +560,24 @@ where
     /// The last step's gradient was applied (or dropped): the next step may run.
     fn applied(&self) {
         self.lock().unapplied = false;
+    }
+
+    /// Continues the run saved at `epoch` in `directory` (see [`Mechanism::resume`]).
+    fn resume(&self, directory: &Path, epoch: usize) -> Result<(), DpTrainError> {
+        let path = record_path(directory, epoch);
+        self.lock()
+            .mechanism
+            .resume(&path)
+            .map_err(|reason| DpTrainError::Resume {
+                epoch,
+                path,
+                reason,
+            })
+    }
+
+    /// Saves the mechanism's record after `epoch` of a run in `directory`.
+    fn save(&self, directory: &Path, epoch: usize) -> Result<(), DpTrainError> {
+        Ok(self.lock().mechanism.save(&record_path(directory, epoch))?)
     }
 
     /// Whether `other` is a handle on this owner.

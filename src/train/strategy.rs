@@ -1,4 +1,7 @@
-//! [`DpStrategy`]: burn-train's training loop for a [`DpModel`], with the refusals DP needs.
+//! [`DpStrategy`]: burn-train's training loop for a [`DpModel`], with the refusals DP needs and
+//! the mechanism's records beside burn-train's checkpoints.
+
+use std::path::PathBuf;
 
 use burn::data::dataloader::Progress;
 use burn::module::Module;
@@ -16,18 +19,28 @@ use crate::tree::Tree;
 /// validation split, checkpointing, early stopping, interruption) on the model's device, where
 /// each step is the owner's DP step and its gradient is applied before the next step.
 ///
+/// With burn-train's checkpointers, it saves the mechanism's record after every epoch, once
+/// burn-train has checkpointed the model, at [`record_path`](super::record_path)`(directory,
+/// epoch)` (a few hundred bytes; kept for every epoch, as burn-train's checkpointing strategy
+/// does not say which epochs it keeps). Resuming (`checkpoint(epoch)`) continues the mechanism from the
+/// record of that epoch: ε goes on from its steps, with fresh noise.
+///
 /// Before any step it refuses, with a [`DpTrainError`] in `LearningResult::error`:
-/// gradient accumulation ([`DpTrainError::GradientAccumulation`]), resuming from a
-/// checkpoint ([`DpTrainError::Resume`]) and a model of another owner
-/// ([`DpTrainError::ForeignModel`]). A step's error (the mechanism refusing the model)
-/// stops the run the same way, after the steps already taken.
+/// gradient accumulation ([`DpTrainError::GradientAccumulation`]), a model of another owner
+/// ([`DpTrainError::ForeignModel`]), and a resume it cannot account for
+/// ([`DpTrainError::Resume`]: no checkpointers, so burn-train restored no model; no readable
+/// record; a record of other settings; an owner that has taken steps already). A step's error
+/// (the mechanism refusing the model) or a record that cannot be written stops the run the
+/// same way, after the steps already taken.
 pub struct DpStrategy<M, O> {
     dp: DpTraining<M, O>,
+    /// The run's directory: the records go to its `checkpoint` folder.
+    directory: PathBuf,
 }
 
 impl<M, O> DpStrategy<M, O> {
-    pub(super) fn new(dp: DpTraining<M, O>) -> Self {
-        Self { dp }
+    pub(super) fn new(dp: DpTraining<M, O>, directory: PathBuf) -> Self {
+        Self { dp, directory }
     }
 }
 
@@ -64,13 +77,24 @@ where
             ..
         } = components;
 
-        let refusal = match (grad_accumulation, checkpoint) {
-            (Some(accumulation), _) => Some(DpTrainError::GradientAccumulation { accumulation }),
-            (None, Some(epoch)) => Some(DpTrainError::Resume { epoch }),
-            (None, None) if !self.dp.same(learner.model().dp()) => Some(DpTrainError::ForeignModel),
-            (None, None) => None,
+        let ready = if let Some(accumulation) = grad_accumulation {
+            Err(DpTrainError::GradientAccumulation { accumulation })
+        } else if !self.dp.same(learner.model().dp()) {
+            Err(DpTrainError::ForeignModel)
+        } else {
+            match checkpoint {
+                // burn-train restores the model, the optimizer and the scheduler (before this
+                // strategy runs) only with checkpointers.
+                Some(epoch) if checkpointer.is_none() => Err(DpTrainError::Resume {
+                    epoch,
+                    path: super::record_path(&self.directory, epoch),
+                    reason: "no checkpointers, so burn-train restored no model: set `with_default_checkpointers`".into(),
+                }),
+                Some(epoch) => self.dp.resume(&self.directory, epoch),
+                None => Ok(()),
+            }
         };
-        if let Some(error) = refusal {
+        if let Err(error) = ready {
             fail(&interrupter, error);
             return (learner.model(), event_processor);
         }
@@ -122,6 +146,11 @@ where
             }
             if let Some(checkpointer) = &mut checkpointer {
                 checkpointer.checkpoint(&learner, epoch, &event_store);
+                // The mechanism's state after this epoch, beside the model's.
+                if let Err(error) = self.dp.save(&self.directory, epoch) {
+                    fail(&interrupter, error);
+                    break;
+                }
             }
             if let Some(early_stopping) = &mut early_stopping
                 && early_stopping.should_stop(epoch, &event_store)
