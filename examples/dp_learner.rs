@@ -1,9 +1,9 @@
 //! DP-SGD through burn-train's `Learner` on the bundled digits: your model and your batcher,
 //! a per-example loss, and `burn_vmap::train::DpTraining` wiring burn-train for DP (the
-//! mechanism's Poisson batches, the DP step, the loop that refuses gradient accumulation). ε,
-//! the clipped fraction and the non-finite examples are metrics of the training split, on
-//! burn-train's dashboard; the validation split shows your model's own loss and accuracy. The
-//! run ends printing the privacy statement.
+//! mechanism's Poisson batches, the DP step, the loop that refuses gradient accumulation and
+//! resumes ε from the mechanism's record). ε, the clipped fraction and the non-finite examples
+//! are metrics of the training split, on burn-train's dashboard; the validation split shows
+//! your model's own loss and accuracy. The run ends printing the privacy statement.
 //!
 //! ```text
 //! cargo run --release --example dp_learner --features tui   # the dashboard (in a terminal)
@@ -13,9 +13,10 @@
 //!
 //! Options: `--epochs N`, `--expected-batch B` (the public expected batch size; q = B/N with N
 //! the training split's announced size), `--lr LR`, `--clip C`, `--sigma S`, `--delta D`,
-//! `--seed S` (the data split and the initial weights; sampling and noise always
-//! come from the operating system's entropy), `--dir DIR` (burn-train's logs; default: a
-//! directory under the system's temporary directory).
+//! `--seed S` (the data split and the initial weights; sampling and noise always come from the
+//! operating system's entropy), `--dir DIR` (burn-train's logs and checkpoints; default: a
+//! directory under the system's temporary directory, emptied first), `--resume EPOCH` (continue
+//! the run checkpointed in `--dir` after that epoch: the model, the optimizer and ε).
 
 #[path = "common/mod.rs"]
 pub mod common;
@@ -100,8 +101,10 @@ fn run() -> Result<(), Box<dyn Error>> {
     let clip: f64 = common::flag(&args, "--clip")?.unwrap_or(1.0);
     let sigma: f64 = common::flag(&args, "--sigma")?.unwrap_or(1.0);
     let delta: f64 = common::flag(&args, "--delta")?.unwrap_or(1.0 / (10.0 * n as f64));
+    let resume: Option<usize> = common::flag(&args, "--resume")?;
     let dir: PathBuf = match common::flag::<PathBuf>(&args, "--dir")? {
         Some(dir) => dir,
+        None if resume.is_some() => return Err("--resume needs the --dir of the first run".into()),
         None => {
             // burn-train's summary reads every epoch logged there: start clean.
             let dir = std::env::temp_dir().join("burn-vmap-dp-learner");
@@ -138,13 +141,19 @@ fn run() -> Result<(), Box<dyn Error>> {
         .with_momentum(Some(MomentumConfig::new().with_momentum(0.9)))
         .init();
     let learner = Learner::new(dp.model(model), optim, lr);
-    let result = dp
+    // Checkpoints every epoch: the model, the optimizer, and the mechanism's record beside them.
+    let training = dp
         .training(&dir, valid)
         .metric_valid_numeric(AccuracyMetric::new())
         .metric_valid_numeric(LossMetric::new())
+        .with_default_checkpointers()
         .num_epochs(epochs)
-        .summary()
-        .launch(learner);
+        .summary();
+    let training = match resume {
+        Some(epoch) => training.checkpoint(epoch),
+        None => training,
+    };
+    let result = training.launch(learner);
     // Leaving the dashboard prints burn-train's summary (ε at the end of every epoch).
     drop(result.renderer);
     if let Some(error) = result.error {
