@@ -77,6 +77,7 @@ mod runtime;
 mod value;
 
 pub mod accumulate;
+pub mod distributed;
 pub mod prelude;
 pub mod privacy;
 #[cfg(feature = "train")]

@@ -118,6 +118,64 @@ fn should_draw_the_exact_discrete_gaussian() {
 }
 
 #[test]
+fn should_draw_the_discrete_gaussian_at_dp_sgd_scale() {
+    // σ·C = 1.1 on the default grid 2^-20: Z has scale 1.1·2^20 ≈ 1.15·10⁶ grid steps. Bins of
+    // a quarter σ from -4σ to 4σ and the two tails, against the exact pmf summed over each bin.
+    let grid = NoiseKind::DEFAULT_GRANULARITY;
+    let sigma = 1.1 / grid;
+    let v: Vec<i64> = values(
+        &add_noise(
+            zeros(1000, 200),
+            1.1,
+            NoiseKind::default(),
+            &mut PrivacyRng::seeded(6),
+        )
+        .unwrap(),
+    )
+    .iter()
+    .map(|x| {
+        let z = x / grid;
+        assert_eq!(z.fract(), 0.0, "on the grid");
+        z as i64
+    })
+    .collect();
+    let n = v.len() as f64;
+    let edges: Vec<i64> = (-16..=16)
+        .map(|i| (i as f64 * sigma / 4.0).round() as i64)
+        .collect();
+    let weight = |z: i64| (-(z as f64).powi(2) / (2.0 * sigma * sigma)).exp();
+    // Beyond 7σ: a mass of 3·10⁻¹², nothing for 200 000 draws.
+    let bound = (7.0 * sigma) as i64;
+    let masses: Vec<f64> = (0..=edges.len())
+        .map(|i| {
+            let lo = if i == 0 { -bound } else { edges[i - 1] };
+            let hi = if i == edges.len() { bound } else { edges[i] };
+            (lo..hi).map(weight).sum::<f64>()
+        })
+        .collect();
+    let total: f64 = masses.iter().sum();
+    // Bin i holds [edges[i - 1], edges[i]); bin 0 and the last the tails.
+    let bin = |z: i64| edges.partition_point(|&e| e <= z);
+    let mut observed = vec![0f64; edges.len() + 1];
+    for &z in &v {
+        observed[bin(z)] += 1.0;
+    }
+    let chi2: f64 = observed
+        .iter()
+        .zip(&masses)
+        .map(|(o, m)| {
+            let e = n * m / total;
+            (o - e).powi(2) / e
+        })
+        .sum();
+    let df = (observed.len() - 1) as f64;
+    assert!(
+        chi2 < df + 6.0 * (2.0 * df).sqrt(),
+        "χ² {chi2} with {df} degrees of freedom"
+    );
+}
+
+#[test]
 fn should_release_values_on_the_grid() {
     let inputs: Vec<f32> = (0..300).map(|i| (i as f32 * 0.377).sin() * 3.0).collect();
     let g = grads(&inputs, 4);

@@ -2,7 +2,7 @@
 //! Gaussian for Differential Privacy", Algorithms 1–3), in integer arithmetic on `u64`/`u128`
 //! from a stream of random bits: no floating point touches a probability.
 //!
-//! - `Bernoulli(n/d)`: `U < n/d` for a uniform `U ∈ [0, 1)` drawn lazily, up to 32 bits at a
+//! - `Bernoulli(n/d)`: `U < n/d` for a uniform `U ∈ [0, 1)` drawn lazily, up to 16 bits at a
 //!   time, compared exactly in `u128` (more bits only when the first ones leave it undecided).
 //! - `Bernoulli(exp(-x))`, `x = n/d ≥ 0` (CKS Algorithm 1): `⌊x⌋` draws of `Bernoulli(exp(-1))`,
 //!   then for the fraction `f = x - ⌊x⌋` the alternating series: `K ← 1`, while
@@ -59,22 +59,17 @@ impl<'a, R: Rng + ?Sized> Bits<'a, R> {
         b
     }
 
-    /// `k ≤ 64` uniform bits.
+    /// `k ≤ 32` uniform bits.
+    #[inline]
     fn bits(&mut self, k: u32) -> u64 {
-        if k == 0 {
-            return 0;
-        }
+        debug_assert!((1..=32).contains(&k));
         if k > self.left {
             // The leftover bits are dropped: the next word is fresh.
             self.word = self.rng.next_u64();
             self.left = 64;
         }
-        let v = if k == 64 {
-            self.word
-        } else {
-            self.word & ((1u64 << k) - 1)
-        };
-        self.word = self.word.checked_shr(k).unwrap_or(0);
+        let v = self.word & ((1u64 << k) - 1);
+        self.word >>= k;
         self.left -= k;
         v
     }
@@ -93,26 +88,43 @@ impl<'a, R: Rng + ?Sized> Bits<'a, R> {
     }
 
     /// `Bernoulli(num/den)` for `num ≤ den < 2^127`, `den ≥ 1`: `U < num/den` for a uniform
-    /// `U ∈ [0, 1)` whose bits are drawn `k` at a time (`k ≤ 32`, `2^k·den < 2^128`). With
+    /// `U ∈ [0, 1)` whose bits are drawn `k` at a time (`k ≤ 16`, `2^k·den < 2^128`). With
     /// `U ∈ [u, u + 1)·2^-k` the answer is known unless `num·2^k` lies strictly between `u·den`
     /// and `(u + 1)·den` (one `u` in `2^k`); then `U = (u + V)·2^-k` and the question becomes
     /// `V < (num·2^k - u·den)/den`, with fresh bits for `V`.
     #[inline]
     pub(super) fn bernoulli(&mut self, num: u128, den: u128) -> bool {
-        debug_assert!(den >= 1 && den < 1 << 127 && num <= den);
+        debug_assert!((1..1 << 127).contains(&den) && num <= den);
         if num >= den {
             return true;
         }
-        let k = (127 - (u128::BITS - den.leading_zeros())).clamp(1, 32);
+        let k = (127 - (u128::BITS - den.leading_zeros())).clamp(1, 16);
         let mut num = num;
         loop {
             let below = self.bits(k) as u128 * den;
             let target = num << k;
-            if below + den <= target {
-                return true;
+            let less = below < target;
+            if !less || below + den <= target {
+                return less;
             }
-            if below >= target {
-                return false;
+            num = target - below;
+        }
+    }
+
+    /// [`bernoulli`](Self::bernoulli) for `num ≤ den < 2^64`, in one `64×64 → 128` product.
+    #[inline]
+    fn bernoulli64(&mut self, num: u64, den: u64) -> bool {
+        debug_assert!(den >= 1 && num <= den);
+        if num >= den {
+            return true;
+        }
+        let (mut num, den) = (num as u128, den as u128);
+        loop {
+            let below = self.bits(16) as u128 * den;
+            let target = num << 16;
+            let less = below < target;
+            if !less || below + den <= target {
+                return less;
             }
             num = target - below;
         }
@@ -120,6 +132,9 @@ impl<'a, R: Rng + ?Sized> Bits<'a, R> {
 
     /// `Bernoulli(exp(-num/den))` for `num ≤ den < 2^127` (CKS Algorithm 1, `γ ∈ [0, 1]`).
     fn bernoulli_exp_frac(&mut self, num: u128, den: u128) -> bool {
+        if den <= u64::MAX as u128 {
+            return self.bernoulli_exp_frac64(num as u64, den as u64);
+        }
         let mut k: u128 = 1;
         loop {
             let success = match den.checked_mul(k).filter(|&dk| dk < 1 << 127) {
@@ -133,9 +148,26 @@ impl<'a, R: Rng + ?Sized> Bits<'a, R> {
         }
     }
 
+    /// [`bernoulli_exp_frac`](Self::bernoulli_exp_frac) for `num ≤ den < 2^64`.
+    #[inline]
+    fn bernoulli_exp_frac64(&mut self, num: u64, den: u64) -> bool {
+        let mut k: u64 = 1;
+        loop {
+            let success = match den.checked_mul(k) {
+                Some(dk) => self.bernoulli64(num, dk),
+                None => self.bernoulli64(num, den) && self.bernoulli64(1, k),
+            };
+            if !success {
+                return k % 2 == 1;
+            }
+            k += 1;
+        }
+    }
+
     /// `Bernoulli(exp(-1))`.
+    #[inline]
     fn bernoulli_exp1(&mut self) -> bool {
-        self.bernoulli_exp_frac(1, 1)
+        self.bernoulli_exp_frac64(1, 1)
     }
 
     /// `Bernoulli(exp(-num/den))` for any `num` and `1 ≤ den < 2^127` (CKS Algorithm 1).
@@ -159,7 +191,7 @@ impl<'a, R: Rng + ?Sized> Bits<'a, R> {
     pub(super) fn discrete_laplace(&mut self, t: u64) -> i64 {
         loop {
             let u = self.below(t);
-            if !self.bernoulli_exp_frac(u as u128, t as u128) {
+            if !self.bernoulli_exp_frac64(u, t) {
                 continue;
             }
             let mut v: u64 = 0;

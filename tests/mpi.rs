@@ -1,0 +1,468 @@
+#![cfg(feature = "mpi")]
+//! The MPI engine (`burn_vmap::distributed::mpi::Mpi`) under `mpirun` on loopback.
+//!
+//! `cargo test --features mpi --test mpi` runs every test twice, under `mpirun -np 2` and
+//! `mpirun -np 3 --oversubscribe`: a test that does not run under `mpirun` (no
+//! `OMPI_COMM_WORLD_SIZE`) starts this binary again under it, for itself only, and checks the
+//! job's exit status and what its ranks printed. Under `mpirun`, the test's body runs on every
+//! rank. Jobs run one at a time (timings stay honest on a small machine) and are killed by
+//! `mpirun --timeout` if they hang. Needs OpenMPI's `mpirun` (`.ci/install-mpi`).
+
+use std::io::Write;
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use burn::module::Param;
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::{Device, Tensor, TensorData};
+use burn_vmap::distributed::mpi::Mpi;
+use burn_vmap::distributed::{
+    Collective, CollectiveError, Local, all_reduce_grads, flatten_grads, unflatten_grads,
+};
+use burn_vmap::{ParamGrads, per_example_grads};
+
+/// The sizes every job runs at.
+const SIZES: [usize; 2] = [2, 3];
+/// The timeout of the collectives that should complete.
+const TIMEOUT: Duration = Duration::from_secs(20);
+/// The timeout of the stalled-peer test, and how late a survivor may report it.
+const STALL_TIMEOUT: Duration = Duration::from_millis(1000);
+const STALL_SLACK: Duration = Duration::from_millis(1000);
+/// `MPI_Abort`'s code in the stalled-peer test.
+const ABORT_CODE: i32 = 3;
+
+/// One `mpirun` job at a time.
+static JOBS: Mutex<()> = Mutex::new(());
+
+/// Whether this process is a rank of an `mpirun` job.
+fn under_mpirun() -> bool {
+    std::env::var_os("OMPI_COMM_WORLD_SIZE").is_some()
+}
+
+/// Runs the test `name` of this binary on `np` ranks, returning the job's output.
+fn mpirun(name: &str, np: usize) -> Output {
+    let _one_at_a_time = JOBS.lock().unwrap_or_else(|e| e.into_inner());
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let started = Instant::now();
+    let out = Command::new("mpirun")
+        .args(["-np", &np.to_string(), "--oversubscribe"])
+        // Loopback TCP between the ranks; a hung job is killed after a minute.
+        .args(["--mca", "btl", "self,tcp", "--timeout", "60"])
+        .arg(exe)
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .expect("mpirun: not found; install OpenMPI (.ci/install-mpi)");
+    eprintln!(
+        "== {name} under mpirun -np {np}: {} in {:.2?}\n{}{}",
+        out.status,
+        started.elapsed(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// What follows `tag` on the lines of `out`'s standard output that hold it, `tag` included
+/// (a rank's line may follow the test harness's `test name ... `).
+fn tagged(out: &Output, tag: &str) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.find(tag).map(|at| l[at..].to_owned()))
+        .collect()
+}
+
+/// Runs `body` on every rank when under `mpirun`; otherwise starts the test `name` under
+/// `mpirun` at every size of [`SIZES`], asserts the job succeeded and hands its output to
+/// `check`.
+fn on_ranks(name: &str, body: impl FnOnce(&Mpi), check: impl Fn(usize, &Output)) {
+    if under_mpirun() {
+        let mpi = Mpi::init().expect("MPI initializes once per process");
+        body(&mpi);
+        std::io::stdout().flush().unwrap();
+        return;
+    }
+    for np in SIZES {
+        let out = mpirun(name, np);
+        assert!(out.status.success(), "{name}: mpirun -np {np} failed");
+        check(np, &out);
+    }
+}
+
+/// Prints a line for the parent to read, at once (an abort loses buffered output).
+fn say(line: String) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").unwrap();
+    out.flush().unwrap();
+}
+
+/// Rank `rank`'s contribution: values of mixed signs and magnitudes, whose sum depends on the
+/// order of the additions in its last bits.
+fn contribution(rank: usize, len: usize) -> Vec<f32> {
+    let mut state =
+        0x9E37_79B9_7F4A_7C15u64 ^ (rank as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let unit = (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+            let scale = [1e-3, 1.0, 1e3][(state % 3) as usize];
+            unit * scale
+        })
+        .collect()
+}
+
+/// FNV-1a of the values' bits.
+fn fingerprint(values: &[f32]) -> u64 {
+    values.iter().fold(0xCBF2_9CE4_8422_2325, |h, v| {
+        (h ^ u64::from(v.to_bits())).wrapping_mul(0x0100_0000_01B3)
+    })
+}
+
+/// Every rank printed one `tag` line, and all of them end alike (after `rank=<r>`).
+fn assert_same_on_every_rank(np: usize, out: &Output, tag: &str) {
+    let lines = tagged(out, tag);
+    assert_eq!(lines.len(), np, "one {tag} line per rank: {lines:?}");
+    let tails: Vec<&str> = lines
+        .iter()
+        .map(|l| l.split_once(' ').map_or("", |(_, rest)| rest))
+        .map(|rest| rest.split_once(' ').map_or("", |(_, tail)| tail))
+        .collect();
+    assert!(
+        tails.iter().all(|t| *t == tails[0]),
+        "{tag}: ranks disagree: {lines:?}"
+    );
+}
+
+#[test]
+fn should_sum_bit_identically_on_every_rank() {
+    const LEN: usize = 100_003;
+    on_ranks(
+        "should_sum_bit_identically_on_every_rank",
+        |mpi| {
+            let mut sum = contribution(mpi.rank(), LEN);
+            mpi.all_reduce_sum(&mut sum, TIMEOUT).unwrap();
+            // Against a sum in f64 of every rank's contribution.
+            let ranks: Vec<Vec<f32>> = (0..mpi.size()).map(|r| contribution(r, LEN)).collect();
+            for (i, s) in sum.iter().enumerate() {
+                let exact: f64 = ranks.iter().map(|c| f64::from(c[i])).sum();
+                let bound: f64 = ranks.iter().map(|c| f64::from(c[i].abs())).sum();
+                assert!(
+                    (f64::from(*s) - exact).abs() <= 1e-6 * bound + 1e-12,
+                    "element {i}: {s} != {exact}"
+                );
+            }
+            say(format!(
+                "SUM rank={} fingerprint={:016x}",
+                mpi.rank(),
+                fingerprint(&sum)
+            ));
+        },
+        |np, out| assert_same_on_every_rank(np, out, "SUM"),
+    );
+}
+
+#[test]
+fn should_take_part_with_an_empty_shard() {
+    on_ranks(
+        "should_take_part_with_an_empty_shard",
+        |mpi| {
+            // Rank 1 sampled no example: it contributes zeros, and still calls.
+            let mine = |r: usize| {
+                if r == 1 {
+                    vec![0.0f32; 5]
+                } else {
+                    (0..5).map(|i| (10 * r + i) as f32).collect()
+                }
+            };
+            let mut sum = mine(mpi.rank());
+            mpi.all_reduce_sum(&mut sum, TIMEOUT).unwrap();
+            let expected: Vec<f32> = (0..5)
+                .map(|i| (0..mpi.size()).map(|r| mine(r)[i]).sum())
+                .collect();
+            assert_eq!(sum, expected);
+            // Every rank empty: a collective of no values, still in step afterwards.
+            mpi.all_reduce_sum(&mut [], TIMEOUT).unwrap();
+            let mut ones = vec![1.0f32; 3];
+            mpi.all_reduce_sum(&mut ones, TIMEOUT).unwrap();
+            assert_eq!(ones, vec![mpi.size() as f32; 3]);
+            say(format!("EMPTY rank={} sum={sum:?}", mpi.rank()));
+        },
+        |np, out| assert_same_on_every_rank(np, out, "EMPTY"),
+    );
+}
+
+#[test]
+fn should_wait_for_a_late_peer_within_the_timeout() {
+    on_ranks(
+        "should_wait_for_a_late_peer_within_the_timeout",
+        |mpi| {
+            // Later than the engine's hot polling, well within the timeout.
+            if mpi.rank() == mpi.size() - 1 {
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            let started = Instant::now();
+            let mut ones = vec![1.0f32; 1000];
+            mpi.all_reduce_sum(&mut ones, Duration::from_secs(5)).unwrap();
+            assert_eq!(ones, vec![mpi.size() as f32; 1000]);
+            say(format!(
+                "LATE rank={} waited_ms={}",
+                mpi.rank(),
+                started.elapsed().as_millis() / 100 * 100
+            ));
+        },
+        |np, out| assert_eq!(tagged(out, "LATE").len(), np),
+    );
+}
+
+#[test]
+fn should_refuse_lengths_that_differ_across_ranks() {
+    on_ranks(
+        "should_refuse_lengths_that_differ_across_ranks",
+        |mpi| {
+            let last = mpi.size() - 1;
+            let len = if mpi.rank() == last { 9 } else { 8 };
+            let mut values = vec![1.0f32; len];
+            let err = mpi.all_reduce_sum(&mut values, TIMEOUT).unwrap_err();
+            assert_eq!(
+                err,
+                CollectiveError::Mismatch {
+                    operation: "all_reduce_sum",
+                    expected: 8,
+                    got: 9,
+                    rank: Some(last),
+                }
+            );
+            assert_eq!(values, vec![1.0; len], "nothing reduced");
+            let err = mpi.broadcast(&mut values, 0, TIMEOUT).unwrap_err();
+            assert!(matches!(err, CollectiveError::Mismatch { .. }), "{err}");
+            // Nothing is in flight: the engine goes on.
+            let mut ones = vec![1.0f32; 4];
+            mpi.all_reduce_sum(&mut ones, TIMEOUT).unwrap();
+            assert_eq!(ones, vec![mpi.size() as f32; 4]);
+            say(format!("MISMATCH rank={} error={err}", mpi.rank()));
+        },
+        |np, out| assert_same_on_every_rank(np, out, "MISMATCH"),
+    );
+}
+
+#[test]
+fn should_broadcast_from_any_root() {
+    on_ranks(
+        "should_broadcast_from_any_root",
+        |mpi| {
+            let root = mpi.size() - 1;
+            let mut values = contribution(mpi.rank(), 1000);
+            mpi.broadcast(&mut values, root, TIMEOUT).unwrap();
+            assert_eq!(fingerprint(&values), fingerprint(&contribution(root, 1000)));
+            let mut seed = [mpi.rank() as u8; 32];
+            mpi.broadcast_bytes(&mut seed, root, TIMEOUT).unwrap();
+            assert_eq!(seed, [root as u8; 32]);
+            let err = mpi.broadcast(&mut values, mpi.size(), TIMEOUT).unwrap_err();
+            assert!(matches!(err, CollectiveError::Root { .. }), "{err}");
+            say(format!(
+                "BROADCAST rank={} fingerprint={:016x}",
+                mpi.rank(),
+                fingerprint(&values)
+            ));
+        },
+        |np, out| assert_same_on_every_rank(np, out, "BROADCAST"),
+    );
+}
+
+/// The stalled-peer job's ranks: the last one sleeps past the timeout, the survivors report
+/// their typed error and stop the job.
+fn stalled_peer(mpi: &Mpi) -> ! {
+    let stalled = mpi.size() - 1;
+    if mpi.rank() == stalled {
+        // Never reaches the collective in time; the survivors' abort kills it.
+        std::thread::sleep(STALL_TIMEOUT * 20);
+        say(format!("STALLED rank={} was not stopped", mpi.rank()));
+        std::process::exit(1);
+    }
+    let started = Instant::now();
+    let err = mpi
+        .all_reduce_sum(&mut vec![1.0f32; 1000], STALL_TIMEOUT)
+        .unwrap_err();
+    let returned = started.elapsed();
+    let CollectiveError::Timeout {
+        operation, waited, ..
+    } = err
+    else {
+        panic!("expected a timeout, got {err}");
+    };
+    // The engine refuses to go on with a collective in flight.
+    let refused = mpi.all_reduce_sum(&mut [1.0], TIMEOUT).unwrap_err();
+    assert!(matches!(refused, CollectiveError::Engine(_)), "{refused}");
+    say(format!(
+        "TIMEOUT rank={} operation={operation} waited_ms={} returned_ms={}",
+        mpi.rank(),
+        waited.as_millis(),
+        returned.as_millis()
+    ));
+    // Every survivor reports before the first one stops the job.
+    std::thread::sleep(Duration::from_millis(500));
+    mpi.abort(ABORT_CODE)
+}
+
+#[test]
+fn should_time_out_on_a_stalled_peer() {
+    const NAME: &str = "should_time_out_on_a_stalled_peer";
+    if under_mpirun() {
+        stalled_peer(&Mpi::init().unwrap());
+    }
+    for np in SIZES {
+        let started = Instant::now();
+        let out = mpirun(NAME, np);
+        let elapsed = started.elapsed();
+        assert_eq!(
+            out.status.code(),
+            Some(ABORT_CODE),
+            "mpirun -np {np}: the survivors abort with code {ABORT_CODE}"
+        );
+        let lines = tagged(&out, "TIMEOUT");
+        assert_eq!(lines.len(), np - 1, "every survivor reports: {lines:?}");
+        for line in &lines {
+            assert!(line.contains("operation=all_reduce_sum"), "{line}");
+            let returned: u64 = line
+                .rsplit_once("returned_ms=")
+                .and_then(|(_, ms)| ms.parse().ok())
+                .expect("returned_ms");
+            let returned = Duration::from_millis(returned);
+            assert!(
+                returned >= STALL_TIMEOUT && returned <= STALL_TIMEOUT + STALL_SLACK,
+                "{line}: the timeout came after {returned:?}"
+            );
+        }
+        assert!(
+            tagged(&out, "STALLED").is_empty(),
+            "the stalled rank was killed"
+        );
+        assert!(
+            elapsed < STALL_TIMEOUT * 15,
+            "no hang: the job ended after {elapsed:?}"
+        );
+    }
+}
+
+/// A `Linear` with fixed weights, equal on every rank.
+fn linear(device: &Device) -> Linear {
+    let mut model: Linear = LinearConfig::new(3, 2).init(device);
+    model.weight = Param::from_tensor(Tensor::from_floats(
+        [[0.5, -1.0], [0.25, 2.0], [-0.75, 1.5]],
+        device,
+    ));
+    model.bias = Some(Param::from_tensor(Tensor::from_floats([0.1, -0.2], device)));
+    model
+}
+
+/// Rank `rank`'s clipped-sum stand-in: the summed per-example gradients of its shard (rank 1's
+/// shard is empty: zeros).
+fn shard_grads(model: &Linear, rank: usize, device: &Device) -> ParamGrads {
+    let rows = if rank == 1 { 0 } else { rank + 2 };
+    let xs: Vec<f32> = (0..rows * 3)
+        .map(|i| (i + rank) as f32 * 0.1 - 0.3)
+        .collect();
+    let loss = |m: &Linear, x: Tensor<1>| m.forward(x).powi_scalar(2).sum();
+    if rows == 0 {
+        // The gradient sum of no example: zeros shaped like the parameters.
+        let one = Tensor::<2>::zeros([1, 3], device);
+        let like = per_example_grads(model, one, loss).unwrap().sum_batch();
+        return unflatten_grads(like, &[0.0; 8]).unwrap();
+    }
+    let xs = Tensor::<2>::from_data(TensorData::new(xs, [rows, 3]), device);
+    per_example_grads(model, xs, loss).unwrap().sum_batch()
+}
+
+#[test]
+fn should_all_reduce_param_grads() {
+    on_ranks(
+        "should_all_reduce_param_grads",
+        |mpi| {
+            let device = Device::default();
+            let model = linear(&device);
+            let mine = shard_grads(&model, mpi.rank(), &device);
+            let total = all_reduce_grads(mpi, mine, TIMEOUT).unwrap();
+            // Against the sum of every rank's gradients, computed here.
+            let mut expected = vec![0.0f32; 8];
+            for r in 0..mpi.size() {
+                for (e, g) in expected
+                    .iter_mut()
+                    .zip(flatten_grads(&shard_grads(&model, r, &device)))
+                {
+                    *e += g;
+                }
+            }
+            let got = flatten_grads(&total);
+            for (g, e) in got.iter().zip(&expected) {
+                assert!(
+                    (g - e).abs() <= 1e-5 * e.abs().max(1.0),
+                    "{got:?} != {expected:?}"
+                );
+            }
+            assert_eq!(total.paths().collect::<Vec<_>>(), ["weight", "bias"]);
+            assert_eq!(total.get::<2>("weight").unwrap().dims(), [3, 2]);
+            say(format!(
+                "GRADS rank={} fingerprint={:016x}",
+                mpi.rank(),
+                fingerprint(&got)
+            ));
+        },
+        |np, out| assert_same_on_every_rank(np, out, "GRADS"),
+    );
+}
+
+#[test]
+fn should_round_trip_param_grads_through_a_flat_buffer() {
+    if under_mpirun() {
+        return;
+    }
+    let device = Device::default();
+    let model = linear(&device);
+    let grads = shard_grads(&model, 2, &device);
+    let flat = flatten_grads(&grads);
+    assert_eq!(flat.len(), 3 * 2 + 2);
+    let weight: Vec<f32> = grads
+        .get::<2>("weight")
+        .unwrap()
+        .into_data()
+        .try_into_vec()
+        .unwrap();
+    let bias: Vec<f32> = grads
+        .get::<1>("bias")
+        .unwrap()
+        .into_data()
+        .try_into_vec()
+        .unwrap();
+    assert_eq!(
+        flat,
+        [weight, bias].concat(),
+        "row-major, in the parameters' order"
+    );
+
+    let back = unflatten_grads(grads.clone(), &flat).unwrap();
+    assert_eq!(flatten_grads(&back), flat);
+    let ids = |g: &ParamGrads| {
+        g.iter()
+            .map(|(p, id, _)| (p.to_owned(), id))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(&back), ids(&grads));
+
+    let err = unflatten_grads(grads.clone(), &flat[1..]).unwrap_err();
+    assert_eq!(
+        err,
+        CollectiveError::Mismatch {
+            operation: "unflatten_grads",
+            expected: 8,
+            got: 7,
+            rank: None,
+        }
+    );
+    // One rank: the identity.
+    let total = all_reduce_grads(&Local, grads, TIMEOUT).unwrap();
+    assert_eq!(flatten_grads(&total), flat);
+}
