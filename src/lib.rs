@@ -46,6 +46,7 @@
 //! | [`accumulate`] | how microbatched transforms combine outputs: `Sum`, `Mean`, `RunningMean`, `Concat`, your own `Accumulator` |
 //! | [`tree`] | the [`Tree`] trait and its parts: `Leaf`, `TreeDef`, `Spec`, `DynTree`, visitors |
 //! | [`privacy`] | DP-SGD that holds: `DpMechanism` (sampling, clipping, noise, accounting, its record), `DpSgd`, the accountants |
+//! | `train` (feature `train`) | DP-SGD through burn-train's `Learner`: `DpTraining` (a `DpMechanism` behind it), the ε, clipped and non-finite metrics, resuming from checkpoints |
 //! | [`tensor`], [`level`] | the engine's `VmapTensor` and its batch dims, vmap levels and [`Randomness`] |
 //! | [`strict`] | strict mode: whether an op without a batching rule may loop over the examples |
 //! | [`prelude`] | the root names and every transform function |
@@ -79,6 +80,8 @@ pub mod accumulate;
 pub mod distributed;
 pub mod prelude;
 pub mod privacy;
+#[cfg(feature = "train")]
+pub mod train;
 pub mod transform;
 pub mod tree;
 
