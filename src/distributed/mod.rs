@@ -34,6 +34,7 @@
 //! assert_eq!((engine.rank(), engine.size(), sum), (0, 1, vec![1.0, 2.0]));
 //! ```
 
+mod dp;
 mod flat;
 mod local;
 #[cfg(feature = "mpi")]
@@ -43,6 +44,7 @@ pub mod nccl;
 
 use std::time::Duration;
 
+pub use dp::{Checkpoint, DistributedDp, DistributedError, load_checkpoint};
 pub use flat::{all_reduce_grads, flatten_grads, unflatten_grads};
 pub use local::Local;
 
@@ -97,6 +99,73 @@ pub trait Collective {
         root: usize,
         timeout: Duration,
     ) -> Result<(), CollectiveError>;
+}
+
+/// A borrowed engine: a trainer can hold `&Mpi` and the application keep the engine (for
+/// `Mpi::abort`).
+impl<C: Collective + ?Sized> Collective for &C {
+    fn rank(&self) -> usize {
+        (**self).rank()
+    }
+
+    fn size(&self) -> usize {
+        (**self).size()
+    }
+
+    fn all_reduce_sum(&self, values: &mut [f32], timeout: Duration) -> Result<(), CollectiveError> {
+        (**self).all_reduce_sum(values, timeout)
+    }
+
+    fn broadcast(
+        &self,
+        values: &mut [f32],
+        root: usize,
+        timeout: Duration,
+    ) -> Result<(), CollectiveError> {
+        (**self).broadcast(values, root, timeout)
+    }
+
+    fn broadcast_bytes(
+        &self,
+        bytes: &mut [u8],
+        root: usize,
+        timeout: Duration,
+    ) -> Result<(), CollectiveError> {
+        (**self).broadcast_bytes(bytes, root, timeout)
+    }
+}
+
+/// A boxed engine (`Box<dyn Collective>`, chosen at run time).
+impl<C: Collective + ?Sized> Collective for Box<C> {
+    fn rank(&self) -> usize {
+        (**self).rank()
+    }
+
+    fn size(&self) -> usize {
+        (**self).size()
+    }
+
+    fn all_reduce_sum(&self, values: &mut [f32], timeout: Duration) -> Result<(), CollectiveError> {
+        (**self).all_reduce_sum(values, timeout)
+    }
+
+    fn broadcast(
+        &self,
+        values: &mut [f32],
+        root: usize,
+        timeout: Duration,
+    ) -> Result<(), CollectiveError> {
+        (**self).broadcast(values, root, timeout)
+    }
+
+    fn broadcast_bytes(
+        &self,
+        bytes: &mut [u8],
+        root: usize,
+        timeout: Duration,
+    ) -> Result<(), CollectiveError> {
+        (**self).broadcast_bytes(bytes, root, timeout)
+    }
 }
 
 /// Why a collective failed.
