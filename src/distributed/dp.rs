@@ -1,21 +1,26 @@
 //! [`DistributedDp`]: DP-SGD's mechanism over the processes of a data-parallel job, and its
 //! checkpoints ([`DistributedDp::save_checkpoint`], [`load_checkpoint`]).
 //!
-//! One step, on every rank:
+//! One step, on every rank `r` of `n`, over a gradient of `d` coordinates:
 //!
 //! ```text
-//! sum = clipped_sum(model, my_batch)          # my shard's Poisson batch, no noise (zeros if empty)
-//! all_reduce_sum(sum ++ [failed?])            # the total over every rank, same bits on each
-//! if rank == 0: update = (total + noise) / B  # the noise drawn once, by rank 0
-//! broadcast(update, root = 0)                 # the same noised update on every rank
-//! account one step                            # every rank's ε is the one-process ε
+//! sum = clipped_sum(model, my_batch)        # my shard's Poisson batch, no noise (zeros if empty)
+//! total = all_reduce_sum(sum ++ [failed?])  # the sum over every rank, the same bits on each
+//! slice = r·d/n .. (r+1)·d/n                # my coordinates
+//! mine = zeros(d); mine[slice] = (total[slice] + noise) / B   # my generator, std for all d
+//! update = all_reduce_sum(mine ++ [failed?])  # slices + zeros: exact, the same bits on each
+//! account one step                          # every rank's ε is the one-process ε
 //! ```
 //!
 //! Each rank samples its shard with Poisson sampling at the mechanism's `q`: every example of
 //! the union joins independently with probability `q`, which is Poisson sampling of the union,
-//! the mechanism the accountant assumes. The noise goes on the total, never on a shard's sum: a
-//! floating-point addition of private values after the noise would undo the hardened noise's
-//! protection (the released value would no longer be a function of the noised grid point alone).
+//! the mechanism the accountant assumes. Every coordinate of the total gets its noise exactly
+//! once, drawn by the rank that owns it from that rank's own generator (the hardened noise is
+//! drawn independently per coordinate, its standard deviation calibrated to all `d`): one
+//! mechanism's noise, its cost split across the ranks. The noise goes on the total, never on a
+//! shard's sum: a floating-point addition of private values after the noise would undo the
+//! hardened noise's protection (a released value would no longer be a function of its noised
+//! grid point alone); adding the zeros of the other ranks' slices is exact.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -96,9 +101,10 @@ impl DistributedError {
 
 /// DP-SGD's [`DpMechanism`] across the ranks of a [`Collective`]: every rank holds the same
 /// model and samples its own shard of the data at the same `q`; the clipped sums are summed
-/// over the ranks, the noise is added once (by rank 0) to the total and the noised update is
-/// broadcast, so the parameters stay bit-identical on every rank; every rank accounts every
-/// step, so each one's ε is the ε of one mechanism on the union of the shards.
+/// over the ranks, the noise is added once to the total (each rank noises its own slice of the
+/// coordinates) and the noised update is assembled with the same bits on every rank, so the
+/// parameters stay bit-identical; every rank accounts every step, so each one's ε is the ε of
+/// one mechanism on the union of the shards.
 ///
 /// ```text
 /// for step in 0..steps:                   # on every rank
@@ -288,9 +294,9 @@ impl<C: Collective> DistributedDp<C> {
 
     /// The privatized gradient of one data-parallel step of `model` on this rank's `batch`
     /// (sampled by this rank's [`loader`](Self::loader)): this rank's clipped sum, summed over
-    /// every rank, noised once by rank 0, divided by the configuration's normaliser, the same
-    /// bits on every rank; the step accounted on every rank. The report counts this rank's
-    /// examples. **Collective.**
+    /// every rank, noised once (each rank noises its slice of the coordinates), divided by the
+    /// configuration's normaliser, the same bits on every rank; the step accounted on every
+    /// rank. The report counts this rank's examples. **Collective.**
     ///
     /// # Errors
     /// - [`DistributedError::Privacy`]: this rank's batch, budget or gradients failed (as
@@ -333,30 +339,36 @@ impl<C: Collective> DistributedDp<C> {
         }
         flat.truncate(len);
 
-        // Rank 0 noises the total; its update, and whether it could make one, go to every rank.
-        let mut update = vec![0f32; len + 1];
-        let mut released = Ok(());
-        if rank == 0 {
-            let total = unflatten_grads(sum.clone(), &flat)?;
-            match self.mechanism.release(total) {
-                Ok(g) => update[..len].copy_from_slice(&flatten_grads(&g)),
-                Err(e) => {
-                    update[len] = 1.0;
-                    released = Err(e);
-                }
+        // Every rank noises its own slice of the total (every coordinate once, each rank's
+        // generator its own); the slices, with zeros elsewhere, add up exactly (x + 0 = x) to the
+        // noised update, the same bits on every rank.
+        let (lo, hi) = (len * rank / size, len * (rank + 1) / size);
+        let device = sum
+            .iter()
+            .next()
+            .map_or_else(Device::default, |(_, _, g)| g.device());
+        let mut update = vec![0f32; len + size];
+        let noised = self.mechanism.noise_part(&flat[lo..hi], len, &device);
+        let noised = match noised {
+            Ok(part) => {
+                update[lo..hi].copy_from_slice(&part);
+                Ok(())
             }
-        }
-        self.engine.broadcast(&mut update, 0, self.timeout)?;
-        released?;
-        if update[len] != 0.0 {
+            Err(e) => {
+                update[len + rank] = 1.0;
+                Err(e)
+            }
+        };
+        self.engine.all_reduce_sum(&mut update, self.timeout)?;
+        let failed: Vec<usize> = (0..size).filter(|r| update[len + r] > 0.0).collect();
+        noised?;
+        if !failed.is_empty() {
             return Err(DistributedError::Peers {
                 operation: STEP,
-                ranks: vec![0],
+                ranks: failed,
             });
         }
-        if rank != 0 {
-            self.mechanism.account_released()?;
-        }
+        self.mechanism.account_released()?;
         Ok((unflatten_grads(sum, &update[..len])?, report))
     }
 

@@ -7,10 +7,14 @@
 //! | `mpi::Mpi` | `mpi` | the processes of an MPI job (`mpirun -np N`), across nodes | `mpi.rs` |
 //! | `nccl::Nccl` | `cuda` | CUDA devices of this process, through Burn's NCCL all-reduce | `nccl.rs` |
 //!
-//! A data-parallel DP-SGD step flattens each rank's clipped gradient sum into one host buffer
-//! ([`flatten_grads`]), sums the buffers over the ranks in one collective
-//! ([`Collective::all_reduce_sum`]) and rebuilds the gradients ([`unflatten_grads`]);
-//! [`all_reduce_grads`] does the three:
+//! [`DistributedDp`] is data-parallel DP-SGD over any of them: every rank samples its shard at the
+//! mechanism's `q`, the clipped sums are summed over the ranks, rank 0 adds the noise once and
+//! broadcasts the update, every rank accounts every step; [`DistributedDp::save_checkpoint`] and
+//! [`load_checkpoint`] restart a job that stopped.
+//!
+//! The sum flattens each rank's clipped gradient sum into one host buffer ([`flatten_grads`]),
+//! sums the buffers over the ranks in one collective ([`Collective::all_reduce_sum`]) and rebuilds
+//! the gradients ([`unflatten_grads`]); [`all_reduce_grads`] does the three:
 //!
 //! ```text
 //! flat = concat(reshape(g, [-1]) for g in grads)    # one buffer, the parameters' order

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::Dataset;
-use burn::module::Module;
-use burn::tensor::{Device, Tensor};
+use burn::module::{Module, ParamId};
+use burn::tensor::{Device, Tensor, TensorData};
 use burn_backend::ops::FloatTensorOps;
 use burn_dispatch::Dispatch;
 
@@ -312,7 +312,8 @@ impl DpMechanism {
     /// and the clipped sum of its examples' gradients, without noise (zeros over every trainable
     /// parameter for an empty batch); the report numbers the step that
     /// [`release`](Self::release) or [`account_released`](Self::account_released) will account.
-    /// A data-parallel step sums these over the processes before one of them releases the total.
+    /// A data-parallel step sums these over the processes, then each process noises its slice
+    /// of the total ([`noise_part`](Self::noise_part)).
     ///
     /// # Errors
     /// As [`noisy_gradient`](Self::noisy_gradient); nothing is accounted.
@@ -378,19 +379,26 @@ impl DpMechanism {
         Ok(ParamGrads::zeros(NAME, model)?)
     }
 
-    /// The second half of a step: the noise added to the clipped `sum` (of one process, or of
-    /// every process of a data-parallel job), the step accounted, the division by the
-    /// normaliser.
+    /// The second half of a one-process step: the noise added to the clipped `sum`, the step
+    /// accounted, the division by the normaliser.
     ///
     /// # Errors
     /// [`PrivacyError::Argument`] when the noise cannot be drawn (a grid too coarse or too fine
     /// for the standard deviation); [`PrivacyError::Accounting`].
-    pub(crate) fn release(&mut self, sum: ParamGrads) -> Result<ParamGrads, PrivacyError> {
+    fn release(&mut self, sum: ParamGrads) -> Result<ParamGrads, PrivacyError> {
         let dims = sum.iter().map(|(_, _, g)| g.shape().num_elements()).sum();
+        let noisy = self.noised(sum, dims)?;
+        self.account_released()?;
+        Ok(noisy)
+    }
+
+    /// `sum` with the noise of a clipped sum of `dims` coordinates in all (`sum` may hold a part
+    /// of them: the noise is drawn independently per coordinate, its standard deviation
+    /// calibrated to the whole), divided by the normaliser. Nothing is accounted.
+    fn noised(&mut self, sum: ParamGrads, dims: usize) -> Result<ParamGrads, PrivacyError> {
         let kind = self.config.noise;
         let std = kind.calibrated_std(self.config.noise_multiplier, self.config.clip_norm, dims)?;
         let noisy = add_noise(sum, std, kind, &mut self.noise)?;
-        self.account_released()?;
         let normaliser = self.config.normaliser();
         Ok(noisy.map(|_, g| {
             Leaf(Dispatch::float_div_scalar(
@@ -400,8 +408,40 @@ impl DpMechanism {
         }))
     }
 
-    /// Accounts one step released by another process of a data-parallel job (which drew its
-    /// noise): every process's accountant stays the one-process accountant's.
+    /// A data-parallel step's release of this process's `part` of the clipped sum of every
+    /// process (`dims` coordinates in all): each process noises its own coordinates with its own
+    /// generator, so every coordinate is noised exactly once, as
+    /// [`noisy_gradient`](Self::noisy_gradient) would noise it, and the work is split across the
+    /// processes. The values come back noised and divided by the normaliser; nothing is
+    /// accounted (every process accounts the step once the parts are assembled:
+    /// [`account_released`](Self::account_released)).
+    ///
+    /// # Errors
+    /// As [`noisy_gradient`](Self::noisy_gradient)'s noise.
+    pub(crate) fn noise_part(
+        &mut self,
+        part: &[f32],
+        dims: usize,
+        device: &Device,
+    ) -> Result<Vec<f32>, PrivacyError> {
+        if part.is_empty() {
+            return Ok(Vec::new());
+        }
+        let values = TensorData::new(part.to_vec(), [part.len()]);
+        let leaf = Leaf::new(Tensor::<1>::from_data(values, device));
+        let part = ParamGrads::new(vec![("part".into(), ParamId::new(), leaf)]);
+        let noised = self.noised(part, dims)?;
+        let (_, _, leaf) = noised.iter().next().expect("one part");
+        Ok(leaf
+            .to_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .expect("f32 values after convert"))
+    }
+
+    /// Accounts one step whose parts every process of a data-parallel job noised
+    /// ([`noise_part`](Self::noise_part)): every process's accountant stays the one-process
+    /// accountant's.
     ///
     /// # Errors
     /// [`PrivacyError::Accounting`].

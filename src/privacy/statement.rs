@@ -22,7 +22,7 @@ pub struct DpStatement {
     pub noise: String,
     /// The number of processes of a data-parallel run (`None`: one process). Their shards,
     /// each sampled at `q`, are one Poisson sample of the union; their clipped sums are summed
-    /// and the noise is added once, by one process, to the total. The peers are trusted: each
+    /// and the noise is added once to the total (each process noises its own coordinates). The peers are trusted: each
     /// sees the step's clipped sum without noise, and the guarantee is for the released
     /// parameters.
     pub processes: Option<usize>,
@@ -87,8 +87,9 @@ impl fmt::Display for DpStatement {
                 f,
                 "  data-parallel over {n} process{}: each samples its shard with q (together: \
                  Poisson sampling of the union); their clipped sums are summed across the \
-                 processes, and the noise is added once, by process 0, to the total; the noised \
-                 update is the same on every process. Trust model: the peers are trusted (each \
+                 processes, and the noise is added once to the total (each process draws it for \
+                 its own slice of the coordinates); the noised update is the same on every \
+                 process. Trust model: the peers are trusted (each \
                  sees a step's clipped sum without noise); the guarantee is for the released \
                  parameters",
                 if n == 1 { "" } else { "es" }
