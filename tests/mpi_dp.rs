@@ -100,11 +100,11 @@ fn sgd() -> ModuleOptimizer {
 
 /// A data-parallel run's parts on this rank: the mechanism of `config` over `mpi`, and the
 /// loader of the rank's `shard`.
-fn distributed<'a, O>(
-    mpi: &'a Mpi,
+fn distributed<O>(
+    mpi: &Mpi,
     mechanism: DpMechanism,
     shard: Vec<Example>,
-) -> (DistributedDp<&'a Mpi>, DpLoader<Example, O>)
+) -> (DistributedDp<&Mpi>, DpLoader<Example, O>)
 where
     Rows: Batcher<Example, O>,
 {

@@ -10,6 +10,7 @@ use burn_dispatch::Dispatch;
 
 use super::clipped;
 use super::{DpMechanism, PrivacyError, Sampled, StepReport};
+use crate::ParamGrads;
 use crate::tree::{Leaf, Tree};
 
 /// DP-SGD around any Burn optimizer (a [`ModuleOptimizer`]: what `SgdConfig::init`,
@@ -89,7 +90,7 @@ pub(crate) fn apply<M: Module>(
     optimizer: &mut ModuleOptimizer,
     lr: impl Into<ModuleLearningRate>,
     model: M,
-    grads: crate::ParamGrads,
+    grads: ParamGrads,
 ) -> M {
     let model = if clipped::is_autodiff(&model) {
         model
