@@ -2,15 +2,10 @@
 //! The MPI engine (`burn_vmap::distributed::mpi::Mpi`) under `mpirun` on loopback.
 //!
 //! `cargo test --features mpi --test mpi` runs every test twice, under `mpirun -np 2` and
-//! `mpirun -np 3 --oversubscribe`: a test that does not run under `mpirun` (no
-//! `OMPI_COMM_WORLD_SIZE`) starts this binary again under it, for itself only, and checks the
-//! job's exit status and what its ranks printed. Under `mpirun`, the test's body runs on every
-//! rank. Jobs run one at a time (timings stay honest on a small machine) and are killed by
-//! `mpirun --timeout` if they hang. Needs OpenMPI's `mpirun` (`.ci/install-mpi`).
+//! `mpirun -np 3 --oversubscribe` (the harness in `tests/mpirun/`).
 
-use std::io::Write;
-use std::process::{Command, Output};
-use std::sync::Mutex;
+mod mpirun;
+
 use std::time::{Duration, Instant};
 
 use burn::module::Param;
@@ -22,8 +17,10 @@ use burn_vmap::distributed::{
 };
 use burn_vmap::{ParamGrads, per_example_grads};
 
-/// The sizes every job runs at.
-const SIZES: [usize; 2] = [2, 3];
+use mpirun::{
+    SIZES, assert_same_on_every_rank, fingerprint, mpirun, on_ranks, say, tagged, under_mpirun,
+};
+
 /// The timeout of the collectives that should complete.
 const TIMEOUT: Duration = Duration::from_secs(20);
 /// The timeout of the stalled-peer test, and how late a survivor may report it.
@@ -31,72 +28,6 @@ const STALL_TIMEOUT: Duration = Duration::from_millis(1000);
 const STALL_SLACK: Duration = Duration::from_millis(1000);
 /// `MPI_Abort`'s code in the stalled-peer test.
 const ABORT_CODE: i32 = 3;
-
-/// One `mpirun` job at a time.
-static JOBS: Mutex<()> = Mutex::new(());
-
-/// Whether this process is a rank of an `mpirun` job.
-fn under_mpirun() -> bool {
-    std::env::var_os("OMPI_COMM_WORLD_SIZE").is_some()
-}
-
-/// Runs the test `name` of this binary on `np` ranks, returning the job's output.
-fn mpirun(name: &str, np: usize) -> Output {
-    let _one_at_a_time = JOBS.lock().unwrap_or_else(|e| e.into_inner());
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let started = Instant::now();
-    let out = Command::new("mpirun")
-        .args(["-np", &np.to_string(), "--oversubscribe"])
-        // Loopback TCP between the ranks; a hung job is killed after a minute.
-        .args(["--mca", "btl", "self,tcp", "--timeout", "60"])
-        .arg(exe)
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .output()
-        .expect("mpirun: not found; install OpenMPI (.ci/install-mpi)");
-    eprintln!(
-        "== {name} under mpirun -np {np}: {} in {:.2?}\n{}{}",
-        out.status,
-        started.elapsed(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// What follows `tag` on the lines of `out`'s standard output that hold it, `tag` included
-/// (a rank's line may follow the test harness's `test name ... `).
-fn tagged(out: &Output, tag: &str) -> Vec<String> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.find(tag).map(|at| l[at..].to_owned()))
-        .collect()
-}
-
-/// Runs `body` on every rank when under `mpirun`; otherwise starts the test `name` under
-/// `mpirun` at every size of [`SIZES`], asserts the job succeeded and hands its output to
-/// `check`.
-fn on_ranks(name: &str, body: impl FnOnce(&Mpi), check: impl Fn(usize, &Output)) {
-    if under_mpirun() {
-        let mpi = Mpi::init().expect("MPI initializes once per process");
-        body(&mpi);
-        std::io::stdout().flush().unwrap();
-        return;
-    }
-    for np in SIZES {
-        let out = mpirun(name, np);
-        assert!(out.status.success(), "{name}: mpirun -np {np} failed");
-        check(np, &out);
-    }
-}
-
-/// Prints a line for the parent to read, at once (an abort loses buffered output).
-fn say(line: String) {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}").unwrap();
-    out.flush().unwrap();
-}
 
 /// Rank `rank`'s contribution: values of mixed signs and magnitudes, whose sum depends on the
 /// order of the additions in its last bits.
@@ -113,28 +44,6 @@ fn contribution(rank: usize, len: usize) -> Vec<f32> {
             unit * scale
         })
         .collect()
-}
-
-/// FNV-1a of the values' bits.
-fn fingerprint(values: &[f32]) -> u64 {
-    values.iter().fold(0xCBF2_9CE4_8422_2325, |h, v| {
-        (h ^ u64::from(v.to_bits())).wrapping_mul(0x0100_0000_01B3)
-    })
-}
-
-/// Every rank printed one `tag` line, and all of them end alike (after `rank=<r>`).
-fn assert_same_on_every_rank(np: usize, out: &Output, tag: &str) {
-    let lines = tagged(out, tag);
-    assert_eq!(lines.len(), np, "one {tag} line per rank: {lines:?}");
-    let tails: Vec<&str> = lines
-        .iter()
-        .map(|l| l.split_once(' ').map_or("", |(_, rest)| rest))
-        .map(|rest| rest.split_once(' ').map_or("", |(_, tail)| tail))
-        .collect();
-    assert!(
-        tails.iter().all(|t| *t == tails[0]),
-        "{tag}: ranks disagree: {lines:?}"
-    );
 }
 
 #[test]

@@ -7,10 +7,14 @@
 //! | `mpi::Mpi` | `mpi` | the processes of an MPI job (`mpirun -np N`), across nodes | `mpi.rs` |
 //! | `nccl::Nccl` | `cuda` | CUDA devices of this process, through Burn's NCCL all-reduce | `nccl.rs` |
 //!
-//! A data-parallel DP-SGD step flattens each rank's clipped gradient sum into one host buffer
-//! ([`flatten_grads`]), sums the buffers over the ranks in one collective
-//! ([`Collective::all_reduce_sum`]) and rebuilds the gradients ([`unflatten_grads`]);
-//! [`all_reduce_grads`] does the three:
+//! [`DistributedDp`] is data-parallel DP-SGD over any of them: every rank samples its shard at the
+//! mechanism's `q`, the clipped sums are summed over the ranks, rank 0 adds the noise once and
+//! broadcasts the update, every rank accounts every step; [`DistributedDp::save_checkpoint`] and
+//! [`load_checkpoint`] restart a job that stopped.
+//!
+//! The sum flattens each rank's clipped gradient sum into one host buffer ([`flatten_grads`]),
+//! sums the buffers over the ranks in one collective ([`Collective::all_reduce_sum`]) and rebuilds
+//! the gradients ([`unflatten_grads`]); [`all_reduce_grads`] does the three:
 //!
 //! ```text
 //! flat = concat(reshape(g, [-1]) for g in grads)    # one buffer, the parameters' order
@@ -34,6 +38,7 @@
 //! assert_eq!((engine.rank(), engine.size(), sum), (0, 1, vec![1.0, 2.0]));
 //! ```
 
+mod dp;
 mod flat;
 mod local;
 #[cfg(feature = "mpi")]
@@ -43,6 +48,7 @@ pub mod nccl;
 
 use std::time::Duration;
 
+pub use dp::{Checkpoint, DistributedDp, DistributedError, load_checkpoint};
 pub use flat::{all_reduce_grads, flatten_grads, unflatten_grads};
 pub use local::Local;
 
@@ -97,6 +103,73 @@ pub trait Collective {
         root: usize,
         timeout: Duration,
     ) -> Result<(), CollectiveError>;
+}
+
+/// A borrowed engine: a trainer can hold `&Mpi` and the application keep the engine (for
+/// `Mpi::abort`).
+impl<C: Collective + ?Sized> Collective for &C {
+    fn rank(&self) -> usize {
+        (**self).rank()
+    }
+
+    fn size(&self) -> usize {
+        (**self).size()
+    }
+
+    fn all_reduce_sum(&self, values: &mut [f32], timeout: Duration) -> Result<(), CollectiveError> {
+        (**self).all_reduce_sum(values, timeout)
+    }
+
+    fn broadcast(
+        &self,
+        values: &mut [f32],
+        root: usize,
+        timeout: Duration,
+    ) -> Result<(), CollectiveError> {
+        (**self).broadcast(values, root, timeout)
+    }
+
+    fn broadcast_bytes(
+        &self,
+        bytes: &mut [u8],
+        root: usize,
+        timeout: Duration,
+    ) -> Result<(), CollectiveError> {
+        (**self).broadcast_bytes(bytes, root, timeout)
+    }
+}
+
+/// A boxed engine (`Box<dyn Collective>`, chosen at run time).
+impl<C: Collective + ?Sized> Collective for Box<C> {
+    fn rank(&self) -> usize {
+        (**self).rank()
+    }
+
+    fn size(&self) -> usize {
+        (**self).size()
+    }
+
+    fn all_reduce_sum(&self, values: &mut [f32], timeout: Duration) -> Result<(), CollectiveError> {
+        (**self).all_reduce_sum(values, timeout)
+    }
+
+    fn broadcast(
+        &self,
+        values: &mut [f32],
+        root: usize,
+        timeout: Duration,
+    ) -> Result<(), CollectiveError> {
+        (**self).broadcast(values, root, timeout)
+    }
+
+    fn broadcast_bytes(
+        &self,
+        bytes: &mut [u8],
+        root: usize,
+        timeout: Duration,
+    ) -> Result<(), CollectiveError> {
+        (**self).broadcast_bytes(bytes, root, timeout)
+    }
 }
 
 /// Why a collective failed.

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::Dataset;
-use burn::module::Module;
-use burn::tensor::{Device, Tensor};
+use burn::module::{Module, ParamId};
+use burn::tensor::{Device, Tensor, TensorData};
 use burn_backend::ops::FloatTensorOps;
 use burn_dispatch::Dispatch;
 
@@ -248,16 +248,33 @@ impl DpMechanism {
         batcher: Arc<dyn Batcher<I, O>>,
         device: Device,
     ) -> Result<DpLoader<I, O>, PrivacyError> {
+        let len = dataset.len();
+        self.shard_loader(dataset, batcher, device, len)
+    }
+
+    /// As [`loader`](Self::loader) over one shard of a dataset of `total` examples (the union of
+    /// the shards of a data-parallel job): the replace-one relation's public size is checked
+    /// against `total`.
+    ///
+    /// # Errors
+    /// As [`loader`](Self::loader).
+    pub(crate) fn shard_loader<I, O>(
+        &self,
+        shard: Arc<dyn Dataset<I>>,
+        batcher: Arc<dyn Batcher<I, O>>,
+        device: Device,
+        total: usize,
+    ) -> Result<DpLoader<I, O>, PrivacyError> {
         if let Neighbouring::ReplaceOne { dataset_size } = self.config.neighbouring
-            && dataset.len() != dataset_size
+            && total != dataset_size
         {
             return Err(PrivacyError::Argument {
                 argument: "dataset",
                 expected: "the public dataset_size of the replace-one relation",
-                got: format!("{} examples (stated: {dataset_size})", dataset.len()),
+                got: format!("{total} examples (stated: {dataset_size})"),
             });
         }
-        DpLoader::new(dataset, batcher, device, self.issuer.clone())
+        DpLoader::new(shard, batcher, device, self.issuer.clone())
     }
 
     /// The privatized gradient of one step of `model` on a `batch` this mechanism's loader
@@ -277,6 +294,30 @@ impl DpMechanism {
     ///
     /// A failed step releases nothing and is not accounted; its batch is consumed.
     pub fn noisy_gradient<M, A, F>(
+        &mut self,
+        model: &M,
+        loss_fn: F,
+        batch: Sampled<A>,
+    ) -> Result<(ParamGrads, StepReport), PrivacyError>
+    where
+        M: Module + 'static,
+        A: Tree + 'static,
+        F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
+    {
+        let (sum, report) = self.clipped_sum(model, loss_fn, batch)?;
+        Ok((self.release(sum)?, report))
+    }
+
+    /// The first half of a step: the batch's ticket and the budget checked, the batch consumed,
+    /// and the clipped sum of its examples' gradients, without noise (zeros over every trainable
+    /// parameter for an empty batch); the report numbers the step that
+    /// [`release`](Self::release) or [`account_released`](Self::account_released) will account.
+    /// A data-parallel step sums these over the processes, then each process noises its slice
+    /// of the total ([`noise_part`](Self::noise_part)).
+    ///
+    /// # Errors
+    /// As [`noisy_gradient`](Self::noisy_gradient); nothing is accounted.
+    pub(crate) fn clipped_sum<M, A, F>(
         &mut self,
         model: &M,
         loss_fn: F,
@@ -315,31 +356,49 @@ impl DpMechanism {
             microbatch_size: self.config.microbatch_size,
         };
         let (sum, non_finite, clipped) = match batch {
-            None => (ParamGrads::zeros(NAME, model)?, 0, 0),
+            None => (self.zeros(model)?, 0, 0),
             Some(batch) => {
                 let s = self.sums.sum(clipping, model, loss_fn, batch)?;
                 (s.sum, s.non_finite, s.clipped)
             }
         };
-        let gradient = self.privatize(sum)?;
-        Ok((
-            gradient,
-            StepReport {
-                step: self.accountant.steps(),
-                sampled: size,
-                non_finite,
-                clipped,
-            },
-        ))
+        let report = StepReport {
+            step: self.accountant.steps() + 1,
+            sampled: size,
+            non_finite,
+            clipped,
+        };
+        Ok((sum, report))
     }
 
-    /// Noise on the clipped sum, the step accounted, the division by the normaliser.
-    fn privatize(&mut self, sum: ParamGrads) -> Result<ParamGrads, PrivacyError> {
+    /// The clipped sum of no example: zeros over every trainable parameter of `model`.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Vmap`] for a module that mixes examples (BatchNorm in training mode).
+    pub(crate) fn zeros<M: Module>(&self, model: &M) -> Result<ParamGrads, PrivacyError> {
+        Ok(ParamGrads::zeros(NAME, model)?)
+    }
+
+    /// The second half of a one-process step: the noise added to the clipped `sum`, the step
+    /// accounted, the division by the normaliser.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Argument`] when the noise cannot be drawn (a grid too coarse or too fine
+    /// for the standard deviation); [`PrivacyError::Accounting`].
+    fn release(&mut self, sum: ParamGrads) -> Result<ParamGrads, PrivacyError> {
         let dims = sum.iter().map(|(_, _, g)| g.shape().num_elements()).sum();
+        let noisy = self.noised(sum, dims)?;
+        self.account_released()?;
+        Ok(noisy)
+    }
+
+    /// `sum` with the noise of a clipped sum of `dims` coordinates in all (`sum` may hold a part
+    /// of them: the noise is drawn independently per coordinate, its standard deviation
+    /// calibrated to the whole), divided by the normaliser. Nothing is accounted.
+    fn noised(&mut self, sum: ParamGrads, dims: usize) -> Result<ParamGrads, PrivacyError> {
         let kind = self.config.noise;
         let std = kind.calibrated_std(self.config.noise_multiplier, self.config.clip_norm, dims)?;
         let noisy = add_noise(sum, std, kind, &mut self.noise)?;
-        self.accountant.compose(1)?;
         let normaliser = self.config.normaliser();
         Ok(noisy.map(|_, g| {
             Leaf(Dispatch::float_div_scalar(
@@ -347,6 +406,53 @@ impl DpMechanism {
                 normaliser.into(),
             ))
         }))
+    }
+
+    /// A data-parallel step's release of this process's `part` of the clipped sum of every
+    /// process (`dims` coordinates in all): each process noises its own coordinates with its own
+    /// generator, so every coordinate is noised exactly once, as
+    /// [`noisy_gradient`](Self::noisy_gradient) would noise it, and the work is split across the
+    /// processes. The values come back noised and divided by the normaliser; nothing is
+    /// accounted (every process accounts the step once the parts are assembled:
+    /// [`account_released`](Self::account_released)).
+    ///
+    /// # Errors
+    /// As [`noisy_gradient`](Self::noisy_gradient)'s noise.
+    pub(crate) fn noise_part(
+        &mut self,
+        part: &[f32],
+        dims: usize,
+        device: &Device,
+    ) -> Result<Vec<f32>, PrivacyError> {
+        if part.is_empty() {
+            return Ok(Vec::new());
+        }
+        let values = TensorData::new(part.to_vec(), [part.len()]);
+        let leaf = Leaf::new(Tensor::<1>::from_data(values, device));
+        let part = ParamGrads::new(vec![("part".into(), ParamId::new(), leaf)]);
+        let noised = self.noised(part, dims)?;
+        let (_, _, leaf) = noised.iter().next().expect("one part");
+        Ok(leaf
+            .to_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .expect("f32 values after convert"))
+    }
+
+    /// Accounts one step whose parts every process of a data-parallel job noised
+    /// ([`noise_part`](Self::noise_part)): every process's accountant stays the one-process
+    /// accountant's.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Accounting`].
+    pub(crate) fn account_released(&mut self) -> Result<(), PrivacyError> {
+        self.accountant.compose(1)?;
+        Ok(())
+    }
+
+    /// Marks the run as seeded (a peer of a data-parallel job used a seeded generator).
+    pub(crate) fn mark_seeded(&mut self) {
+        self.seeded = true;
     }
 
     /// ε so far at the configured δ, by privacy loss distributions (the tightest; the first
@@ -400,6 +506,7 @@ impl DpMechanism {
                     "plain f32 Gaussian (open to floating-point attacks, Mironov 2012)".into()
                 }
             },
+            processes: None,
         })
     }
 

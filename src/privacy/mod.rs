@@ -86,6 +86,7 @@ pub use clipped::clip_and_flag;
 pub use config::{DpConfig, Neighbouring};
 pub use mechanism::{DpMechanism, StepReport};
 pub use noise::{NoiseKind, add_gaussian_noise, add_noise, sensitivity_inflation};
+pub(crate) use optimizer::apply;
 pub use optimizer::{DpSgd, clip_per_layer};
 pub use record::DpRecord;
 pub use rng::PrivacyRng;

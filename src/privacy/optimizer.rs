@@ -10,6 +10,7 @@ use burn_dispatch::Dispatch;
 
 use super::clipped;
 use super::{DpMechanism, PrivacyError, Sampled, StepReport};
+use crate::ParamGrads;
 use crate::tree::{Leaf, Tree};
 
 /// DP-SGD around any Burn optimizer (a [`ModuleOptimizer`]: what `SgdConfig::init`,
@@ -79,17 +80,24 @@ impl DpSgd {
         F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
     {
         let (grads, report) = self.mechanism.noisy_gradient(&model, loss_fn, batch)?;
-        // Burn's optimizers step a model in training mode (autodiff parameters).
-        let model = if clipped::is_autodiff(&model) {
-            model
-        } else {
-            model.train()
-        };
-        Ok((
-            self.inner.step(lr, model, grads.into_gradients_params()),
-            report,
-        ))
+        Ok((apply(&mut self.inner, lr, model, grads), report))
     }
+}
+
+/// `optimizer` stepped on `model` with the privatized `grads`, the model put in training mode
+/// first (Burn's optimizers step autodiff parameters).
+pub(crate) fn apply<M: Module>(
+    optimizer: &mut ModuleOptimizer,
+    lr: impl Into<ModuleLearningRate>,
+    model: M,
+    grads: ParamGrads,
+) -> M {
+    let model = if clipped::is_autodiff(&model) {
+        model
+    } else {
+        model.train()
+    };
+    optimizer.step(lr, model, grads.into_gradients_params())
 }
 
 /// Per-layer clipping: every float leaf of one example's gradient tree (every parameter tensor

@@ -20,6 +20,12 @@ pub struct DpStatement {
     pub seeded: bool,
     /// The noise construction, in words.
     pub noise: String,
+    /// The number of processes of a data-parallel run (`None`: one process). Their shards,
+    /// each sampled at `q`, are one Poisson sample of the union; their clipped sums are summed
+    /// and the noise is added once to the total (each process noises its own coordinates). The peers are trusted: each
+    /// sees the step's clipped sum without noise, and the guarantee is for the released
+    /// parameters.
+    pub processes: Option<usize>,
 }
 
 impl DpStatement {
@@ -76,6 +82,19 @@ impl fmt::Display for DpStatement {
             sig(c.noise_multiplier),
             sig(c.normaliser()),
         )?;
+        if let Some(n) = self.processes {
+            writeln!(
+                f,
+                "  data-parallel over {n} process{}: each samples its shard with q (together: \
+                 Poisson sampling of the union); their clipped sums are summed across the \
+                 processes, and the noise is added once to the total (each process draws it for \
+                 its own slice of the coordinates); the noised update is the same on every \
+                 process. Trust model: the peers are trusted (each \
+                 sees a step's clipped sum without noise); the guarantee is for the released \
+                 parameters",
+                if n == 1 { "" } else { "es" }
+            )?;
+        }
         writeln!(f, "  neighbouring datasets: {}", c.neighbouring.describe())?;
         let n = c.public_size();
         writeln!(

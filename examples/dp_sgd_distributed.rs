@@ -1,0 +1,206 @@
+//! Data-parallel DP-SGD across the processes of an MPI job (`burn_vmap::distributed`): every
+//! process holds the same MLP and a shard of the UCI digits; each samples its shard by Poisson
+//! sampling at the same `q` (together: Poisson sampling of the whole training set), their
+//! clipped gradient sums are summed, the noise is added once (by rank 0) and the same update is
+//! applied everywhere. Rank 0 prints the test accuracy, ε and the privacy statement.
+//!
+//! ```text
+//! mpirun -np 2 --oversubscribe cargo run --release --features mpi --example dp_sgd_distributed
+//! mpirun -np 2 --oversubscribe target/release/examples/dp_sgd_distributed --checkpoint /tmp/ck
+//! ```
+//!
+//! (As root, with `OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`.)
+//!
+//! Options: `--epochs N`, `--expected-batch B` (q·N over the whole training set), `--lr LR`,
+//! `--clip C`, `--sigma S`, `--seed S` (the data split and rank 0's initial weights), `--timeout
+//! SECONDS` (of every collective), `--checkpoint DIR` with `--every K`: rank 0 saves the model,
+//! the optimizer and the mechanism every K steps, and a run started with the same DIR resumes
+//! from the last checkpoint (parameters and ε continue; the noise is fresh). When a process dies
+//! `mpirun` stops the job; when one stalls, the others' step times out and they stop it.
+
+#[path = "common/mod.rs"]
+pub mod common;
+
+use std::error::Error;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::DatasetError;
+use burn::module::Module;
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{ModuleOptimizer, SgdConfig};
+use burn::tensor::{Device, Tensor};
+use burn_vmap::distributed::mpi::Mpi;
+use burn_vmap::distributed::{Collective, DistributedDp, load_checkpoint};
+use burn_vmap::privacy::{DpConfig, DpMechanism, Neighbouring};
+
+use common::{Batch, Dataset, Mlp, SplitMix64};
+
+/// This rank's shard: the indices of its examples in the training set.
+struct Shard(Vec<usize>);
+
+impl burn::data::dataset::Dataset<usize> for Shard {
+    fn get(&self, index: usize) -> Result<usize, DatasetError> {
+        assert!(
+            index < self.0.len(),
+            "index {index} out of {}",
+            self.0.len()
+        );
+        Ok(self.0[index])
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The batcher: the rows of the given indices.
+struct Rows(Arc<Dataset>);
+
+impl Batcher<usize, Batch> for Rows {
+    fn batch(&self, items: Vec<usize>, device: &Device) -> Batch {
+        self.0.batch(&items, device)
+    }
+}
+
+/// The loss of one example, seen as a batch of one.
+fn loss(model: &Mlp, (x, y): Batch) -> Tensor<1> {
+    model.loss(x, y)
+}
+
+fn sgd() -> ModuleOptimizer {
+    SgdConfig::new()
+        .with_momentum(Some(MomentumConfig::new().with_momentum(0.9)))
+        .init()
+}
+
+fn main() {
+    let mpi = match Mpi::init() {
+        Ok(mpi) => mpi,
+        Err(e) => {
+            eprintln!("dp_sgd_distributed: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = run(&mpi) {
+        eprintln!("dp_sgd_distributed: rank {}: {e}", mpi.rank());
+        // A collective may be in flight (a stalled peer): stop every process of the job.
+        mpi.abort(1);
+    }
+}
+
+fn run(mpi: &Mpi) -> Result<(), Box<dyn Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let seed: u64 = common::flag(&args, "--seed")?.unwrap_or(7);
+    let epochs: usize = common::flag(&args, "--epochs")?.unwrap_or(30);
+    let expected_batch: usize = common::flag(&args, "--expected-batch")?.unwrap_or(64);
+    let lr: f64 = common::flag(&args, "--lr")?.unwrap_or(0.1);
+    let clip: f64 = common::flag(&args, "--clip")?.unwrap_or(1.0);
+    let sigma: f64 = common::flag(&args, "--sigma")?.unwrap_or(1.0);
+    let timeout = Duration::from_secs(common::flag(&args, "--timeout")?.unwrap_or(60));
+    let checkpoint: Option<PathBuf> = common::flag(&args, "--checkpoint")?;
+    let every: u64 = common::flag(&args, "--every")?.unwrap_or(50);
+    let (rank, size) = (mpi.rank(), mpi.size());
+    let lead = rank == 0;
+
+    // The same split on every rank; rank r trains on every size-th training example from r.
+    let digits = common::load_digits()?;
+    let (train, test) = digits.split(360, &mut SplitMix64(seed));
+    let n = train.len();
+    let shard: Vec<usize> = (rank..n).step_by(size).collect();
+    let q = expected_batch as f64 / n as f64;
+    let steps = (epochs as f64 * (1.0 / q).ceil()) as u64;
+    let delta = 1.0 / (10.0 * n as f64);
+    let config = DpConfig::new(
+        clip,
+        sigma,
+        q,
+        Neighbouring::AddRemove {
+            expected_batch_size: expected_batch as f64,
+        },
+    )
+    .with_delta(delta);
+    if lead {
+        println!(
+            "UCI digits: {n} training images in {size} shards, {} test images; MLP {}-64-10",
+            test.len(),
+            train.dim
+        );
+        println!(
+            "{steps} steps of DP-SGD (SGD, momentum 0.9, lr {lr}); Poisson sampling at q = {q:.4} \
+             on every shard (expected batch {expected_batch} in all), C = {clip}, σ = {sigma}"
+        );
+    }
+
+    let device = Device::default();
+    device.seed(seed);
+    let model = Mlp::new(&[train.dim, 64, 10], &device);
+    let (model, mut optimizer, mechanism) = match &checkpoint {
+        None => (model, sgd(), DpMechanism::new(config)?),
+        Some(dir) => {
+            let ck = load_checkpoint(mpi, dir, model, sgd(), timeout)?;
+            let mechanism = match ck.record {
+                Some(record) => {
+                    if lead {
+                        println!(
+                            "resumed from {} after {} steps",
+                            dir.display(),
+                            record.steps
+                        );
+                    }
+                    DpMechanism::from_record(record)?
+                }
+                None => DpMechanism::new(config)?,
+            };
+            (ck.model, ck.optimizer, mechanism)
+        }
+    };
+    let mut dp = DistributedDp::new(mechanism, mpi, timeout)?;
+    let mut loader = dp.loader(
+        Arc::new(Shard(shard)),
+        Arc::new(Rows(Arc::new(train))),
+        device.clone(),
+    )?;
+    // Every rank starts from rank 0's parameters.
+    let mut model = dp.sync_module(model)?.train();
+
+    let bar = common::progress(steps as usize, "DP-SGD");
+    if !lead {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar.set_position(dp.mechanism().steps());
+    let start = Instant::now();
+    while dp.mechanism().steps() < steps {
+        let batch = loader.next_batch()?; // Poisson on this shard: a random size, maybe empty
+        (model, _) = dp.step(&mut optimizer, lr, model, loss, batch)?;
+        if let Some(dir) = &checkpoint
+            && dp.mechanism().steps() % every == 0
+        {
+            dp.save_checkpoint(dir, &model, &optimizer)?;
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    if let Some(dir) = &checkpoint {
+        // The released model is the saved one: a later run resumes from it, ε included.
+        dp.save_checkpoint(dir, &model, &optimizer)?;
+    }
+
+    if lead {
+        let (xt, yt) = test.all(&device);
+        println!(
+            "\ntest accuracy {:.1}% after {:.1}s on {size} process{}",
+            100.0 * model.valid().accuracy(xt, yt),
+            start.elapsed().as_secs_f64(),
+            if size == 1 { "" } else { "es" }
+        );
+        println!(
+            "privacy: ε = {:.3} (PLD) at δ = {delta:.1e}\n",
+            dp.epsilon()?
+        );
+        println!("{}", dp.statement()?);
+    }
+    Ok(())
+}

@@ -1,0 +1,712 @@
+//! [`DistributedDp`]: DP-SGD's mechanism over the processes of a data-parallel job, and its
+//! checkpoints ([`DistributedDp::save_checkpoint`], [`load_checkpoint`]).
+//!
+//! One step, on every rank `r` of `n`, over a gradient of `d` coordinates:
+//!
+//! ```text
+//! sum = clipped_sum(model, my_batch)        # my shard's Poisson batch, no noise (zeros if empty)
+//! total = all_reduce_sum(sum ++ [failed?])  # the sum over every rank, the same bits on each
+//! slice = r·d/n .. (r+1)·d/n                # my coordinates
+//! mine = zeros(d); mine[slice] = (total[slice] + noise) / B   # my generator, std for all d
+//! update = all_reduce_sum(mine ++ [failed?])  # slices + zeros: exact, the same bits on each
+//! account one step                          # every rank's ε is the one-process ε
+//! ```
+//!
+//! Each rank samples its shard with Poisson sampling at the mechanism's `q`: every example of
+//! the union joins independently with probability `q`, which is Poisson sampling of the union,
+//! the mechanism the accountant assumes. Every coordinate of the total gets its noise exactly
+//! once, drawn by the rank that owns it from that rank's own generator (the hardened noise is
+//! drawn independently per coordinate, its standard deviation calibrated to all `d`): one
+//! mechanism's noise, its cost split across the ranks. The noise goes on the total, never on a
+//! shard's sum: a floating-point addition of private values after the noise would undo the
+//! hardened noise's protection (a released value would no longer be a function of its noised
+//! grid point alone); adding the zeros of the other ranks' slices is exact.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::Dataset;
+use burn::module::Module;
+use burn::optim::ModuleOptimizer;
+use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
+use burn::store::ModuleRecord;
+use burn::tensor::{Bytes, Device, Tensor};
+
+use super::{Collective, CollectiveError, flatten_grads, unflatten_grads};
+use crate::ParamGrads;
+use crate::privacy::{
+    DpLoader, DpMechanism, DpRecord, DpStatement, PrivacyError, Sampled, StepReport,
+};
+use crate::tree::Tree;
+
+/// What a data-parallel DP step can fail with.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum DistributedError {
+    /// This rank's part of the step failed (its batch, its budget, its per-example gradients);
+    /// it still took part in the step's collectives, so the other ranks return
+    /// [`Peers`](Self::Peers) and nothing was released or accounted anywhere.
+    #[error(transparent)]
+    Privacy(#[from] PrivacyError),
+    /// A collective failed: [`CollectiveError::Timeout`] when a peer is stalled or dead (stop
+    /// the job and restart it from its last checkpoint).
+    #[error(transparent)]
+    Collective(#[from] CollectiveError),
+    /// The step failed on other ranks (each returns its own error); nothing was released or
+    /// accounted on any rank, and every rank's batch was consumed.
+    #[error(
+        "distributed DP: {operation} failed on rank(s) {ranks:?} (see their error); nothing was \
+         released or accounted on any rank"
+    )]
+    Peers {
+        /// The step, or the checkpoint's load.
+        operation: &'static str,
+        /// The ranks whose part failed.
+        ranks: Vec<usize>,
+    },
+    /// The ranks' mechanisms differ (settings, steps taken, budget): every rank must build its
+    /// mechanism from the same configuration, or resume from the same record.
+    #[error(
+        "distributed DP: the mechanisms of rank(s) {ranks:?} differ from rank 0's (settings, \
+         steps or budget): build every rank's from the same DpConfig, or resume every rank \
+         from the same checkpoint"
+    )]
+    Disagree {
+        /// The ranks whose mechanism differs from rank 0's.
+        ranks: Vec<usize>,
+    },
+    /// A checkpoint could not be written or read.
+    #[error("distributed DP: checkpoint {path}: {message}")]
+    Checkpoint {
+        /// The file or directory.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl DistributedError {
+    /// Whether a collective timed out: a peer is stalled or dead, and the job must stop (the
+    /// collective cannot be cancelled) and restart from its last checkpoint.
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self,
+            Self::Collective(CollectiveError::Timeout { .. })
+                | Self::Collective(CollectiveError::Engine(_))
+        )
+    }
+}
+
+/// DP-SGD's [`DpMechanism`] across the ranks of a [`Collective`]: every rank holds the same
+/// model and samples its own shard of the data at the same `q`; the clipped sums are summed
+/// over the ranks, the noise is added once to the total (each rank noises its own slice of the
+/// coordinates) and the noised update is assembled with the same bits on every rank, so the
+/// parameters stay bit-identical; every rank accounts every step, so each one's ε is the ε of
+/// one mechanism on the union of the shards.
+///
+/// ```text
+/// for step in 0..steps:                   # on every rank
+///     batch = my_shard_loader.next_batch()  # Poisson at q; possibly empty: still takes part
+///     model = dp.step(&mut optimizer, lr, model, loss, batch)
+///     if rank == 0 and step % k == 0: dp.save_checkpoint(dir, &model, &optimizer)
+/// ```
+///
+/// **Trust model**: the peers are trusted. Each rank sees the step's clipped sum without noise
+/// (and its own shard); the guarantee ([`statement`](Self::statement)) is for the released
+/// parameters.
+///
+/// Every method that takes part in a collective says so: every rank calls it, in the same
+/// order. A rank whose own part of a step fails (its batch, its budget, its model) still takes
+/// part, so the others get [`DistributedError::Peers`] at once instead of a timeout.
+///
+/// On one process, with [`Local`](super::Local):
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use burn::data::dataloader::batcher::Batcher;
+/// use burn::data::dataset::InMemDataset;
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::optim::SgdConfig;
+/// use burn::tensor::{Device, Tensor};
+/// use burn_vmap::distributed::{DistributedDp, Local};
+/// use burn_vmap::privacy::{DpConfig, DpMechanism, Neighbouring};
+///
+/// #[derive(Clone)]
+/// struct Rows;
+/// impl Batcher<[f32; 2], Tensor<2>> for Rows {
+///     fn batch(&self, items: Vec<[f32; 2]>, device: &Device) -> Tensor<2> {
+///         let rows = items.iter().map(|r| Tensor::<1>::from_floats(*r, device).unsqueeze()).collect();
+///         Tensor::cat(rows, 0)
+///     }
+/// }
+///
+/// let device = Device::default();
+/// let config = DpConfig::new(1.0, 1.0, 0.1, Neighbouring::AddRemove { expected_batch_size: 10.0 });
+/// // Under mpirun: `Mpi::init()?` as the engine, every rank with its own shard.
+/// let mut dp = DistributedDp::new(DpMechanism::new(config)?, Local, Duration::from_secs(60))?;
+/// let shard: Vec<[f32; 2]> = (0..100).map(|i| [i as f32 / 100.0, 1.0]).collect();
+/// let mut loader = dp.loader(Arc::new(InMemDataset::new(shard)), Arc::new(Rows), device.clone())?;
+/// let model: Linear = LinearConfig::new(2, 1).init(&device);
+/// let mut model = dp.sync_module(model)?; // rank 0's initial parameters on every rank
+/// let mut optimizer = SgdConfig::new().init();
+/// let loss = |m: &Linear, x: Tensor<2>| m.forward(x).sum();
+/// for _ in 0..3 {
+///     let batch = loader.next_batch()?;
+///     (model, _) = dp.step(&mut optimizer, 0.1, model, loss, batch)?;
+/// }
+/// assert_eq!(dp.mechanism().steps(), 3);
+/// assert_eq!(dp.statement()?.processes, Some(1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct DistributedDp<C: Collective> {
+    mechanism: DpMechanism,
+    engine: C,
+    timeout: Duration,
+}
+
+impl<C: Collective> std::fmt::Debug for DistributedDp<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DistributedDp")
+            .field("mechanism", &self.mechanism)
+            .field("rank", &self.engine.rank())
+            .field("size", &self.engine.size())
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// The step's name in errors.
+const STEP: &str = "the DP step";
+
+impl<C: Collective> DistributedDp<C> {
+    /// `mechanism` across the ranks of `engine`, every collective bounded by `timeout`.
+    /// **Collective**: the ranks check that their mechanisms agree (settings, steps, budget), and
+    /// when any rank's generator is seeded every rank's statement says "NOT PRIVATE".
+    ///
+    /// # Errors
+    /// [`DistributedError::Disagree`] naming the ranks whose mechanism differs from rank 0's;
+    /// [`DistributedError::Collective`].
+    pub fn new(
+        mut mechanism: DpMechanism,
+        engine: C,
+        timeout: Duration,
+    ) -> Result<Self, DistributedError> {
+        let (rank, size) = (engine.rank(), engine.size());
+        let unseeded = |mut r: DpRecord| {
+            r.seeded = false;
+            r
+        };
+        let mine = unseeded(mechanism.record());
+        let root = share(&engine, 0, || Ok(Some(mine.to_bytes()?)), timeout)?;
+        let differs = match root.as_deref().map(DpRecord::from_bytes) {
+            Some(Ok(r)) => unseeded(r) != mine,
+            _ => true,
+        };
+        // Per rank: [differs, seeded].
+        let mut flags = vec![0f32; 2 * size];
+        flags[2 * rank] = f32::from(u8::from(differs));
+        flags[2 * rank + 1] = f32::from(u8::from(mechanism.is_seeded()));
+        engine.all_reduce_sum(&mut flags, timeout)?;
+        let ranks: Vec<usize> = (0..size).filter(|r| flags[2 * r] > 0.0).collect();
+        if !ranks.is_empty() {
+            return Err(DistributedError::Disagree { ranks });
+        }
+        if (0..size).any(|r| flags[2 * r + 1] > 0.0) {
+            mechanism.mark_seeded();
+        }
+        Ok(Self {
+            mechanism,
+            engine,
+            timeout,
+        })
+    }
+
+    /// The mechanism (ε, the record, the configuration).
+    pub fn mechanism(&self) -> &DpMechanism {
+        &self.mechanism
+    }
+
+    /// The engine (its rank and size; `Mpi::abort` after a timeout).
+    pub fn engine(&self) -> &C {
+        &self.engine
+    }
+
+    /// The timeout of every collective.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.engine.rank()
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> usize {
+        self.engine.size()
+    }
+
+    /// The mechanism and the engine.
+    pub fn into_parts(self) -> (DpMechanism, C) {
+        (self.mechanism, self.engine)
+    }
+
+    /// The loader of this rank's `shard`: Poisson sampling at the mechanism's `q` (the shards
+    /// together: Poisson sampling of their union). **Collective**: the shards' sizes are summed,
+    /// and under the replace-one relation their total must be the public `N`. A rank may have an
+    /// empty shard: its batches are empty, and it takes part in every step.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Argument`] (as [`DistributedError::Privacy`]) when the shards do not add
+    /// up to the replace-one relation's `N`; [`DistributedError::Collective`].
+    pub fn loader<I, O>(
+        &self,
+        shard: Arc<dyn Dataset<I>>,
+        batcher: Arc<dyn Batcher<I, O>>,
+        device: Device,
+    ) -> Result<DpLoader<I, O>, DistributedError> {
+        let total = sum_counts(&self.engine, &[shard.len() as u64], self.timeout)?[0];
+        Ok(self
+            .mechanism
+            .shard_loader(shard, batcher, device, total as usize)?)
+    }
+
+    /// `module` with rank 0's parameters on every rank, bit for bit (sent as Burn's module
+    /// record): call it once before training, so that every rank starts from the same model.
+    /// **Collective**.
+    ///
+    /// # Errors
+    /// [`DistributedError::Checkpoint`] when rank 0's record cannot be written or this rank's
+    /// module does not take it (another architecture); [`DistributedError::Peers`] on the
+    /// other ranks when rank 0 fails; [`DistributedError::Collective`].
+    pub fn sync_module<M: Module>(&self, module: M) -> Result<M, DistributedError> {
+        let bytes = share(
+            &self.engine,
+            0,
+            || Ok(Some(module_bytes(&module, Path::new("the module"))?)),
+            self.timeout,
+        )?
+        .expect("rank 0 always sends a record");
+        load_module(module, bytes, Path::new("rank 0's module"))
+    }
+
+    /// The privatized gradient of one data-parallel step of `model` on this rank's `batch`
+    /// (sampled by this rank's [`loader`](Self::loader)): this rank's clipped sum, summed over
+    /// every rank, noised once (each rank noises its slice of the coordinates), divided by the
+    /// configuration's normaliser, the same bits on every rank; the step accounted on every
+    /// rank. The report counts this rank's examples. **Collective.**
+    ///
+    /// # Errors
+    /// - [`DistributedError::Privacy`]: this rank's batch, budget or gradients failed (as
+    ///   [`DpMechanism::noisy_gradient`]); [`DistributedError::Peers`]: another rank's did.
+    ///   Either way nothing was released or accounted on any rank, and every rank's batch was
+    ///   consumed;
+    /// - [`DistributedError::Collective`]: a collective failed; [`CollectiveError::Timeout`]
+    ///   within about `timeout` when a peer is stalled or dead. The step's collective is still
+    ///   in flight: stop the job and restart it from the last checkpoint.
+    pub fn noisy_gradient<M, A, F>(
+        &mut self,
+        model: &M,
+        loss_fn: F,
+        batch: Sampled<A>,
+    ) -> Result<(ParamGrads, StepReport), DistributedError>
+    where
+        M: Module + 'static,
+        A: Tree + 'static,
+        F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
+    {
+        let (rank, size) = (self.engine.rank(), self.engine.size());
+        let (sum, local) = match self.mechanism.clipped_sum(model, loss_fn, batch) {
+            Ok((sum, report)) => (sum, Ok(report)),
+            // Takes part with zeros, so the peers learn of the failure instead of timing out.
+            Err(e) => (self.mechanism.zeros(model)?, Err(e)),
+        };
+        // The sum, then one slot per rank: 1 where that rank's part failed.
+        let mut flat = flatten_grads(&sum);
+        let len = flat.len();
+        flat.resize(len + size, 0.0);
+        flat[len + rank] = f32::from(u8::from(local.is_err()));
+        self.engine.all_reduce_sum(&mut flat, self.timeout)?;
+        let failed: Vec<usize> = (0..size).filter(|r| flat[len + r] > 0.0).collect();
+        let report = local?;
+        if !failed.is_empty() {
+            return Err(DistributedError::Peers {
+                operation: STEP,
+                ranks: failed,
+            });
+        }
+        flat.truncate(len);
+
+        // Every rank noises its own slice of the total (every coordinate once, each rank's
+        // generator its own); the slices, with zeros elsewhere, add up exactly (x + 0 = x) to the
+        // noised update, the same bits on every rank.
+        let (lo, hi) = (len * rank / size, len * (rank + 1) / size);
+        let device = sum
+            .iter()
+            .next()
+            .map_or_else(Device::default, |(_, _, g)| g.device());
+        let mut update = vec![0f32; len + size];
+        let noised = self.mechanism.noise_part(&flat[lo..hi], len, &device);
+        let noised = match noised {
+            Ok(part) => {
+                update[lo..hi].copy_from_slice(&part);
+                Ok(())
+            }
+            Err(e) => {
+                update[len + rank] = 1.0;
+                Err(e)
+            }
+        };
+        self.engine.all_reduce_sum(&mut update, self.timeout)?;
+        let failed: Vec<usize> = (0..size).filter(|r| update[len + r] > 0.0).collect();
+        noised?;
+        if !failed.is_empty() {
+            return Err(DistributedError::Peers {
+                operation: STEP,
+                ranks: failed,
+            });
+        }
+        self.mechanism.account_released()?;
+        Ok((unflatten_grads(sum, &update[..len])?, report))
+    }
+
+    /// One data-parallel DP-SGD step: [`noisy_gradient`](Self::noisy_gradient), then
+    /// `optimizer` steps `model` with learning rate `lr` (the model in training mode, as
+    /// [`DpSgd::step`](crate::privacy::DpSgd::step) returns it). Every rank applies the same
+    /// bits with the same optimizer, so the parameters stay bit-identical. **Collective.**
+    ///
+    /// # Errors
+    /// As [`noisy_gradient`](Self::noisy_gradient); the optimizer does not run.
+    pub fn step<M, A, F>(
+        &mut self,
+        optimizer: &mut ModuleOptimizer,
+        lr: impl Into<ModuleLearningRate>,
+        model: M,
+        loss_fn: F,
+        batch: Sampled<A>,
+    ) -> Result<(M, StepReport), DistributedError>
+    where
+        M: Module + 'static,
+        A: Tree + 'static,
+        F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
+    {
+        let (grads, report) = self.noisy_gradient(&model, loss_fn, batch)?;
+        Ok((crate::privacy::apply(optimizer, lr, model, grads), report))
+    }
+
+    /// ε so far at the configured δ, by PLD (the same on every rank).
+    ///
+    /// # Errors
+    /// [`PrivacyError::Accounting`].
+    pub fn epsilon(&self) -> Result<f64, PrivacyError> {
+        self.mechanism.epsilon()
+    }
+
+    /// What the run guarantees and assumes ([`DpStatement`]), with the number of processes and
+    /// the trust model (the peers are trusted; the guarantee is for the released parameters).
+    ///
+    /// # Errors
+    /// [`PrivacyError::Accounting`].
+    pub fn statement(&self) -> Result<DpStatement, PrivacyError> {
+        let mut statement = self.mechanism.statement()?;
+        statement.processes = Some(self.engine.size());
+        Ok(statement)
+    }
+
+    /// Saves the run's state on rank 0 (the other ranks hold the same bits and write nothing):
+    /// the model's record, the optimizer's and the mechanism's ([`DpRecord`]), in
+    /// `dir/step-<steps>/`, then `dir/latest` names it (written aside and renamed, so a crash
+    /// leaves the previous checkpoint in force) and older checkpoints are removed.
+    /// [`load_checkpoint`] resumes from it. Not collective.
+    ///
+    /// The steps taken after the last checkpoint are lost with a crash and are not in its ε: do
+    /// not publish parameters of a crashed run that no checkpoint holds.
+    ///
+    /// # Errors
+    /// [`DistributedError::Checkpoint`] naming the file that could not be written.
+    pub fn save_checkpoint<M: Module>(
+        &self,
+        dir: impl AsRef<Path>,
+        model: &M,
+        optimizer: &ModuleOptimizer,
+    ) -> Result<(), DistributedError> {
+        if self.engine.rank() != 0 {
+            return Ok(());
+        }
+        let dir = dir.as_ref();
+        let name = format!("step-{:010}", self.mechanism.steps());
+        let step_dir = dir.join(&name);
+        std::fs::create_dir_all(&step_dir).map_err(|e| io_error(&step_dir, e))?;
+        let optimizer_bytes = optimizer
+            .into_bytes()
+            .map_err(|e| checkpoint_error(&step_dir.join(OPTIMIZER), e))?;
+        let files = [
+            (MODEL, module_bytes(model, &step_dir.join(MODEL))?),
+            (OPTIMIZER, optimizer_bytes.to_vec()),
+            (MECHANISM, self.mechanism.record().to_bytes()?),
+        ];
+        for (file, bytes) in files {
+            write_aside(&step_dir.join(file), &bytes)?;
+        }
+        write_aside(&dir.join(LATEST), name.as_bytes())?;
+        // Older checkpoints go once `latest` names the new one.
+        for entry in std::fs::read_dir(dir).map_err(|e| io_error(dir, e))? {
+            let path = entry.map_err(|e| io_error(dir, e))?.path();
+            let old = path.file_name().and_then(|f| f.to_str()).is_some_and(|f| {
+                f.starts_with("step-") && f != name && !f.ends_with(".tmp") && path.is_dir()
+            });
+            if old {
+                std::fs::remove_dir_all(&path).map_err(|e| io_error(&path, e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A run's state read back by [`load_checkpoint`].
+pub struct Checkpoint<M> {
+    /// The model, with the saved parameters.
+    pub model: M,
+    /// The optimizer, with the saved state.
+    pub optimizer: ModuleOptimizer,
+    /// The mechanism's saved state (`None` when `dir` holds no checkpoint: the model and the
+    /// optimizer are then the ones given). Resume with
+    /// [`DpMechanism::from_record`] and [`DistributedDp::new`].
+    pub record: Option<DpRecord>,
+}
+
+impl<M: std::fmt::Debug> std::fmt::Debug for Checkpoint<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoint")
+            .field("model", &self.model)
+            .field("record", &self.record)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The last checkpoint [`DistributedDp::save_checkpoint`] wrote in `dir`, on every rank:
+/// rank 0 reads it and sends it to the others (no shared filesystem is needed), and every rank
+/// loads the saved parameters into `model` and the saved state into `optimizer`. When `dir`
+/// holds no checkpoint, `record` is `None` and the model and the optimizer are returned as
+/// given. **Collective.**
+///
+/// ```text
+/// let ck = load_checkpoint(&engine, dir, model, optimizer, timeout)?;
+/// let mechanism = match ck.record {
+///     Some(record) => DpMechanism::from_record(record)?,  // ε continues; fresh noise
+///     None => DpMechanism::new(config)?,                   // a new run
+/// };
+/// let dp = DistributedDp::new(mechanism, engine, timeout)?;
+/// ```
+///
+/// # Errors
+/// [`DistributedError::Checkpoint`] on rank 0 when a file cannot be read, and on a rank whose
+/// model does not take the saved record; [`DistributedError::Peers`] on the other ranks when
+/// rank 0 fails; [`DistributedError::Collective`].
+pub fn load_checkpoint<C: Collective + ?Sized, M: Module>(
+    engine: &C,
+    dir: impl AsRef<Path>,
+    model: M,
+    optimizer: ModuleOptimizer,
+    timeout: Duration,
+) -> Result<Checkpoint<M>, DistributedError> {
+    let dir = dir.as_ref();
+    let read = || -> Result<Option<Vec<u8>>, DistributedError> {
+        let latest = dir.join(LATEST);
+        let name = match std::fs::read_to_string(&latest) {
+            Ok(name) => name,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_error(&latest, e)),
+        };
+        // Three files in one message: each length (8 bytes), then the bytes.
+        let mut message = Vec::new();
+        for file in [MODEL, OPTIMIZER, MECHANISM] {
+            let path = dir.join(name.trim()).join(file);
+            let bytes = std::fs::read(&path).map_err(|e| io_error(&path, e))?;
+            message.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            message.extend_from_slice(&bytes);
+        }
+        Ok(Some(message))
+    };
+    let Some(message) = share(engine, 0, read, timeout)? else {
+        return Ok(Checkpoint {
+            model,
+            optimizer,
+            record: None,
+        });
+    };
+    let mut parts = Vec::new();
+    let mut rest = message.as_slice();
+    while rest.len() >= 8 {
+        let (len, tail) = rest.split_at(8);
+        let len = u64::from_le_bytes(len.try_into().expect("8 bytes")) as usize;
+        let (part, tail) = tail.split_at(len.min(tail.len()));
+        parts.push(part.to_vec());
+        rest = tail;
+    }
+    let [model_bytes, optimizer_bytes, record_bytes]: [Vec<u8>; 3] =
+        parts.try_into().map_err(|_| DistributedError::Checkpoint {
+            path: dir.to_owned(),
+            message: "not the three records of a checkpoint".into(),
+        })?;
+    let model = load_module(model, model_bytes, &dir.join(MODEL))?;
+    let optimizer = optimizer
+        .from_bytes(Bytes::from_bytes_vec(optimizer_bytes))
+        .map_err(|e| checkpoint_error(&dir.join(OPTIMIZER), e))?;
+    Ok(Checkpoint {
+        model,
+        optimizer,
+        record: Some(DpRecord::from_bytes(&record_bytes)?),
+    })
+}
+
+/// The files of a checkpoint.
+const MODEL: &str = "model.bpk";
+const OPTIMIZER: &str = "optimizer.bpk";
+const MECHANISM: &str = "dp.bpk";
+const LATEST: &str = "latest";
+
+/// `bytes` written to `path` through a file beside it, renamed: `path` is the old file or the
+/// new one, never a part.
+fn write_aside(path: &Path, bytes: &[u8]) -> Result<(), DistributedError> {
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(".tmp");
+    let aside = PathBuf::from(aside);
+    std::fs::write(&aside, bytes).map_err(|e| io_error(&aside, e))?;
+    std::fs::rename(&aside, path).map_err(|e| io_error(path, e))
+}
+
+fn io_error(path: &Path, e: std::io::Error) -> DistributedError {
+    checkpoint_error(path, e)
+}
+
+fn checkpoint_error(path: &Path, e: impl std::fmt::Display) -> DistributedError {
+    DistributedError::Checkpoint {
+        path: path.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+/// The module's record as burnpack bytes.
+fn module_bytes<M: Module>(module: &M, path: &Path) -> Result<Vec<u8>, DistributedError> {
+    let bytes = module
+        .clone()
+        .into_record()
+        .into_bytes()
+        .map_err(|e| checkpoint_error(path, e))?;
+    Ok(bytes.to_vec())
+}
+
+/// `module` with the record in `bytes`.
+fn load_module<M: Module>(module: M, bytes: Vec<u8>, path: &Path) -> Result<M, DistributedError> {
+    let record = ModuleRecord::from_bytes(Bytes::from_bytes_vec(bytes))
+        .map_err(|e| checkpoint_error(path, e))?;
+    module
+        .try_load_record(record)
+        .map_err(|e| checkpoint_error(path, e))
+}
+
+/// What `root` makes with `make`, on every rank: `Ok(None)` when it made nothing,
+/// [`DistributedError::Peers`] on the other ranks when it failed (`root` returns its own
+/// error). **Collective.**
+fn share<C: Collective + ?Sized>(
+    engine: &C,
+    root: usize,
+    make: impl FnOnce() -> Result<Option<Vec<u8>>, DistributedError>,
+    timeout: Duration,
+) -> Result<Option<Vec<u8>>, DistributedError> {
+    const NOTHING: u64 = u64::MAX;
+    const FAILED: u64 = u64::MAX - 1;
+    let (mut made, mut failure) = (None, None);
+    let mut header = [0u8; 8];
+    if engine.rank() == root {
+        let len = match make() {
+            Ok(Some(bytes)) => {
+                let len = bytes.len() as u64;
+                made = Some(bytes);
+                len
+            }
+            Ok(None) => NOTHING,
+            Err(e) => {
+                failure = Some(e);
+                FAILED
+            }
+        };
+        header = len.to_le_bytes();
+    }
+    engine.broadcast_bytes(&mut header, root, timeout)?;
+    match u64::from_le_bytes(header) {
+        FAILED => Err(failure.unwrap_or(DistributedError::Peers {
+            operation: "a record from rank 0",
+            ranks: vec![root],
+        })),
+        NOTHING => Ok(None),
+        len => {
+            let mut bytes = made.unwrap_or_else(|| vec![0; len as usize]);
+            engine.broadcast_bytes(&mut bytes, root, timeout)?;
+            Ok(Some(bytes))
+        }
+    }
+}
+
+/// The element-wise sums over every rank of `counts`, exactly: each count travels as four
+/// 16-bit limbs in `f32`, whose sums over up to 256 ranks stay below `2^24` (exact).
+/// **Collective.**
+fn sum_counts<C: Collective + ?Sized>(
+    engine: &C,
+    counts: &[u64],
+    timeout: Duration,
+) -> Result<Vec<u64>, CollectiveError> {
+    let mut limbs: Vec<f32> = counts
+        .iter()
+        .flat_map(|&c| (0..4).map(move |i| ((c >> (16 * i)) & 0xFFFF) as f32))
+        .collect();
+    engine.all_reduce_sum(&mut limbs, timeout)?;
+    Ok(limbs
+        .chunks(4)
+        .map(|l| {
+            l.iter()
+                .enumerate()
+                .map(|(i, &v)| (v as u64) << (16 * i))
+                .sum()
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::distributed::Local;
+
+    #[test]
+    fn should_sum_counts_exactly() {
+        let counts = [0, 1, 65_535, 65_536, u32::MAX as u64 + 7, 1 << 60];
+        assert_eq!(
+            sum_counts(&Local, &counts, Duration::ZERO).unwrap(),
+            counts.to_vec()
+        );
+    }
+
+    #[test]
+    fn should_share_nothing_or_a_failure() {
+        let none = share(&Local, 0, || Ok(None), Duration::ZERO).unwrap();
+        assert_eq!(none, None);
+        let bytes = share(&Local, 0, || Ok(Some(vec![1, 2])), Duration::ZERO).unwrap();
+        assert_eq!(bytes, Some(vec![1, 2]));
+        let err = share(
+            &Local,
+            0,
+            || {
+                Err(DistributedError::Checkpoint {
+                    path: "x".into(),
+                    message: "gone".into(),
+                })
+            },
+            Duration::ZERO,
+        )
+        .unwrap_err();
+        assert!(matches!(err, DistributedError::Checkpoint { .. }), "{err}");
+    }
+}
