@@ -243,6 +243,11 @@ impl Leaf {
 
     /// Zeros of `shape`, with the kind and dtype of `self`, on its device.
     pub(crate) fn zeros_like(&self, shape: Shape) -> Self {
+        if shape.num_dims() == 0 {
+            // Made as `[1]` and reshaped: cubecl-server 0.11.3 allocates a rank-0 tensor with
+            // strides indexed at `rank - 1` (out of bounds; see `to_data`).
+            return self.zeros_like([1].into()).reshape(shape);
+        }
         let device = self.0.device();
         let dtype = self.dtype();
         Leaf(match self.kind() {
