@@ -54,9 +54,7 @@ fn should_sum_and_broadcast_with_the_same_bits_on_every_rank() {
         let mut sum: Vec<f32> = (0..1000).map(|i| rank + i as f32 * 0.001).collect();
         engine.all_reduce_sum(&mut sum, TIMEOUT).unwrap();
         let mut from_last = vec![rank; 7];
-        engine
-            .broadcast(&mut from_last, size - 1, TIMEOUT)
-            .unwrap();
+        engine.broadcast(&mut from_last, size - 1, TIMEOUT).unwrap();
         (size, sum, from_last)
     }) else {
         return;
@@ -65,7 +63,10 @@ fn should_sum_and_broadcast_with_the_same_bits_on_every_rank() {
     let ranks: f32 = (0..*size).map(|r| r as f32).sum();
     for (i, v) in first.iter().enumerate() {
         let want = ranks + *size as f32 * i as f32 * 0.001;
-        assert!((v - want).abs() <= 1e-4 * (1.0 + want.abs()), "{i}: {v} vs {want}");
+        assert!(
+            (v - want).abs() <= 1e-4 * (1.0 + want.abs()),
+            "{i}: {v} vs {want}"
+        );
     }
     for (_, sum, from_last) in &results {
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();

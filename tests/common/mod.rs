@@ -10,7 +10,13 @@ pub fn dev() -> Device {
     Device::default()
 }
 
+/// A float tensor's values (a rank-0 one read as `[1]`: cubecl-wgpu 0.11.3 cannot read rank 0).
 pub fn floats<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    if D == 0 {
+        use burn_backend::ops::FloatTensorOps;
+        let one = burn_dispatch::Dispatch::float_reshape(t.into_dispatch(), [1].into());
+        return floats(Tensor::<1>::from_dispatch(one));
+    }
     t.into_data().try_to_vec::<f32>().unwrap()
 }
 
