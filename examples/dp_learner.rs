@@ -34,8 +34,8 @@ use burn::optim::momentum::MomentumConfig;
 use burn::tensor::{Device, Int, Tensor};
 use burn_train::metric::{AccuracyMetric, LossMetric};
 use burn_train::{ClassificationOutput, InferenceStep, Learner};
-use burn_vmap::privacy::Neighbouring;
-use burn_vmap::train::{DpTraining, DpTrainingConfig};
+use burn_vmap::privacy::{DpConfig, Neighbouring};
+use burn_vmap::train::DpTraining;
 
 use common::{Batch, Dataset, Mlp, SplitMix64};
 
@@ -135,7 +135,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     let relation = Neighbouring::AddRemove {
         expected_batch_size: expected_batch as f64,
     };
-    let config = DpTrainingConfig::new(clip, sigma, q, relation).with_delta(delta);
+    let config = DpConfig::new(clip, sigma, q, relation).with_delta(delta);
     let dp = DpTraining::new(config, Indices(n), Rows(train), loss)?;
     let optim = SgdConfig::new()
         .with_momentum(Some(MomentumConfig::new().with_momentum(0.9)))

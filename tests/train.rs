@@ -24,8 +24,8 @@ use burn_train::metric::{MetricDefinition, MetricId, NumericEntry};
 use burn_train::renderer::CliMetricsRenderer;
 use burn_train::{InferenceStep, Learner, LearningResult, RegressionOutput, SupervisedTraining};
 use burn_vmap::privacy::accounting::{PoissonGaussian, RdpAccountant};
-use burn_vmap::privacy::{DpRecord, Neighbouring};
-use burn_vmap::train::{DpModel, DpTrainError, DpTraining, DpTrainingConfig, record_path};
+use burn_vmap::privacy::{DpConfig, DpRecord, Neighbouring};
+use burn_vmap::train::{DpModel, DpTrainError, DpTraining, record_path};
 
 type Batch = (Tensor<2>, Tensor<2>);
 
@@ -91,16 +91,21 @@ fn rows(n: usize) -> Vec<[f32; 3]> {
 }
 
 /// C = 1, σ = 1, q = 0.1: 10 steps an epoch; add/remove, the sum divided by the public
-/// expected batch size 10 (N = 100). Seeded: reproducible, not private (a test).
-fn config(seed: u64) -> DpTrainingConfig {
+/// expected batch size 10 (N = 100).
+fn config() -> DpConfig {
     let relation = Neighbouring::AddRemove {
         expected_batch_size: 10.0,
     };
-    DpTrainingConfig::new(1.0, 1.0, 0.1, relation).with_seed(seed)
+    DpConfig::new(1.0, 1.0, 0.1, relation)
+}
+
+/// The owner of `config`, seeded: reproducible, not private (a test).
+fn seeded(config: DpConfig, seed: u64) -> DpTraining<Mlp, Batch> {
+    DpTraining::seeded(config, seed, InMemDataset::new(rows(100)), Rows, loss).unwrap()
 }
 
 fn owner(seed: u64) -> DpTraining<Mlp, Batch> {
-    DpTraining::new(config(seed), InMemDataset::new(rows(100)), Rows, loss).unwrap()
+    seeded(config(), seed)
 }
 
 /// ε by RDP after `k` steps of (q, σ) = (0.1, 1) at δ = 1e-5.
@@ -288,11 +293,11 @@ fn should_train_with_dp_through_the_learner_and_show_the_mechanisms_epsilon() {
 fn should_report_the_clipped_and_non_finite_examples_of_a_step() {
     let device = Device::default();
     // C = 1e-6: every finite example's gradient is above it.
-    let tiny = DpTrainingConfig {
+    let tiny = DpConfig {
         clip_norm: 1e-6,
-        ..config(20)
+        ..config()
     };
-    let dp = DpTraining::new(tiny.clone(), InMemDataset::new(rows(100)), Rows, loss).unwrap();
+    let dp = seeded(tiny.clone(), 20);
     let model = dp.model(Mlp::new(&device));
     let batch = dp.loader().iter().next().unwrap().unwrap();
     let sampled = batch.size();
@@ -304,7 +309,7 @@ fn should_report_the_clipped_and_non_finite_examples_of_a_step() {
     // A loss that is infinite on every example: none is clipped, all are counted non-finite
     // (each contributes zero), and the step still releases its noise and is accounted.
     let infinite = |m: &Mlp, b: Batch| loss(m, b).div_scalar(0.0);
-    let dp = DpTraining::new(tiny, InMemDataset::new(rows(100)), Rows, infinite).unwrap();
+    let dp = DpTraining::seeded(tiny, 20, InMemDataset::new(rows(100)), Rows, infinite).unwrap();
     let model = dp.model(Mlp::new(&device));
     let batch = dp.loader().iter().next().unwrap().unwrap();
     let sampled = batch.size();
@@ -334,16 +339,13 @@ fn should_resume_epsilon_from_the_mechanisms_record_beside_the_checkpoint() {
     }
 
     // Refused before any step, with the record left as it is: other settings, ...
-    let other = DpTraining::new(
-        DpTrainingConfig {
+    let other = seeded(
+        DpConfig {
             noise_multiplier: 2.0,
-            ..config(11)
+            ..config()
         },
-        InMemDataset::new(rows(100)),
-        Rows,
-        loss,
-    )
-    .unwrap();
+        11,
+    );
     let result = training_in(&other, &dir)
         .with_default_checkpointers()
         .checkpoint(2)
@@ -459,8 +461,9 @@ fn should_refuse_to_resume_without_checkpointers() {
 #[test]
 fn should_refuse_a_dataset_that_is_not_the_stated_replace_one_size() {
     let relation = |dataset_size| Neighbouring::ReplaceOne { dataset_size };
-    let stated = DpTrainingConfig::new(1.0, 1.0, 0.1, relation(90)).with_seed(15);
-    let refused = DpTraining::new(stated, InMemDataset::new(rows(100)), Rows, loss);
+    let stated = DpConfig::new(1.0, 1.0, 0.1, relation(90));
+    let refused =
+        DpTraining::<Mlp, Batch>::seeded(stated, 15, InMemDataset::new(rows(100)), Rows, loss);
     assert!(matches!(
         refused,
         Err(DpTrainError::Privacy(
@@ -471,9 +474,9 @@ fn should_refuse_a_dataset_that_is_not_the_stated_replace_one_size() {
         ))
     ));
     // N public and right: the sum is divided by q · N, and ε is stated for replacement.
-    let config = DpTrainingConfig::new(1.0, 1.0, 0.1, relation(100)).with_seed(15);
+    let config = DpConfig::new(1.0, 1.0, 0.1, relation(100));
     let dp: DpTraining<Mlp, Batch> =
-        DpTraining::new(config, InMemDataset::new(rows(100)), Rows, loss).unwrap();
+        DpTraining::seeded(config, 15, InMemDataset::new(rows(100)), Rows, loss).unwrap();
     assert_eq!(dp.statement().unwrap().config.normaliser(), 10.0);
 }
 

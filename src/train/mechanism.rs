@@ -3,9 +3,9 @@
 //! ([`DpLoader`](privacy::DpLoader)), its [`Sampled`] batches and its
 //! [`StepReport`](privacy::StepReport)).
 //!
-//! Everything else in `train` sees [`Mechanism`]: it is built from a [`DpTrainingConfig`], a
-//! dataset, a batcher and the per-example loss; it samples a [`Sample`] on a device (from the
-//! mechanism's loader for that device); it turns a sample into the privatized
+//! Everything else in `train` sees [`Mechanism`]: it is built from a [`DpConfig`], a seed or
+//! none, a dataset, a batcher and the per-example loss; it samples a [`Sample`] on a device
+//! (from the mechanism's loader for that device); it turns a sample into the privatized
 //! [`GradientsParams`] of one step and a [`StepReport`]; it answers ε and the statement, and it
 //! saves and resumes from the mechanism's record. What users state and read back (the
 //! neighbouring relation, the noise, the statement, the record) are the privacy module's public
@@ -20,7 +20,6 @@ use burn::module::Module;
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 
-use super::DpTrainingConfig;
 use crate::privacy::{self, DpConfig, DpMechanism, DpRecord, DpStatement, PrivacyError, Sampled};
 use crate::tree::Tree;
 
@@ -130,20 +129,6 @@ impl<I: 'static, O: 'static> Examples<O> for DatasetBatcher<I, O> {
     }
 }
 
-/// The mechanism's settings from the training's.
-fn dp_config(config: &DpTrainingConfig) -> DpConfig {
-    DpConfig::new(
-        config.clip_norm,
-        config.noise_multiplier,
-        config.sampling_rate,
-        config.neighbouring,
-    )
-    .with_delta(config.delta)
-    .with_microbatch_size(config.microbatch_size)
-    .with_per_layer_clipping(config.per_layer)
-    .with_noise(config.noise)
-}
-
 /// ε by RDP after any number of steps of the mechanism of `record`'s settings: what
 /// [`DpMechanism::epsilon_rdp`] answers after that many steps (its neighbouring relation
 /// included), for burn-train's metrics thread, without the training's lock.
@@ -186,15 +171,15 @@ where
     /// The mechanism of `config` over `dataset`, batching with `batcher`. A replace-one
     /// relation's stated `N` is checked against the dataset here.
     pub(super) fn new<I: 'static>(
-        config: &DpTrainingConfig,
+        config: DpConfig,
+        seed: Option<u64>,
         dataset: Arc<dyn Dataset<I>>,
         batcher: Arc<dyn Batcher<I, O>>,
         loss: Loss<M, O>,
     ) -> Result<Self, PrivacyError> {
-        let dp_config = dp_config(config);
-        let dp = match config.seed {
-            Some(seed) => DpMechanism::seeded(dp_config, seed)?,
-            None => DpMechanism::new(dp_config)?,
+        let dp = match seed {
+            Some(seed) => DpMechanism::seeded(config, seed)?,
+            None => DpMechanism::new(config)?,
         };
         let examples: Box<dyn Examples<O>> = Box::new(DatasetBatcher { dataset, batcher });
         let device = Device::default();
@@ -202,7 +187,7 @@ where
         Ok(Self {
             rdp: rdp_accountant(dp.record()),
             dp,
-            seed: config.seed,
+            seed,
             examples,
             loaders: vec![(device, loader)],
             loss,

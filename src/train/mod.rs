@@ -30,12 +30,13 @@
 //! reports ([`DpStepOutput`]), not a loss: the step computes none beyond the per-example
 //! gradients.
 //!
-//! The settings ([`DpTrainingConfig`]) are the mechanism's
-//! ([`DpConfig`](crate::privacy::DpConfig)), stated once: `C`, `σ`, `q` and the neighbouring
-//! relation ([`Neighbouring`]): add or remove one example, `N` private, the noisy sum divided
-//! by a public expected batch size you state (what DP-SGD usually means), or replace one
-//! example, `N` public (checked against the dataset). Noise is hardened by default
-//! ([`NoiseKind`](crate::privacy::NoiseKind)).
+//! The settings are the mechanism's [`DpConfig`](crate::privacy::DpConfig), stated once: `C`,
+//! `σ`, `q` and the neighbouring relation
+//! ([`Neighbouring`](crate::privacy::Neighbouring)): add or remove one example, `N` private, the
+//! noisy sum divided by a public expected batch size you state (what DP-SGD usually means), or
+//! replace one example, `N` public (checked against the dataset). Noise is hardened by default
+//! ([`NoiseKind`](crate::privacy::NoiseKind)). [`DpTraining::new`] draws its randomness from
+//! the operating system; [`DpTraining::seeded`] is reproducible and not private, for tests.
 //!
 //! **Resuming.** With burn-train's checkpointers (`with_default_checkpointers`), the strategy
 //! saves the mechanism's record ([`DpRecord`](crate::privacy::DpRecord): its settings and the
@@ -51,7 +52,7 @@
 //! [`DpTrainError::find`]) and no step taken:
 //! - **gradient accumulation** (`grads_accumulation(k)`): it would sum `k` separately noised
 //!   and accounted steps into one update, `k` times the noise for the same ε; bound memory with
-//!   [`DpTrainingConfig::with_microbatch_size`] instead, which changes nothing in the mechanism;
+//!   [`DpConfig::with_microbatch_size`](crate::privacy::DpConfig::with_microbatch_size) instead, which changes nothing in the mechanism;
 //! - a resume it cannot account for (above);
 //! - a `Learner` whose model another [`DpTraining`] made.
 //!
@@ -73,8 +74,8 @@
 //! use burn::optim::SgdConfig;
 //! use burn::tensor::{Device, Tensor};
 //! use burn_train::{InferenceStep, Learner, RegressionOutput, renderer::CliMetricsRenderer};
-//! use burn_vmap::privacy::Neighbouring;
-//! use burn_vmap::train::{DpTraining, DpTrainingConfig};
+//! use burn_vmap::privacy::{DpConfig, Neighbouring};
+//! use burn_vmap::train::DpTraining;
 //!
 //! #[derive(Module, Debug)]
 //! struct Model { linear: Linear }
@@ -109,7 +110,7 @@
 //! // C = 1, σ = 1, q = 0.1 (10 steps an epoch); add/remove neighbours, the noisy sum divided by
 //! // the public expected batch size 10; δ = 1e-5.
 //! let relation = Neighbouring::AddRemove { expected_batch_size: 10.0 };
-//! let config = DpTrainingConfig::new(1.0, 1.0, 0.1, relation);
+//! let config = DpConfig::new(1.0, 1.0, 0.1, relation);
 //! let dp = DpTraining::new(config, InMemDataset::new(rows(100)), Rows, loss)?;
 //! let valid = DataLoaderBuilder::new(Rows).batch_size(10).build(InMemDataset::new(rows(20)));
 //! let learner = Learner::new(dp.model(model), SgdConfig::new().init(), 0.1);
@@ -148,110 +149,9 @@ use burn::module::Module;
 use burn::tensor::{Device, Tensor};
 use burn_train::{InferenceStep, SupervisedTraining, TrainOutput, TrainingStrategy};
 
-use crate::privacy::{DpRecord, DpStatement, Neighbouring, NoiseKind, PrivacyError};
+use crate::privacy::{DpConfig, DpRecord, DpStatement, PrivacyError};
 use crate::tree::Tree;
 use mechanism::{Mechanism, Sample};
-
-/// The settings of a DP training run: `C`, `σ`, `q`, the neighbouring relation and `δ`, mapped
-/// one to one onto the mechanism's [`DpConfig`](crate::privacy::DpConfig).
-///
-/// The relation says what the noisy sum is divided by and what ε is about:
-/// - `Neighbouring::AddRemove { expected_batch_size }`, what DP-SGD usually means: datasets
-///   that differ by one example added or removed; `N` is private and never read, and the sum is
-///   divided by the expected batch size you state publicly (`q` times the dataset's announced
-///   size);
-/// - `Neighbouring::ReplaceOne { dataset_size }`: datasets of the same public size `N` that
-///   differ in one example; the sum is divided by `q · N`, and [`DpTraining::new`] checks the
-///   dataset's length against the stated `N` (ε by group privacy from add/remove:
-///   conservative).
-///
-/// ```
-/// use burn_vmap::privacy::Neighbouring;
-/// use burn_vmap::train::DpTrainingConfig;
-/// // C = 1, σ = 1.1, q = 0.01: about 600 of 60 000 examples a step.
-/// let add_remove = DpTrainingConfig::new(1.0, 1.1, 0.01, Neighbouring::AddRemove { expected_batch_size: 600.0 })
-///     .with_delta(1e-6)
-///     .with_microbatch_size(64);
-/// let replace_one = DpTrainingConfig::new(1.0, 1.1, 0.01, Neighbouring::ReplaceOne { dataset_size: 60_000 });
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub struct DpTrainingConfig {
-    /// `C`: every example's gradient is clipped to this L2 norm.
-    pub clip_norm: f64,
-    /// `σ`: the noise on the sum has standard deviation `σ · C`.
-    pub noise_multiplier: f64,
-    /// `q`: the Poisson sampling rate, the probability that an example joins a step's batch.
-    pub sampling_rate: f64,
-    /// Which datasets are neighbours, and what the noisy sum is divided by.
-    pub neighbouring: Neighbouring,
-    /// `δ` of the reported (ε, δ) (default `1e-5`; pick it well below `1 / N`).
-    pub delta: f64,
-    /// Examples per vectorized backward pass (default: the whole batch at once): bounds peak
-    /// memory without changing the mechanism, where gradient accumulation would.
-    pub microbatch_size: Option<usize>,
-    /// Clip every parameter tensor to `C / √P` instead of the whole gradient to `C`.
-    pub per_layer: bool,
-    /// How the noise is drawn (default: hardened, the exact discrete Gaussian on a grid).
-    pub noise: NoiseKind,
-    /// A fixed seed for sampling and noise: reproducible, and **not private**. For tests.
-    pub seed: Option<u64>,
-}
-
-impl DpTrainingConfig {
-    /// `C`, `σ`, `q` and the neighbouring relation; `δ = 1e-5`, no microbatching, global
-    /// clipping, hardened noise, randomness from the operating system.
-    pub fn new(
-        clip_norm: f64,
-        noise_multiplier: f64,
-        sampling_rate: f64,
-        neighbouring: Neighbouring,
-    ) -> Self {
-        Self {
-            clip_norm,
-            noise_multiplier,
-            sampling_rate,
-            neighbouring,
-            delta: 1e-5,
-            microbatch_size: None,
-            per_layer: false,
-            noise: NoiseKind::default(),
-            seed: None,
-        }
-    }
-
-    /// With `δ`.
-    pub fn with_delta(mut self, delta: f64) -> Self {
-        self.delta = delta;
-        self
-    }
-
-    /// With a microbatch size.
-    pub fn with_microbatch_size(mut self, size: impl Into<Option<usize>>) -> Self {
-        self.microbatch_size = size.into();
-        self
-    }
-
-    /// With per-layer clipping.
-    pub fn with_per_layer_clipping(mut self, per_layer: bool) -> Self {
-        self.per_layer = per_layer;
-        self
-    }
-
-    /// With another noise construction (`NoiseKind::Plain`: textbook `f32` Gaussians, open to
-    /// floating-point attacks; for comparisons).
-    pub fn with_noise(mut self, noise: NoiseKind) -> Self {
-        self.noise = noise;
-        self
-    }
-
-    /// With a fixed seed for sampling and noise: reproducible, and the guarantee does **not**
-    /// hold (anyone with the seed regenerates the noise); the statement says "NOT PRIVATE",
-    /// and so does every run resumed from this one's records. For tests.
-    pub fn with_seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
-        self
-    }
-}
 
 /// Where [`DpStrategy`] saves the mechanism's record after `epoch` of a run training in
 /// `directory` (the directory given to [`DpTraining::training`]): beside burn-train's default
@@ -273,7 +173,7 @@ pub fn record_path(directory: impl AsRef<Path>, epoch: usize) -> PathBuf {
 pub enum DpTrainError {
     /// `SupervisedTraining::grads_accumulation(k)` was set.
     #[error(
-        "dp-train: gradient accumulation ({accumulation} steps) would sum {accumulation} separately noised and accounted DP-SGD steps into one update ({accumulation} times the noise for the same ε); remove `grads_accumulation` and bound memory with `DpTrainingConfig::with_microbatch_size`"
+        "dp-train: gradient accumulation ({accumulation} steps) would sum {accumulation} separately noised and accounted DP-SGD steps into one update ({accumulation} times the noise for the same ε); remove `grads_accumulation` and bound memory with `DpConfig::with_microbatch_size`"
     )]
     GradientAccumulation {
         /// The accumulation that was asked for.
@@ -399,13 +299,54 @@ where
     /// the per-example `loss`: `loss(model, example)` with the example a batch of one (every
     /// leaf keeps a leading dim of 1, so a batched forward pass works unchanged), as for
     /// [`DpMechanism::noisy_gradient`](crate::privacy::DpMechanism::noisy_gradient). The batch
-    /// type `O` is any [`Tree`] (a tensor, a tuple, a `#[derive(Tree)]` struct).
+    /// type `O` is any [`Tree`] (a tensor, a tuple, a `#[derive(Tree)]` struct). Sampling and
+    /// noise draw from the operating system's randomness
+    /// ([`DpMechanism::new`](crate::privacy::DpMechanism::new)).
     ///
     /// # Errors
     /// [`DpTrainError::Privacy`] naming a setting outside its domain, or a dataset whose length
     /// is not the `N` a replace-one relation states.
     pub fn new<I, D, B, F>(
-        config: DpTrainingConfig,
+        config: DpConfig,
+        dataset: D,
+        batcher: B,
+        loss: F,
+    ) -> Result<Self, DpTrainError>
+    where
+        I: 'static,
+        D: Dataset<I> + 'static,
+        B: Batcher<I, O> + 'static,
+        F: Fn(&M, O) -> Tensor<1> + Send + Sync + 'static,
+    {
+        Self::build(config, None, dataset, batcher, loss)
+    }
+
+    /// As [`new`](Self::new), with sampling and noise from `seed`: reproducible, and the
+    /// guarantee does **not** hold (anyone with the seed regenerates the noise); the statement
+    /// says "NOT PRIVATE", and so does every run resumed from this one's records
+    /// ([`DpMechanism::seeded`](crate::privacy::DpMechanism::seeded)). For tests.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn seeded<I, D, B, F>(
+        config: DpConfig,
+        seed: u64,
+        dataset: D,
+        batcher: B,
+        loss: F,
+    ) -> Result<Self, DpTrainError>
+    where
+        I: 'static,
+        D: Dataset<I> + 'static,
+        B: Batcher<I, O> + 'static,
+        F: Fn(&M, O) -> Tensor<1> + Send + Sync + 'static,
+    {
+        Self::build(config, Some(seed), dataset, batcher, loss)
+    }
+
+    fn build<I, D, B, F>(
+        config: DpConfig,
+        seed: Option<u64>,
         dataset: D,
         batcher: B,
         loss: F,
@@ -417,7 +358,8 @@ where
         F: Fn(&M, O) -> Tensor<1> + Send + Sync + 'static,
     {
         let mechanism = Mechanism::new(
-            &config,
+            config,
+            seed,
             Arc::new(dataset),
             Arc::new(batcher),
             Arc::new(loss),
