@@ -1,5 +1,6 @@
 //! A counting global allocator (over the system allocator), for the benches' peak-memory
-//! figures: `#[global_allocator] static ALLOC: common::alloc::Counting = common::alloc::Counting;`.
+//! figures (`#[global_allocator] static ALLOC: common::alloc::Counting = common::alloc::Counting;`)
+//! and the memory tests of `tests/factored`, which include this file.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,57 +1,13 @@
-//! A global allocator that counts the bytes held and their peak, and a lock that lets the
-//! memory tests run alone (every other test of this binary holds it shared).
+//! The benches' counting allocator (one home: `benches/common/alloc.rs`) as this binary's
+//! global allocator, and a lock that lets the memory tests run alone (every other test of this
+//! binary holds it shared).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// [`System`], counting.
-pub struct Counting;
+#[path = "../../benches/common/alloc.rs"]
+mod counting;
 
-static CURRENT: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grew(size: usize) {
-    let now = CURRENT.fetch_add(size, Ordering::Relaxed) + size;
-    PEAK.fetch_max(now, Ordering::Relaxed);
-}
-
-// SAFETY: every call forwards to the system allocator with the caller's arguments; the
-// counters only observe sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            if new_size >= layout.size() {
-                grew(new_size - layout.size());
-            } else {
-                CURRENT.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-            }
-        }
-        p
-    }
-}
+pub use counting::{Counting, peak_of};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
@@ -66,14 +22,6 @@ pub fn shared() -> RwLockReadGuard<'static, ()> {
 /// Held by a memory test: no other test of this binary runs meanwhile.
 pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
     EXCLUSIVE.write().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Peak bytes held above those held at the start, while `f` runs.
-pub fn peak_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let start = CURRENT.load(Ordering::Relaxed);
-    PEAK.store(start, Ordering::Relaxed);
-    let out = f();
-    (out, PEAK.load(Ordering::Relaxed).saturating_sub(start))
 }
 
 pub const MIB: usize = 1 << 20;
