@@ -5,7 +5,8 @@
 //!   mechanism's loader, per-example clipping, noise from the CSPRNG on the sum, the division,
 //!   the inner SGD step and the accountant) against the standard step (Burn's own backward of
 //!   the batch loss and the same SGD step), for the MLP, the CNN and the transformer bench
-//!   models at expected batch 64;
+//!   models at expected batch 64; beside it the same step with plain `f32` noise
+//!   (`NoiseKind::Plain`), whose difference from the whole step is the hardened noise's cost;
 //! - `clip`: the mechanism's finite-safe clipping (`clip_and_flag`, which also counts
 //!   non-finite and clipped examples) against the plain `clip_by_global_norm`, each as the
 //!   `transform_fn` of the clipped sum, on the MLP and the transformer.
@@ -24,7 +25,7 @@ use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer, SgdConfig};
 use burn::tensor::{Device, Distribution, Int, Tensor};
-use burn_vmap::privacy::{DpConfig, DpMechanism, DpSgd, Neighbouring, clip_and_flag};
+use burn_vmap::privacy::{DpConfig, DpMechanism, DpSgd, Neighbouring, NoiseKind, clip_and_flag};
 use burn_vmap::{ParamGrads, Tree, clip_by_global_norm, micro_grad_module};
 use criterion::{Criterion, criterion_group};
 
@@ -80,23 +81,29 @@ where
             expected_batch_size: BATCH as f64,
         },
     );
-    let mechanism = DpMechanism::new(config).expect("valid settings");
-    let items: Vec<usize> = (0..BATCH).collect();
-    let mut loader = mechanism
-        .loader(
-            Arc::new(InMemDataset::new(items)),
-            Arc::new(Ready(batch.clone())),
-            Device::default(),
-        )
-        .expect("a loader");
-    let mut dp = DpSgd::new(SgdConfig::new().init(), mechanism);
-    let mut model = init.clone().train();
-    group.bench_function(format!("{name}/dp_sgd"), |b| {
-        b.iter(|| {
-            let sampled = loader.next_batch().expect("a batch");
-            (model, _) = dp.step(0.01, model.clone(), loss, sampled).expect("a step");
-        })
-    });
+    // The default hardened noise, then plain `f32` noise: the difference is the noise's cost.
+    for (id, noise) in [
+        ("dp_sgd", NoiseKind::default()),
+        ("dp_sgd_plain_noise", NoiseKind::Plain),
+    ] {
+        let mechanism = DpMechanism::new(config.clone().with_noise(noise)).expect("valid settings");
+        let items: Vec<usize> = (0..BATCH).collect();
+        let mut loader = mechanism
+            .loader(
+                Arc::new(InMemDataset::new(items)),
+                Arc::new(Ready(batch.clone())),
+                Device::default(),
+            )
+            .expect("a loader");
+        let mut dp = DpSgd::new(SgdConfig::new().init(), mechanism);
+        let mut model = init.clone().train();
+        group.bench_function(format!("{name}/{id}"), |b| {
+            b.iter(|| {
+                let sampled = loader.next_batch().expect("a batch");
+                (model, _) = dp.step(0.01, model.clone(), loss, sampled).expect("a step");
+            })
+        });
+    }
     group.finish();
 
     let mut group = c.benchmark_group("clip");
@@ -161,6 +168,11 @@ fn main() {
         };
         if let Some((r, n, d)) = ratio("dp_step", "dp_sgd", "standard") {
             println!("{model}: DP step / standard step = {r:.2}x  ({n:.2} ms / {d:.2} ms)");
+        }
+        if let Some((r, n, d)) = ratio("dp_step", "dp_sgd_plain_noise", "standard") {
+            println!(
+                "{model}: DP step with plain noise / standard step = {r:.2}x  ({n:.2} ms / {d:.2} ms)"
+            );
         }
         if let Some((r, n, d)) = ratio("clip", "finite_safe", "plain") {
             println!("{model}: finite-safe clip / plain clip = {r:.2}x  ({n:.2} ms / {d:.2} ms)");

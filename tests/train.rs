@@ -122,8 +122,10 @@ fn valid() -> Arc<dyn DataLoader<Batch>> {
         .build(InMemDataset::new(rows(20)))
 }
 
+/// A fresh training directory under cargo's scratch directory for tests (`target/tmp`), so runs
+/// leave nothing in the system's temporary directory.
 fn directory(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("burn-vmap-train-{name}-{}", std::process::id()));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("train-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
