@@ -11,6 +11,15 @@ use super::PrivacyError;
 use super::accounting::{PldAccountant, PoissonGaussian, PrivacyStatement, RdpAccountant};
 use super::config::DpConfig;
 
+/// ε by RDP at the configuration's δ after `steps` steps of the mechanism of `config` (its
+/// neighbouring relation included): what [`DpMechanism::epsilon_rdp`](super::DpMechanism::epsilon_rdp)
+/// answers after that many steps, without a mechanism.
+pub(crate) fn epsilon_rdp_after(config: &DpConfig, steps: u64) -> Result<f64, PrivacyError> {
+    let mut accountant = Accountant::new(config)?;
+    accountant.compose(steps)?;
+    accountant.epsilon_rdp(config.delta)
+}
+
 /// ε of the steps so far, for the relation of a configuration.
 #[derive(Debug, Clone)]
 pub(super) struct Accountant {

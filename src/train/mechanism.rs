@@ -129,20 +129,10 @@ impl<I: 'static, O: 'static> Examples<O> for DatasetBatcher<I, O> {
     }
 }
 
-/// ε by RDP after any number of steps of the mechanism of `record`'s settings: what
-/// [`DpMechanism::epsilon_rdp`] answers after that many steps (its neighbouring relation
+/// ε by RDP after any number of steps of the mechanism of `config` (its neighbouring relation
 /// included), for burn-train's metrics thread, without the training's lock.
-fn rdp_accountant(record: DpRecord) -> Accountant {
-    Arc::new(move |steps: u64| {
-        let at = DpRecord {
-            steps,
-            budget: None,
-            ..record.clone()
-        };
-        // An accountant only: it never samples nor draws noise, so its generator's seed does
-        // not matter (and a fixed one reads no entropy from the operating system).
-        DpMechanism::from_record_seeded(at, 0)?.epsilon_rdp()
-    })
+fn rdp_accountant(config: DpConfig) -> Accountant {
+    Arc::new(move |steps: u64| privacy::epsilon_rdp_after(&config, steps))
 }
 
 /// The DP mechanism behind a [`DpTraining`](super::DpTraining): one [`DpMechanism`] (sampling,
@@ -185,7 +175,7 @@ where
         let device = Device::default();
         let loader = examples.loader(&dp, &device)?;
         Ok(Self {
-            rdp: rdp_accountant(dp.record()),
+            rdp: rdp_accountant(dp.config().clone()),
             dp,
             seed,
             examples,
