@@ -22,6 +22,7 @@
 //! | reshapes that raise the rank of a non-contiguous tensor ending in size-1 dims get wrong strides (`burn_std::split_strides`) | cubecl | `reshape` | **dropped**: burn-std 0.22.1's `split_strides` skips the old shape's unit dims, which cubecl's reshape uses |
 //! | binary ops over expanded operands run element by element (slow outer products) | Flex | `outer_product` (a matmul) | **dropped**: Flex 0.22.1's broadcast multiply beats its batched matmul (measured: 51–54 ms against 80 ms for `64 × 784 ⊗ 512`, 7 against 13 ms for `16 × 512 ⊗ 512`) |
 //! | binary ops over a broadcast left operand run element by element | Flex | `binary_lhs` | **dropped**: Flex 0.22.1 runs broadcast binary ops through one collapsed loop nest (`zip.rs`), with no copy of the broadcast operand (measured: 0.6–0.7 ms against 1.1–1.4 ms repeated, `[64, 128, 256]`) |
+//! | backend-level default implementations (`float_clamp_min`, `leaky_relu`, ...) record bools of the capture backend's own default dtype (`U8`: they read its device type's settings, which configuring the capture device does not reach); cubecl's WGSL has no `u8` | capture, cubecl | [`replay_bool_dtype`] | found on 0.22.1 |
 //! | reshaping to rank 0 panics | ndarray | `reshapes_to_rank0`, `rank0_through_data` | **dropped**: NdArray is not a backend of this crate (deprecated in Burn 0.22) |
 //!
 //! The cubecl entries were not re-checked on a GPU for 0.22.1 (none was at hand): they are kept,
@@ -92,10 +93,12 @@ struct Flavor {
 impl Flavor {
     /// From a backend's name (Burn 0.22.1): `flex` for Flex, `cubecl<..>` (inside `fusion<..>`
     /// when fused) for the cubecl backends, `router<capture>` for the capture backend;
-    /// `dispatch<..>` wraps the name of the backend of the device it is given.
+    /// `dispatch<..>` wraps the name of the backend of the device it is given, and `vmap<..>`
+    /// and `autodiff<..>` the backend a program replays on (the engine, with autodiff for
+    /// gradients), whose tensors live on the wrapped backend.
     fn from_name(name: &str) -> Self {
         let mut inner = name;
-        for wrapper in ["dispatch<", "fusion<", "router<"] {
+        for wrapper in ["autodiff<", "vmap<", "dispatch<", "fusion<", "router<"] {
             while let Some(rest) = inner.strip_prefix(wrapper) {
                 inner = rest.strip_suffix('>').unwrap_or(rest);
             }
@@ -352,6 +355,25 @@ pub(crate) fn can_fold_rows(rows: usize) -> bool {
     rows > 0
 }
 
+// =================================================================================================
+// capture: bools recorded with the capture backend's own dtype
+// =================================================================================================
+
+/// The dtype of every bool a replayed program creates on `device` (comparisons, `is_nan`,
+/// `all`/`any`, bool `zeros`/`ones`/`empty`) on cubecl: the device's own, whatever the
+/// recording says; `None` elsewhere (the recorded dtype). Burn 0.22.1's backend-level default
+/// implementations (`float_clamp_min`, `leaky_relu`, `hard_sigmoid` through `clamp`, ...) read
+/// the bool dtype from the settings of the capture backend's own device type, which
+/// configuring the capture device with the user's dtypes does not reach, so they record the
+/// capture backend's default `U8`. Flex stores bools as `U8`, so nothing showed there; on wgpu
+/// the replayed mask was a `u8` tensor, which WGSL cannot declare ("no definition in scope for
+/// identifier: `u8`"). Replays on the capture backend itself (a transform nested in a recorded
+/// function) keep the recorded dtypes, which are the ones the function's own tensors have there.
+pub(crate) fn replay_bool_dtype<B: Backend>(device: &B::Device) -> Option<burn_backend::BoolDType> {
+    is_cubecl::<B>(device)
+        .then(|| burn_backend::get_or_init_device_settings::<B>(device).bool_dtype)
+}
+
 #[cfg(test)]
 mod tests {
     use super::Flavor;
@@ -369,5 +391,12 @@ mod tests {
         assert_eq!(f("router<capture>"), (false, false, true));
         assert_eq!(f("dispatch<router<capture>>"), (false, false, true));
         assert_eq!(f("ndarray"), (false, false, false));
+        // The backends a program replays on: the engine over a backend, with autodiff.
+        assert_eq!(
+            f("vmap<fusion<cubecl<wgpu<vulkan>>>>"),
+            (true, false, false)
+        );
+        assert_eq!(f("autodiff<vmap<flex>>"), (false, true, false));
+        assert_eq!(f("autodiff<vmap<router<capture>>>"), (false, false, true));
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use burn_backend::backend::Backend;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
+use burn_backend::{BoolDType, DType};
 use burn_ir::{TensorId, TensorIr};
 
 use super::custom::{CustomHandler, Customs};
@@ -18,6 +19,9 @@ pub(crate) struct Env<B: Backend> {
     uses: HashMap<TensorId, usize>,
     /// The device every tensor created by the program goes to.
     pub(crate) device: B::Device,
+    /// The dtype of every bool the program creates, when it is the device's rather than the
+    /// recorded one ([`compat::replay_bool_dtype`](crate::compat::replay_bool_dtype)).
+    bool_dtype: Option<BoolDType>,
     /// The handlers of the program's custom operations.
     customs: Customs,
 }
@@ -29,9 +33,15 @@ impl<B: Backend> Env<B> {
         Self {
             values: HashMap::with_capacity(uses.len()),
             uses,
+            bool_dtype: crate::compat::replay_bool_dtype::<B>(&device),
             device,
             customs,
         }
+    }
+
+    /// The dtype of a bool the program creates, recorded as `recorded`.
+    pub(crate) fn bool_out(&self, recorded: DType) -> BoolDType {
+        self.bool_dtype.unwrap_or_else(|| recorded.into())
     }
 
     /// The handler of custom operation `id`.

@@ -81,13 +81,21 @@ pub(super) fn base_float<B: Backend>(e: &mut Env<B>, op: &Base) -> Result<(), Vm
             let t = B::float_zeros(d.out.shape.clone(), &e.device, d.out.dtype.into());
             e.put_f(&d.out, t)
         }
-        Base::All(d) => un!(e, d: f -> put_b, |x| B::float_all(x, d.out.dtype.into())),
-        Base::Any(d) => un!(e, d: f -> put_b, |x| B::float_any(x, d.out.dtype.into())),
+        Base::All(d) => {
+            let dtype = e.bool_out(d.out.dtype);
+            un!(e, d: f -> put_b, |x| B::float_all(x, dtype))
+        }
+        Base::Any(d) => {
+            let dtype = e.bool_out(d.out.dtype);
+            un!(e, d: f -> put_b, |x| B::float_any(x, dtype))
+        }
         Base::AllDim(d) => {
-            un!(e, d: f -> put_b, |x| B::float_all_dim(x, d.axis, d.out.dtype.into()))
+            let dtype = e.bool_out(d.out.dtype);
+            un!(e, d: f -> put_b, |x| B::float_all_dim(x, d.axis, dtype))
         }
         Base::AnyDim(d) => {
-            un!(e, d: f -> put_b, |x| B::float_any_dim(x, d.axis, d.out.dtype.into()))
+            let dtype = e.bool_out(d.out.dtype);
+            un!(e, d: f -> put_b, |x| B::float_any_dim(x, d.axis, dtype))
         }
     }
     Ok(())
@@ -166,10 +174,22 @@ pub(super) fn base_int<B: Backend>(e: &mut Env<B>, op: &Base) -> Result<(), Vmap
             let t = B::int_zeros(d.out.shape.clone(), &e.device, d.out.dtype.into());
             e.put_i(&d.out, t)
         }
-        Base::All(d) => un!(e, d: i -> put_b, |x| B::int_all(x, d.out.dtype.into())),
-        Base::Any(d) => un!(e, d: i -> put_b, |x| B::int_any(x, d.out.dtype.into())),
-        Base::AllDim(d) => un!(e, d: i -> put_b, |x| B::int_all_dim(x, d.axis, d.out.dtype.into())),
-        Base::AnyDim(d) => un!(e, d: i -> put_b, |x| B::int_any_dim(x, d.axis, d.out.dtype.into())),
+        Base::All(d) => {
+            let dtype = e.bool_out(d.out.dtype);
+            un!(e, d: i -> put_b, |x| B::int_all(x, dtype))
+        }
+        Base::Any(d) => {
+            let dtype = e.bool_out(d.out.dtype);
+            un!(e, d: i -> put_b, |x| B::int_any(x, dtype))
+        }
+        Base::AllDim(d) => {
+            let dtype = e.bool_out(d.out.dtype);
+            un!(e, d: i -> put_b, |x| B::int_all_dim(x, d.axis, dtype))
+        }
+        Base::AnyDim(d) => {
+            let dtype = e.bool_out(d.out.dtype);
+            un!(e, d: i -> put_b, |x| B::int_any_dim(x, d.axis, dtype))
+        }
     }
     Ok(())
 }
@@ -227,15 +247,15 @@ pub(super) fn base_bool<B: Backend>(e: &mut Env<B>, op: &Base) -> Result<(), Vma
             e.put_b(&d.out, B::bool_cat(xs, d.dim))
         }
         Base::Empty(d) => {
-            let t = B::bool_empty(d.out.shape.clone(), &e.device, d.out.dtype.into());
+            let t = B::bool_empty(d.out.shape.clone(), &e.device, e.bool_out(d.out.dtype));
             e.put_b(&d.out, t)
         }
         Base::Ones(d) => {
-            let t = B::bool_ones(d.out.shape.clone(), &e.device, d.out.dtype.into());
+            let t = B::bool_ones(d.out.shape.clone(), &e.device, e.bool_out(d.out.dtype));
             e.put_b(&d.out, t)
         }
         Base::Zeros(d) => {
-            let t = B::bool_zeros(d.out.shape.clone(), &e.device, d.out.dtype.into());
+            let t = B::bool_zeros(d.out.shape.clone(), &e.device, e.bool_out(d.out.dtype));
             e.put_b(&d.out, t)
         }
         Base::All(d) => un!(e, d: b -> put_b, B::bool_all),

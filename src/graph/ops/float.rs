@@ -39,8 +39,14 @@ pub(super) fn float<B: Backend>(e: &mut Env<B>, op: &FloatOp) -> Result<(), Vmap
         FloatOp::Trunc(d) => un!(e, d: f -> put_f, B::float_trunc),
         FloatOp::Recip(d) => un!(e, d: f -> put_f, B::float_recip),
         FloatOp::IntoInt(d) => un!(e, d: f -> put_i, |x| B::float_into_int(x, d.out.dtype.into())),
-        FloatOp::IsNan(d) => un!(e, d: f -> put_b, |x| B::float_is_nan(x, d.out.dtype.into())),
-        FloatOp::IsInf(d) => un!(e, d: f -> put_b, |x| B::float_is_inf(x, d.out.dtype.into())),
+        FloatOp::IsNan(d) => {
+            let dtype = e.bool_out(d.out.dtype);
+            un!(e, d: f -> put_b, |x| B::float_is_nan(x, dtype))
+        }
+        FloatOp::IsInf(d) => {
+            let dtype = e.bool_out(d.out.dtype);
+            un!(e, d: f -> put_b, |x| B::float_is_inf(x, dtype))
+        }
         FloatOp::Matmul(d) => bin!(e, d: f -> put_f, B::float_matmul),
         FloatOp::Cross(d) => bin!(e, d: f -> put_f, |l, r| B::float_cross(l, r, d.dim)),
         FloatOp::Random(d) => {

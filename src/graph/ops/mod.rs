@@ -50,7 +50,8 @@ macro_rules! cmp {
     ($env:ident, $d:ident: $get:ident, $f:expr) => {{
         let l = $env.$get(&$d.lhs);
         let r = $env.$get(&$d.rhs);
-        $env.put_b(&$d.out, $f(l, r, $d.out.dtype.into()))
+        let dtype = $env.bool_out($d.out.dtype);
+        $env.put_b(&$d.out, $f(l, r, dtype))
     }};
 }
 
@@ -58,7 +59,8 @@ macro_rules! cmp {
 macro_rules! cmp_sc {
     ($env:ident, $d:ident: $get:ident, $f:expr) => {{
         let l = $env.$get(&$d.lhs);
-        $env.put_b(&$d.out, $f(l, $d.rhs.into(), $d.out.dtype.into()))
+        let dtype = $env.bool_out($d.out.dtype);
+        $env.put_b(&$d.out, $f(l, $d.rhs.into(), dtype))
     }};
 }
 
