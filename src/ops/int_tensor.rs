@@ -29,6 +29,13 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
         int_add_scalar, int_sub_scalar, int_mul_scalar, int_div_scalar, int_remainder_scalar,
         bitwise_and_scalar, bitwise_or_scalar, bitwise_xor_scalar, bitwise_left_shift_scalar,
         bitwise_right_shift_scalar);
+
+    // Overridden (exactness): the defaults go through `float_powf`, the inner backend's own
+    // kernels stay in integers. They differ where the float path is wrong: cubecl 0.22.1's
+    // `powf(0, 0)` is 0, so the default gave `0^0 = 0` where the loop (cubecl's `int_powi`)
+    // gives 1.
+    materializing_ops!(IntTensor, Int; int_powi);
+    scalar_ops!(IntTensor; int_powi_scalar_impl);
     unary_ops!(IntTensor; int_abs, bitwise_not);
 
     // Overridden (speed): the default is `int_powi_scalar(2)`; the inner backend's own kernel.

@@ -17,6 +17,7 @@
 //! | | `float_gather_nd`, `float_scatter_nd` | the defaults are `unimplemented!`; the rules call the inner op |
 //! | | `float_mask_select` | correctness: the default reads the batched mask back; the loop fallback |
 //! | `IntTensorOps` | `int_zeros`, `int_ones`, `int_cat`, `int_sort`, `int_sort_with_indices`, `int_argsort`, `int_topk`, `int_topk_with_indices`, `int_argtopk`, `int_square`, `int_pad`, `int_gather_nd`, `int_scatter_nd`, `int_mask_select` | as their float siblings |
+//! | | `int_powi`, `int_powi_scalar_impl` | exactness: the inner backend's integer kernels (the defaults go through `float_powf`, whose `0^0` is 0 on cubecl) |
 //! | `BoolTensorOps` | `bool_cat` | speed, as `float_cat` |
 //! | | `bool_argwhere`, `bool_mask_select` | correctness: the loop fallback (see `rules::fallback`) |
 //! | `ModuleOps` | `linear`, `linear_x_backward`, `linear_weight_backward`, `linear_bias_backward` | speed: a batched input folded into rows, one inner op |
