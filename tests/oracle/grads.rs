@@ -14,7 +14,7 @@ use burn::tensor::module::linear;
 use burn::tensor::{Int, Tensor};
 use burn_vmap::{per_example_grads, vmap};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, TestCaseError};
 
 use crate::harness::{Gen, Rng};
 use crate::host::{Host, TOL, diff};
@@ -181,11 +181,17 @@ fn check_against(
 #[test]
 fn oracle_per_example_grads() {
     let mut failures = Vec::new();
+    let filter = std::env::var("ORACLE_FILTER").ok();
     for (name, loss) in CASES {
+        if let Some(f) = &filter
+            && !name.contains(f.as_str())
+        {
+            continue;
+        }
         let mut config = Config::with_cases(2 * crate::run::num_cases());
         config.failure_persistence = None;
         config.max_shrink_iters = 128;
-        let mut runner = TestRunner::new(config);
+        let mut runner = crate::run::runner(config);
         let strategy = ([1usize..=3, 1usize..=3, 1usize..=3], any::<u64>());
         if let Err(e) = runner.run(&strategy, |(p, seed)| {
             check(name, *loss, p, seed).map_err(TestCaseError::fail)
@@ -208,7 +214,7 @@ fn per_example_grads_of_a_loss_with_a_vmap_inside() {
     let mut config = Config::with_cases(crate::run::num_cases());
     config.failure_persistence = None;
     let strategy = ([1usize..=3, 1usize..=3, 1usize..=3], any::<u64>());
-    TestRunner::new(config)
+    crate::run::runner(config)
         .run(&strategy, |(p, seed)| {
             check_against(
                 "grad_nested_vmap",
