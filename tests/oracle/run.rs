@@ -401,13 +401,6 @@ pub fn num_cases() -> u32 {
         .unwrap_or(16)
 }
 
-/// The smallest per-example rank the oracle draws. On the cubecl backends (wgpu, CUDA) Burn's
-/// own unbatched ops panic on rank-0 tensors: cubecl 0.11.3 indexes their strides at
-/// `rank - 1` ("index out of bounds: the len is 0 but the index is 18446744073709551615"), so
-/// the loop the oracle compares against cannot run there (CHANGELOG, Known issues). Flex runs
-/// every rank.
-const MIN_RANK: usize = if CUBECL { 1 } else { 0 };
-
 /// Cases the oracle skips on the cubecl backends (wgpu, CUDA), each with its reason (CHANGELOG,
 /// Known issues). The first three are limits of Burn's own unbatched op there, so the loop the
 /// oracle compares against cannot run; the others are open: `vmap` differs from the loop there.
@@ -456,6 +449,15 @@ pub fn runner(config: Config) -> TestRunner {
     }
 }
 
+/// The smallest per-example rank the oracle draws for a case whose ranks start at `start`. On
+/// the cubecl backends (wgpu, CUDA) Burn's own unbatched ops panic on rank-0 tensors: cubecl
+/// 0.11.3 indexes their strides at `rank - 1` ("index out of bounds: the len is 0 but the index
+/// is 18446744073709551615"), so the loop the oracle compares against cannot run there
+/// (CHANGELOG, Known issues). Flex runs every rank.
+fn first_rank(start: usize) -> usize {
+    if CUBECL { start.max(1) } else { start }
+}
+
 /// Runs every case (filtered by `ORACLE_FILTER`, a substring of the name) under proptest and
 /// fails listing **every** failing case with its shrunk counterexample.
 pub fn run_cases(cases: Vec<OpCase>) {
@@ -474,7 +476,7 @@ pub fn run_cases(cases: Vec<OpCase>) {
             println!("oracle: {} skipped on cubecl: {why}", case.name);
             continue;
         }
-        let ranks = (*case.ranks.start()).max(MIN_RANK)..=*case.ranks.end();
+        let ranks = first_rank(*case.ranks.start())..=*case.ranks.end();
         if ranks.is_empty() {
             continue;
         }
