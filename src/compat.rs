@@ -12,6 +12,7 @@
 //! |---|---|---|---|
 //! | reductions, scans, sorts and `scatter_nd` misread some permuted or expanded layouts | cubecl | [`kernel_layout`] | kept |
 //! | `scatter_nd` pairs index tuples spanning several dims with the wrong value rows | cubecl | [`flat_tuples`] | kept |
+//! | top-k (`topk`, `topk_with_indices`, `argtopk`) along a dim that is not the last returns wrong values for `k >= 2` | cubecl | [`topk_dim`], [`topk_back`] | found on 0.22.1 |
 //! | `mask_where` / `mask_fill` leave part of a broadcast output unwritten when the masked tensor is the smaller operand | cubecl | [`mask_target`] | kept |
 //! | `float_unfold` windows permuted ahead of the kernel dims are misread when a dim has one window | cubecl | [`conv_patches`] | kept |
 //! | `unfold` to a single window shorter than its dim is read as if contiguous | cubecl | [`unfold`] | kept |
@@ -218,6 +219,39 @@ pub(crate) fn kernel_layout<B: Backend, K: Kind<B>>(t: K::P) -> K::P {
     }
     let flat = K::reshape(t, Shape::from(vec![n]));
     K::reshape(flat, shape)
+}
+
+// =================================================================================================
+// cubecl: top-k along a dim that is not the last
+// =================================================================================================
+
+/// `t` with `dim` swapped to the last place (contiguous), and the dim a top-k then runs along,
+/// on Burn's cubecl backends; `t` and `dim` unchanged elsewhere or when `dim` is the last.
+/// Burn 0.22.1's cubecl top-k (`topk`, `topk_with_indices`, `argtopk`, float and int) along a
+/// dim that is not the last returns wrong values for `k >= 2`: a contiguous `[3, 3, 1, 2]`
+/// along dim 1 with `k = 2` gives another row's values and garbage (found by the loop oracle
+/// on wgpu, `int_topk_with_indices`; along the last dim it is right). Batched tensors hit it
+/// all the time: a per-example top-k along dim 0 runs along dim 1 with the batch in front.
+/// [`topk_back`] swaps each output back.
+pub(crate) fn topk_dim<B: Backend, K: Kind<B>>(t: K::P, dim: usize) -> (K::P, usize) {
+    let rank = t.shape().num_dims();
+    if dim + 1 == rank || !is_cubecl::<B>(&t.device()) {
+        return (t, dim);
+    }
+    let mut axes: Vec<usize> = (0..rank).collect();
+    axes.swap(dim, rank - 1);
+    (kernel_layout::<B, K>(K::permute(t, &axes)), rank - 1)
+}
+
+/// An output of a top-k run along `used` ([`topk_dim`]) with its dims as if it had run along
+/// `dim` (a view).
+pub(crate) fn topk_back<B: Backend, K: Kind<B>>(out: K::P, dim: usize, used: usize) -> K::P {
+    if dim == used {
+        return out;
+    }
+    let mut axes: Vec<usize> = (0..out.shape().num_dims()).collect();
+    axes.swap(dim, used);
+    K::permute(out, &axes)
 }
 
 // =================================================================================================

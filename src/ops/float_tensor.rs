@@ -7,7 +7,7 @@ use burn_backend::{FloatDType, IntDType, Scalar, Shape, Slice, TensorData};
 
 use super::macros::*;
 use crate::Vmap;
-use crate::physical::Float;
+use crate::physical::{Float, Int};
 use crate::rules::{create, elementwise, factored, indexing, linalg, module, reduce, view};
 
 impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
@@ -183,13 +183,13 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         k: usize,
         out_dtype: IntDType,
     ) -> IntTensor<Self> {
-        reduce::reduce_dim::<B, Float, _>(tensor, dim, |t, d| B::float_argtopk(t, d, k, out_dtype))
+        reduce::topk::<B, Float, Int>(tensor, dim, |t, d| B::float_argtopk(t, d, k, out_dtype))
     }
 
     // Overridden (speed): the default sorts the whole dim (through `float_argsort`) and keeps
     // `k`; the inner backend's own top-k runs once for the whole batch.
     fn float_topk(tensor: FloatTensor<Self>, dim: usize, k: usize) -> FloatTensor<Self> {
-        reduce::reduce_dim::<B, Float, _>(tensor, dim, |t, d| B::float_topk(t, d, k))
+        reduce::topk::<B, Float, Float>(tensor, dim, |t, d| B::float_topk(t, d, k))
     }
 
     // Overridden (speed): as `float_topk`.
@@ -199,7 +199,7 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         k: usize,
         out_dtype: IntDType,
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
-        reduce::reduce_dim_pair::<B, Float, _, _>(tensor, dim, |t, d| {
+        reduce::topk_pair::<B, Float>(tensor, dim, |t, d| {
             B::float_topk_with_indices(t, d, k, out_dtype)
         })
     }

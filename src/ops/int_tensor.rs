@@ -74,12 +74,12 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
 
     // Overridden (speed): the default sorts the whole dim; the inner backend's own arg-top-k.
     fn int_argtopk(tensor: IntTensor<Self>, dim: usize, k: usize) -> IntTensor<Self> {
-        reduce::reduce_dim::<B, Int, _>(tensor, dim, |t, d| B::int_argtopk(t, d, k))
+        reduce::topk::<B, Int, Int>(tensor, dim, |t, d| B::int_argtopk(t, d, k))
     }
 
     // Overridden (speed): as `float_topk`.
     fn int_topk(tensor: IntTensor<Self>, dim: usize, k: usize) -> IntTensor<Self> {
-        reduce::reduce_dim::<B, Int, _>(tensor, dim, |t, d| B::int_topk(t, d, k))
+        reduce::topk::<B, Int, Int>(tensor, dim, |t, d| B::int_topk(t, d, k))
     }
 
     // Overridden (speed): as `float_topk`.
@@ -88,9 +88,7 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
         dim: usize,
         k: usize,
     ) -> (IntTensor<Self>, IntTensor<Self>) {
-        reduce::reduce_dim_pair::<B, Int, _, _>(tensor, dim, |t, d| {
-            B::int_topk_with_indices(t, d, k)
-        })
+        reduce::topk_pair::<B, Int>(tensor, dim, |t, d| B::int_topk_with_indices(t, d, k))
     }
 
     // Fix (found by the loop oracle, tests/oracle/derived.rs `int_sort`, on Burn 0.21): as

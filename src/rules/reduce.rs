@@ -4,7 +4,7 @@ use burn_backend::backend::Backend;
 use burn_backend::{Scalar, Shape, TensorMetadata};
 
 use super::helpers::physical_dim;
-use crate::compat::kernel_layout;
+use crate::compat::{self, kernel_layout};
 use crate::physical::{Float, Int, Kind};
 use crate::tensor::VmapTensor;
 
@@ -33,6 +33,38 @@ pub(crate) fn reduce_dim<B: Backend, K: Kind<B>, Q>(
     }
     let pdim = physical_dim(&t.bdims, dim);
     t.map(|inner| f(kernel_layout::<B, K>(inner), pdim))
+}
+
+/// A top-k along logical `dim` (`f(t, dim)`), as [`reduce_dim`], run along the last dim on the
+/// backends that need it ([`compat::topk_dim`](crate::compat::topk_dim)); its result of kind `O`.
+pub(crate) fn topk<B: Backend, K: Kind<B>, O: Kind<B>>(
+    t: VmapTensor<K::P>,
+    dim: usize,
+    f: impl FnOnce(K::P, usize) -> O::P,
+) -> VmapTensor<O::P> {
+    reduce_dim::<B, K, _>(t, dim, |t, d| {
+        let (t, used) = compat::topk_dim::<B, K>(t, d);
+        compat::topk_back::<B, O>(f(t, used), d, used)
+    })
+}
+
+/// [`topk`] with two results (`topk_with_indices`): values of kind `K`, indices.
+pub(crate) fn topk_pair<B: Backend, K: Kind<B>>(
+    t: VmapTensor<K::P>,
+    dim: usize,
+    f: impl FnOnce(K::P, usize) -> (K::P, <Int as Kind<B>>::P),
+) -> (VmapTensor<K::P>, VmapTensor<<Int as Kind<B>>::P>)
+where
+    K::P: Clone,
+{
+    reduce_dim_pair::<B, K, _, _>(t, dim, |t, d| {
+        let (t, used) = compat::topk_dim::<B, K>(t, d);
+        let (values, indices) = f(t, used);
+        (
+            compat::topk_back::<B, K>(values, d, used),
+            compat::topk_back::<B, Int>(indices, d, used),
+        )
+    })
 }
 
 /// An op along one logical dim with two results of the input's batch dims (`sort_with_indices`,

@@ -426,10 +426,6 @@ const CUBECL_SKIPS: &[(&str, &str)] = &[
         "open: differs from the loop with repeated index tuples (suspected: cubecl's scatter_nd Add races)",
     ),
     (
-        "int_topk_with_indices",
-        "open: differs from the loop on wgpu",
-    ),
-    (
         "activation_prelu_softmin",
         "open: softmin differs from the loop at three nested levels on wgpu",
     ),
