@@ -21,6 +21,10 @@
 //! `(g, g²)`), `loop` (Burn's backward of each example's loss, one after the other) and
 //! `record_and_step` (a fresh builder: the recording, then one clipped step).
 //!
+//! The headline ratio, clipped sum / standard, is also timed with the two steps in alternation
+//! (`common::paired`: the median over ABBA rounds, with its quartiles), which a drift of the
+//! machine's speed between criterion's groups does not move.
+//!
 //! Environment: `BURN_VMAP_BENCH_QUICK=1` for a shorter run; `BURN_VMAP_BENCH_ONLY=lstm` (or any
 //! part of a group's name) for some groups only.
 
@@ -38,6 +42,7 @@ use burn_vmap::{ParamGrads, Tree, clip_by_global_norm, micro_grad_module};
 use criterion::{Criterion, SamplingMode};
 
 use common::alloc::peak_of;
+use common::paired::paired_ratio;
 use common::{CLASSES, Cnn, Mlp, Transformer, VOCAB, cross_entropy, labels, mean_ns, tokens};
 
 #[global_allocator]
@@ -264,10 +269,33 @@ fn main() {
     }
     c.final_summary();
 
+    // The headline: clipped sum against the standard step timed in alternation (criterion's
+    // means, one after the other, drift with the machine; see `common::paired`).
+    let budget = Duration::from_secs(if quick() { 4 } else { 15 });
+    let paired: Vec<_> = cases
+        .iter()
+        .map(|case| {
+            paired_ratio(
+                budget,
+                || {
+                    (case.run)(Work::Standard);
+                },
+                || {
+                    (case.run)(Work::ClippedSum);
+                },
+            )
+        })
+        .collect();
+
     println!(
         "\n== ratios to Burn's batch gradient (same run, {:?}) ==",
         Device::default()
     );
+    println!("clipped sum / standard, timed in alternation (ABBA rounds; median [quartiles]):");
+    for (case, ratio) in cases.iter().zip(&paired) {
+        println!("- {}: **{ratio}**", case.name);
+    }
+    println!("criterion's means:");
     println!(
         "| model | standard | clipped sum | (g, g²) | Burn's per-example loop | recording (one-time) | peak memory: standard / clipped sum |"
     );

@@ -11,13 +11,17 @@
 //!   non-finite and clipped examples) against the plain `clip_by_global_norm`, each as the
 //!   `transform_fn` of the clipped sum, on the MLP and the transformer.
 //!
+//! The ratios are printed twice: timed in alternation (`common::paired`, the headline: a drift
+//! of the machine's speed between criterion's benchmarks does not move them), and from
+//! criterion's means.
+//!
 //! The DP step samples every example of a 64-example dataset (`q = 1`, so that the batch, and
 //! the work, is the same at every iteration as the standard step's); its batcher hands over the
 //! batch tensors already made, as the standard step's loop does.
 
 mod common;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use burn::data::dataloader::batcher::Batcher;
@@ -29,6 +33,7 @@ use burn_vmap::privacy::{DpConfig, DpMechanism, DpSgd, Neighbouring, NoiseKind, 
 use burn_vmap::{ParamGrads, Tree, clip_by_global_norm, micro_grad_module};
 use criterion::{Criterion, criterion_group};
 
+use common::paired::paired_ratio;
 use common::{Cnn, Mlp, Transformer, labels, mean_ns, tokens};
 
 const BATCH: usize = 64;
@@ -55,6 +60,15 @@ impl<X: Clone + Send + Sync> Batcher<usize, X> for Ready<X> {
     }
 }
 
+/// Paired ratios measured in `pair`, printed at the end of the run.
+static PAIRED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// How long each paired ratio is measured (`BURN_VMAP_BENCH_QUICK=1`: shorter).
+fn budget() -> Duration {
+    let quick = std::env::var("BURN_VMAP_BENCH_QUICK").is_ok_and(|v| v == "1");
+    Duration::from_secs(if quick { 3 } else { 10 })
+}
+
 /// The DP step of `model` on `batch` against the standard step with `loss` of the batch.
 fn pair<M, X, L>(c: &mut Criterion, name: &str, init: M, batch: X, loss: L)
 where
@@ -66,12 +80,11 @@ where
     group.sample_size(10);
     let mut model = init.clone().train();
     let mut optim = SgdConfig::new().init();
-    group.bench_function(format!("{name}/standard"), |b| {
-        b.iter(|| {
-            let l = loss(&model, batch.clone());
-            model = standard(model.clone(), &mut optim, l);
-        })
-    });
+    let mut standard_step = || {
+        let l = loss(&model, batch.clone());
+        model = standard(model.clone(), &mut optim, l);
+    };
+    group.bench_function(format!("{name}/standard"), |b| b.iter(&mut standard_step));
     // C = 1, σ = 1.1, the public expected batch 64.
     let config = DpConfig::new(
         1.0,
@@ -97,12 +110,16 @@ where
             .expect("a loader");
         let mut dp = DpSgd::new(SgdConfig::new().init(), mechanism);
         let mut model = init.clone().train();
-        group.bench_function(format!("{name}/{id}"), |b| {
-            b.iter(|| {
-                let sampled = loader.next_batch().expect("a batch");
-                (model, _) = dp.step(0.01, model.clone(), loss, sampled).expect("a step");
-            })
-        });
+        let mut dp_step = || {
+            let sampled = loader.next_batch().expect("a batch");
+            (model, _) = dp.step(0.01, model.clone(), loss, sampled).expect("a step");
+        };
+        group.bench_function(format!("{name}/{id}"), |b| b.iter(&mut dp_step));
+        let ratio = paired_ratio(budget(), &mut standard_step, &mut dp_step);
+        PAIRED
+            .lock()
+            .unwrap()
+            .push(format!("{name}: {id} / standard step = **{ratio}**"));
     }
     group.finish();
 
@@ -113,13 +130,19 @@ where
         .transform_fn(|g: ParamGrads| clip_by_global_norm(g, 1.0));
     let flagged = micro_grad_module(move |m: &M, (x,): (X,)| loss(m, x))
         .transform_fn(|g: ParamGrads| clip_and_flag(g, 1.0));
-    group.bench_function(format!("{name}/plain"), |b| {
-        b.iter(|| plain.call(&model, (batch.clone(),)).expect("a sum"))
-    });
-    group.bench_function(format!("{name}/finite_safe"), |b| {
-        b.iter(|| flagged.call(&model, (batch.clone(),)).expect("a sum"))
-    });
+    let mut plain_clip = || {
+        plain.call(&model, (batch.clone(),)).expect("a sum");
+    };
+    let mut safe_clip = || {
+        flagged.call(&model, (batch.clone(),)).expect("a sum");
+    };
+    group.bench_function(format!("{name}/plain"), |b| b.iter(&mut plain_clip));
+    group.bench_function(format!("{name}/finite_safe"), |b| b.iter(&mut safe_clip));
     group.finish();
+    let ratio = paired_ratio(budget(), &mut plain_clip, &mut safe_clip);
+    PAIRED.lock().unwrap().push(format!(
+        "{name}: finite-safe clip / plain clip = **{ratio}**"
+    ));
 }
 
 fn dp(c: &mut Criterion) {
@@ -158,6 +181,11 @@ fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
     println!("\n== ratios (same run), batch {BATCH} ==");
+    println!("timed in alternation (ABBA rounds; median [quartiles]; see common::paired):");
+    for line in PAIRED.lock().unwrap().iter() {
+        println!("- {line}");
+    }
+    println!("criterion's means:");
     // (A filtered run, `cargo bench --bench dp -- mlp`, prints the models it ran.)
     for model in ["mlp", "cnn", "transformer"] {
         // Criterion stores `a/b` function ids as `a_b`.

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod alloc;
+pub mod paired;
 
 use burn::module::Module;
 use burn::nn::conv::{Conv2d, Conv2dConfig};

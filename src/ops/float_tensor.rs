@@ -103,8 +103,8 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         grid: FloatTensor<Self>,
         options: burn_backend::ops::GridSampleOptions,
     ) -> FloatTensor<Self> {
-        let (bdims, [x, g]) = module::fold_all::<B, Float, 2>([tensor, grid]);
-        module::unfold_out::<B, Float>(B::float_grid_sample_2d(x, g, options), &bdims)
+        let (fold, [x, g]) = module::fold_all::<B, Float, 2>([tensor, grid]);
+        fold.unfold::<B, Float>(B::float_grid_sample_2d(x, g, options))
     }
 
     fn float_cross(

@@ -25,7 +25,7 @@ use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 
 use crate::Vmap;
 use crate::physical::{Bool, Float, Int};
-use crate::rules::module::{self as deform, DeformArgs, fold_all, fold_to, unfold_out};
+use crate::rules::module::{self as deform, DeformArgs, Fold, fold_all};
 use crate::rules::{factored, linalg};
 use crate::tensor::{BatchDims, VmapTensor};
 
@@ -35,8 +35,8 @@ macro_rules! fold_x_ops {
     ($($name:ident($($arg:ident: $ty:ty),* $(,)?)),* $(,)?) => {
         $(
             fn $name(x: FloatTensor<Self> $(, $arg: $ty)*) -> FloatTensor<Self> {
-                let (bdims, [x]) = fold_all::<B, Float, 1>([x]);
-                unfold_out::<B, Float>(B::$name(x $(, $arg)*), &bdims)
+                let (fold, [x]) = fold_all::<B, Float, 1>([x]);
+                fold.unfold::<B, Float>(B::$name(x $(, $arg)*))
             }
         )*
     };
@@ -47,8 +47,8 @@ macro_rules! fold_x_grad_ops {
     ($($name:ident($($arg:ident: $ty:ty),* $(,)?)),* $(,)?) => {
         $(
             fn $name(x: FloatTensor<Self>, grad: FloatTensor<Self> $(, $arg: $ty)*) -> FloatTensor<Self> {
-                let (bdims, [x, grad]) = fold_all::<B, Float, 2>([x, grad]);
-                unfold_out::<B, Float>(B::$name(x, grad $(, $arg)*), &bdims)
+                let (fold, [x, grad]) = fold_all::<B, Float, 2>([x, grad]);
+                fold.unfold::<B, Float>(B::$name(x, grad $(, $arg)*))
             }
         )*
     };
@@ -171,10 +171,10 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
             .iter()
             .all(|t| !t.is_batched());
         if shared {
-            let (bdims, [x]) = fold_all::<B, Float, 1>([x]);
+            let (fold, [x]) = fold_all::<B, Float, 1>([x]);
             let (gamma, beta) = (gamma.inner(), beta.inner());
             let out = B::batch_norm(x, gamma, beta, mean.inner(), variance.inner(), epsilon);
-            return unfold_out::<B, Float>(out, &bdims);
+            return fold.unfold::<B, Float>(out);
         }
         crate::rules::module::batch_norm_default::<B>(x, gamma, beta, mean, variance, epsilon)
     }
@@ -276,7 +276,7 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         ceil_mode: bool,
         indices_dtype: IntDType,
     ) -> MaxPool2dWithIndices<Self> {
-        let (bdims, [x]) = fold_all::<B, Float, 1>([x]);
+        let (fold, [x]) = fold_all::<B, Float, 1>([x]);
         let out = B::max_pool2d_with_indices(
             x,
             kernel_size,
@@ -287,8 +287,8 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
             indices_dtype,
         );
         MaxPool2dWithIndices::new(
-            unfold_out::<B, Float>(out.output, &bdims),
-            unfold_out::<B, Int>(out.indices, &bdims),
+            fold.unfold::<B, Float>(out.output),
+            fold.unfold::<B, Int>(out.indices),
         )
     }
 
@@ -305,17 +305,18 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
         // Indices address positions inside one (n, c) plane, so folding the batch into N keeps
         // them valid.
         let bdims = BatchDims::union([&x.bdims, &output_grad.bdims, &indices.bdims]);
+        let fold = Fold::new(bdims, x.shape()[0]);
         let out = B::max_pool2d_with_indices_backward(
-            fold_to::<B, Float>(x, &bdims),
+            fold.fold::<B, Float>(x),
             kernel_size,
             stride,
             padding,
             dilation,
             ceil_mode,
-            fold_to::<B, Float>(output_grad, &bdims),
-            fold_to::<B, Int>(indices, &bdims),
+            fold.fold::<B, Float>(output_grad),
+            fold.fold::<B, Int>(indices),
         );
-        MaxPool2dBackward::new(unfold_out::<B, Float>(out.x_grad, &bdims))
+        MaxPool2dBackward::new(fold.unfold::<B, Float>(out.x_grad))
     }
 
     fn attention(
@@ -352,10 +353,11 @@ impl<B: Backend> ModuleOps<Self> for Vmap<B> {
             .into_iter()
             .flatten(),
         );
-        let fold = |t: FloatTensor<Self>| fold_to::<B, Float>(t, &bdims);
+        let folding = Fold::new(bdims, query.shape()[0]);
+        let fold = |t: FloatTensor<Self>| folding.fold::<B, Float>(t);
         let (q, k, v) = (fold(query), fold(key), fold(value));
         let bias = attn_bias.map(fold);
-        let mask = mask.map(|m| fold_to::<B, Bool>(m, &bdims));
-        unfold_out::<B, Float>(B::attention(q, k, v, mask, bias, options), &bdims)
+        let mask = mask.map(|m| folding.fold::<B, Bool>(m));
+        folding.unfold::<B, Float>(B::attention(q, k, v, mask, bias, options))
     }
 }

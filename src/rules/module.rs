@@ -21,43 +21,53 @@ pub(crate) fn fold_n<B: Backend, K: Kind<B>>(t: K::P, bdims: &BatchDims) -> K::P
     K::reshape(t, dims)
 }
 
-/// `[b*..*N, rest..] -> [b.., N, rest..]`.
-pub(crate) fn unfold_n<B: Backend, K: Kind<B>>(t: K::P, bdims: &BatchDims) -> K::P {
-    let shape = t.shape();
-    let n = shape[0] / bdims.num_examples().max(1);
-    let mut logical = vec![n];
-    logical.extend_from_slice(&shape[1..]);
-    K::reshape(t, with_batch_sizes(bdims, &logical))
+/// How a module op's output gets its batch dims back: the batch dims folded into `N` and the
+/// per-example `N`, which the folded dim cannot give back when there is no example (`0 * N`).
+pub(crate) struct Fold {
+    bdims: BatchDims,
+    n: usize,
 }
 
-/// Materializes `t` over `bdims` and folds them into `N`; unbatched `bdims` leave `t` as is.
-pub(crate) fn fold_to<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, bdims: &BatchDims) -> K::P {
-    if bdims.is_empty() {
-        return t.inner();
+impl Fold {
+    /// The batch dims `bdims` folded into the per-example batch `n` (the first dim of the op's
+    /// logical input).
+    pub(crate) fn new(bdims: BatchDims, n: usize) -> Self {
+        Self { bdims, n }
     }
-    fold_n::<B, K>(materialize::<B, K>(t, bdims), bdims)
+
+    /// Rewraps an output computed on folded operands: `[b*..*N, rest..] -> [b.., N, rest..]`.
+    pub(crate) fn unfold<B: Backend, K: Kind<B>>(&self, out: K::P) -> VmapTensor<K::P> {
+        if self.bdims.is_empty() {
+            return VmapTensor::unbatched(out);
+        }
+        let shape = out.shape();
+        debug_assert_eq!(shape[0], self.n * self.bdims.num_examples());
+        let mut logical = vec![self.n];
+        logical.extend_from_slice(&shape[1..]);
+        let out = K::reshape(out, with_batch_sizes(&self.bdims, &logical));
+        VmapTensor::new(out, self.bdims.clone())
+    }
+
+    /// Materializes `t` over the batch dims and folds them into `N`; unbatched batch dims leave
+    /// `t` as is.
+    pub(crate) fn fold<B: Backend, K: Kind<B>>(&self, t: VmapTensor<K::P>) -> K::P {
+        if self.bdims.is_empty() {
+            return t.inner();
+        }
+        fold_n::<B, K>(materialize::<B, K>(t, &self.bdims), &self.bdims)
+    }
 }
 
 /// Runs `f` on operands whose batch dims are folded into `N` (materialized over their union);
-/// returns the union batch dims with the folded operands. With no batched operand, `f` runs
-/// on the inner tensors directly.
+/// returns how to unfold the output with the folded operands. With no batched operand, the
+/// operands are the inner tensors.
 pub(crate) fn fold_all<B: Backend, K: Kind<B>, const N: usize>(
     xs: [VmapTensor<K::P>; N],
-) -> (BatchDims, [K::P; N]) {
-    let bdims = BatchDims::union(xs.iter().map(|x| &x.bdims));
-    if bdims.is_empty() {
-        return (bdims, xs.map(|x| x.inner()));
-    }
-    let folded = xs.map(|x| fold_n::<B, K>(materialize::<B, K>(x, &bdims), &bdims));
-    (bdims, folded)
-}
-
-/// Rewraps an output computed on folded operands.
-pub(crate) fn unfold_out<B: Backend, K: Kind<B>>(out: K::P, bdims: &BatchDims) -> VmapTensor<K::P> {
-    if bdims.is_empty() {
-        return VmapTensor::unbatched(out);
-    }
-    VmapTensor::new(unfold_n::<B, K>(out, bdims), bdims.clone())
+) -> (Fold, [K::P; N]) {
+    let n = xs.first().map_or(0, |x| x.shape()[0]);
+    let fold = Fold::new(BatchDims::union(xs.iter().map(|x| &x.bdims)), n);
+    let folded = xs.map(|x| fold.fold::<B, K>(x));
+    (fold, folded)
 }
 
 type FP<B> = <B as burn_backend::backend::BackendTypes>::FloatTensorPrimitive;
@@ -141,8 +151,8 @@ pub(crate) fn conv<B: Backend>(
 ) -> VmapTensor<FP<B>> {
     let weights_batched = weight.is_batched() || bias.as_ref().is_some_and(|b| b.is_batched());
     if !weights_batched {
-        let (bdims, [x]) = fold_all::<B, Float, 1>([x]);
-        return unfold_out::<B, Float>(f(x, weight.inner(), bias.map(|b| b.inner()), 1), &bdims);
+        let (fold, [x]) = fold_all::<B, Float, 1>([x]);
+        return fold.unfold::<B, Float>(f(x, weight.inner(), bias.map(|b| b.inner()), 1));
     }
     let bdims = union_of([Some(&x), Some(&weight), bias.as_ref()]);
     let e = bdims.num_examples();
@@ -217,7 +227,8 @@ pub(crate) fn deform_conv2d<B: Backend>(
         args.weight.is_batched() || args.bias.as_ref().is_some_and(|b| b.is_batched());
     if !weights_batched {
         // Fold into N (a no-op when nothing is batched).
-        let fold = |t: VmapTensor<FP<B>>| fold_to::<B, Float>(t, &bdims);
+        let folding = Fold::new(bdims, args.x.shape()[0]);
+        let fold = |t: VmapTensor<FP<B>>| folding.fold::<B, Float>(t);
         let out = f(DeformGrouped {
             x: fold(args.x),
             offset: fold(args.offset),
@@ -226,7 +237,7 @@ pub(crate) fn deform_conv2d<B: Backend>(
             bias: args.bias.map(|b| b.inner()),
             factor: 1,
         });
-        return unfold_out::<B, Float>(out, &bdims);
+        return folding.unfold::<B, Float>(out);
     }
     let out = f(group_deform::<B>(args, &bdims));
     channels_into_examples::<B>(out, &bdims)
@@ -287,7 +298,8 @@ pub(crate) fn deform_conv2d_backward<B: Backend>(
     let weights_batched =
         args.weight.is_batched() || args.bias.as_ref().is_some_and(|b| b.is_batched());
     if !weights_batched {
-        let fold = |t: VmapTensor<FP<B>>| fold_to::<B, Float>(t, &bdims);
+        let folding = Fold::new(bdims.clone(), args.x.shape()[0]);
+        let fold = |t: VmapTensor<FP<B>>| folding.fold::<B, Float>(t);
         let folded = DeformGrouped {
             x: fold(args.x.clone()),
             offset: fold(args.offset.clone()),
@@ -301,10 +313,10 @@ pub(crate) fn deform_conv2d_backward<B: Backend>(
         let og = examples_into_channels::<B>(output_grad, &bdims);
         let (_, _, weight, _, bias) = f(grouped, og);
         return DeformGrads {
-            x: unfold_out::<B, Float>(x, &bdims),
-            offset: unfold_out::<B, Float>(offset, &bdims),
+            x: folding.unfold::<B, Float>(x),
+            offset: folding.unfold::<B, Float>(offset),
             weight: rows_into_examples::<B>(weight, &bdims),
-            mask: mask.map(|m| unfold_out::<B, Float>(m, &bdims)),
+            mask: mask.map(|m| folding.unfold::<B, Float>(m)),
             bias: bias.map(|b| rows_into_examples::<B>(b, &bdims)),
         };
     }

@@ -192,14 +192,29 @@ fn scale_parts<B: Backend>(f: F<B>, mut op: impl FnMut(FP<B>) -> FP<B>) -> F<B> 
     Factors { parts, ..f }
 }
 
-/// A part scaled through one factor: the dense left one, or the right one where the rows are
+/// A part scaled through one factor: the smaller of the two where both are dense and have the
+/// same leading dims and rows (a `Linear` to 10 classes scales its `[k, 10]` output gradients,
+/// not its `[k, 512]` inputs), otherwise the dense left one, or the right one where the rows are
 /// one-hot.
 fn scale_part<B: Backend>(p: Part<FP<B>>, op: impl FnOnce(FP<B>) -> FP<B>) -> Part<FP<B>> {
     match p.left {
-        Left::Dense(l) => Part {
-            left: Left::Dense(op(l)),
-            right: p.right,
-        },
+        Left::Dense(l) => {
+            let (ls, rs) = (l.shape(), p.right.shape());
+            let r = ls.num_dims();
+            let right_smaller =
+                r == rs.num_dims() && ls[..r - 1] == rs[..r - 1] && rs[r - 1] < ls[r - 1];
+            if right_smaller {
+                Part {
+                    left: Left::Dense(l),
+                    right: op(p.right),
+                }
+            } else {
+                Part {
+                    left: Left::Dense(op(l)),
+                    right: p.right,
+                }
+            }
+        }
         one_hot => Part {
             left: one_hot,
             right: op(p.right),
