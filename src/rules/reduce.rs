@@ -182,8 +182,10 @@ pub(crate) fn all<B: Backend, K: Fill<B>>(
         // One logical dim at a time from the last, then reshape the small result: no copy of
         // the full tensor (some backends copy on every reshape: see `compat`). Valid for every
         // reduction `all` serves (sum, mean, prod, max, min, any, all).
+        // A dim of size 1 needs no reduction (each of them is the identity there): a
+        // per-example `[b, 1, 1]` (a squared norm from factors) is one reshape, not two ops.
         let mut inner = inner;
-        for d in (nb..rank).rev() {
+        for d in (nb..rank).rev().filter(|&d| shape[d] != 1) {
             inner = along(inner, d);
         }
         K::reshape(inner, flat)
