@@ -415,6 +415,15 @@ impl<P> VmapTensor<P> {
         }
     }
 
+    /// Whether `self` and `other` are clones of one factored product (they share its memo):
+    /// the two operands of a squared norm's `g * g`.
+    pub(crate) fn same_product(&self, other: &Self) -> bool {
+        match (&self.lazy, &other.lazy) {
+            (Lazy::Factored { memo: a, .. }, Lazy::Factored { memo: b, .. }) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
     /// Whether this is a factored product (not the elementwise product of two).
     pub(crate) fn has_factors(&self) -> bool {
         matches!(self.lazy, Lazy::Factored { .. })

@@ -193,11 +193,17 @@ fn per_lead_sum<B: Backend>(per: FP<B>, bdims: BatchDims) -> VT<B> {
 
 /// `sum(a ⊙ b)` of two factored products of the same shape, from Gram matrices.
 fn gram_sum<B: Backend>(a: VT<B>, b: VT<B>) -> VT<B> {
+    // `g * g` (a squared norm): the parts of `g` are joined once for both operands.
+    let same = a.same_product(&b);
     let (fa, bdims) = factors::<B>(a);
-    let (fb, _) = factors::<B>(b);
     let (lead, m) = (fa.lead(), fa.m());
     let lead_dims: Vec<usize> = fa.shape.iter().take(lead).copied().collect();
-    let (pa, pb) = (single_part::<B>(fa), single_part::<B>(fb));
+    let pa = single_part::<B>(fa);
+    let pb = if same {
+        pa.clone()
+    } else {
+        single_part::<B>(factors::<B>(b).0)
+    };
     let (pa, pb) = (pa.parts.into_iter().next(), pb.parts.into_iter().next());
     let (pa, pb) = (pa.expect("one part"), pb.expect("one part"));
     let transpose = |t: FP<B>| B::float_swap_dims(t, lead, lead + 1);
