@@ -75,10 +75,14 @@ fn should_draw_independent_rows_with_the_distributions_moments_in_different_mode
             .unwrap(),
     );
     let rows = rows(&draws, n);
+    // Bounds at about 6.5 standard deviations of each statistic over d = 2000 draws (the mean's
+    // 0.045, the variance's 0.126, a correlation's 0.022), for 16 rows and 15 pairs: a chance
+    // failure is below 1e-9 (at 4.5 it was about 1e-4, and CI met one: a correlation of 0.102),
+    // while a shared or a wrong draw is far outside (a correlation of 1, a mean of 0).
     for row in &rows {
         let (mean, var) = moments(row);
-        assert!((mean - 1.0).abs() < 0.2, "mean {mean}");
-        assert!((var - 4.0).abs() < 0.6, "variance {var}");
+        assert!((mean - 1.0).abs() < 0.3, "mean {mean}");
+        assert!((var - 4.0).abs() < 0.85, "variance {var}");
     }
     for (i, row) in rows.iter().enumerate().skip(1) {
         let cov = rows[0]
@@ -88,7 +92,7 @@ fn should_draw_independent_rows_with_the_distributions_moments_in_different_mode
             .sum::<f32>()
             / d as f32
             / 4.0;
-        assert!(cov.abs() < 0.1, "correlation of rows 0 and {i}: {cov}");
+        assert!(cov.abs() < 0.15, "correlation of rows 0 and {i}: {cov}");
     }
     // Int draws stay in their range and differ between examples.
     let is = Tensor::<2, Int>::zeros([n, 64], &device);
