@@ -58,9 +58,9 @@ impl Fold {
     }
 }
 
-/// Runs `f` on operands whose batch dims are folded into `N` (materialized over their union);
-/// returns how to unfold the output with the folded operands. With no batched operand, the
-/// operands are the inner tensors.
+/// The operands with their batch dims folded into `N` (materialized over their union), and how
+/// to unfold an output computed on them. With no batched operand, the operands are the inner
+/// tensors.
 pub(crate) fn fold_all<B: Backend, K: Kind<B>, const N: usize>(
     xs: [VmapTensor<K::P>; N],
 ) -> (Fold, [K::P; N]) {

@@ -41,6 +41,20 @@ fn check_empty_batch(
     check_levels(name, f, operands, &levels, &out_example, &mut rng, TOL)
 }
 
+/// Runs every case at batch size 0 ([`check_empty_batch`]), and fails with the list of the
+/// cases that erred or panicked, under `title`.
+fn check_empty_batches(title: &str, cases: Vec<ZeroCase>) {
+    let mut failures = Vec::new();
+    for (name, operands, in_axes, f) in cases {
+        match quietly(|| check_empty_batch(name, &operands, in_axes.clone(), &*f)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failures.push(e),
+            Err(msg) => failures.push(format!("{name}: panicked: {msg}")),
+        }
+    }
+    assert!(failures.is_empty(), "{title}:\n{}", failures.join("\n"));
+}
+
 /// A batch-size-0 case: name, operands, in_axes and the function.
 type ZeroCase = (
     &'static str,
@@ -113,19 +127,7 @@ fn batch_size_zero() {
             Box::new(|a| vec![T::from(a[0].f::<1>().greater_elem(0.0))]),
         ),
     ];
-    let mut failures = Vec::new();
-    for (name, operands, in_axes, f) in cases {
-        match quietly(|| check_empty_batch(name, &operands, in_axes.clone(), &*f)) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => failures.push(e),
-            Err(msg) => failures.push(format!("{name}: panicked: {msg}")),
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "batch size 0 failures:\n{}",
-        failures.join("\n")
-    );
+    check_empty_batches("batch size 0 failures", cases);
 }
 
 /// Module ops fold the vmap batch into their `N` (`[b.., N, ..] -> [b*N, ..]`); with no
@@ -179,19 +181,7 @@ fn module_ops_at_batch_size_zero() {
             }),
         ),
     ];
-    let mut failures = Vec::new();
-    for (name, operands, in_axes, f) in cases {
-        match quietly(|| check_empty_batch(name, &operands, in_axes.clone(), &*f)) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => failures.push(e),
-            Err(msg) => failures.push(format!("{name}: panicked: {msg}")),
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "module ops at batch size 0:\n{}",
-        failures.join("\n")
-    );
+    check_empty_batches("module ops at batch size 0", cases);
 }
 
 /// A recorded function cannot read values: reading a tensor it computed, of any kind, is
