@@ -12,6 +12,7 @@
 //! |---|---|---|---|
 //! | reductions, scans, sorts and `scatter_nd` misread some permuted or expanded layouts | cubecl | [`kernel_layout`] | kept |
 //! | `scatter_nd` pairs index tuples spanning several dims with the wrong value rows | cubecl | [`flat_tuples`] | kept |
+//! | `scatter_nd` loses updates at a repeated index tuple (its kernel's read-modify-write is not atomic) | cubecl | [`scatter_nd`] | found on 0.22.1 |
 //! | top-k (`topk`, `topk_with_indices`, `argtopk`) along a dim that is not the last returns wrong values for `k >= 2` | cubecl | [`topk_dim`], [`topk_back`] | found on 0.22.1 |
 //! | `mask_where` / `mask_fill` leave part of a broadcast output unwritten when the masked tensor is the smaller operand | cubecl | [`mask_target`] | kept |
 //! | `float_unfold` windows permuted ahead of the kernel dims are misread when a dim has one window | cubecl | [`conv_patches`] | kept |
@@ -64,9 +65,9 @@
 //! - burn-cubecl's `is_nonoverlapping` overflows on zero-size tensors in debug builds (found on
 //!   0.21: build cubecl dependencies without overflow checks).
 //!
-//! Not fixable from a decorator: cubecl's `scatter_nd` with `Add` and a repeated index tuple
-//! loses updates at random (batched or not; found on 0.21), and rank-0 tensors on a plain
-//! cubecl backend (outside `Vmap`) still panic inside Burn.
+//! Not fixable from a decorator: Burn's own cubecl `scatter_nd` outside `Vmap` still loses
+//! updates at a repeated index tuple (found on 0.21, still so on 0.22.1), and rank-0 tensors on
+//! a plain cubecl backend (outside `Vmap`) still panic inside Burn.
 
 use std::any::TypeId;
 use std::cell::Cell;
@@ -74,7 +75,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 use burn_backend::backend::{Backend, BackendTypes};
-use burn_backend::{Shape, TensorMetadata};
+use burn_backend::{Shape, Slice, TensorMetadata};
 
 use crate::physical::{Int as IntKind, Kind, with_batch_sizes};
 use crate::tensor::BatchDims;
@@ -255,7 +256,7 @@ pub(crate) fn topk_back<B: Backend, K: Kind<B>>(out: K::P, dim: usize, used: usi
 }
 
 // =================================================================================================
-// cubecl: scatter_nd with several dims of index tuples
+// cubecl: scatter_nd with several dims of index tuples, or with repeated tuples
 // =================================================================================================
 
 type IntP<B> = <B as BackendTypes>::IntTensorPrimitive;
@@ -280,6 +281,63 @@ pub(crate) fn flat_tuples<B: Backend, K: Kind<B>>(
         .chain(vshape[tuple_dims..].iter().copied())
         .collect();
     (indices, K::reshape(values, flat_values))
+}
+
+/// `scatter_nd(data, indices, values, reduction)` with indices `[m, K]` (one flat dim of tuples,
+/// [`flat_tuples`]) and values `[m, D_K..]`: `nd`, the backend's `scatter_nd`, except on cubecl.
+///
+/// burn-cubecl 0.22.1's `scatter_nd` kernel (`kernel/index/scatter_nd.rs`) runs one unit per
+/// updated element and writes `data[i] = op(data[i], v)` with a plain load and store, so the
+/// units of two updates at the same index tuple race and one update is lost (found by the loop
+/// oracle on wgpu with repeated tuples, `Add`; on 0.21 too). Its `scatter` along one dim walks
+/// the updates of each output column serially (or adds atomically), so there each tuple is
+/// turned into the row number of `data` viewed as `[D_0·…·D_{K-1}, D_K·…]` and the update runs
+/// as `scatter` along that dim (`scatter_dim0`, the backend's `scatter` at dim 0).
+pub(crate) fn scatter_nd<B: Backend, K: Kind<B>>(
+    data: K::P,
+    indices: IntP<B>,
+    values: K::P,
+    nd: impl FnOnce(K::P, IntP<B>, K::P) -> K::P,
+    scatter_dim0: impl FnOnce(K::P, IntP<B>, K::P) -> K::P,
+) -> K::P {
+    if !is_cubecl::<B>(&data.device()) {
+        return nd(data, indices, values);
+    }
+    let shape = data.shape();
+    let ishape = indices.shape();
+    let (m, k) = (ishape[0], ishape[1]);
+    let rows: usize = shape[..k].iter().product();
+    let row_len: usize = shape[k..].iter().product();
+    if m == 0 || row_len == 0 {
+        return data;
+    }
+    // Row number of every tuple: Σ_j index_j · (D_{j+1}·…·D_{K-1}), as `[m, 1]`.
+    let mut row: Option<IntP<B>> = None;
+    let mut stride = 1i64;
+    for j in (0..k).rev() {
+        let col = B::int_slice(
+            indices.clone(),
+            &[
+                Slice::new(0, Some(m as isize), 1),
+                Slice::new(j as isize, Some(j as isize + 1), 1),
+            ],
+        );
+        let term = if stride == 1 {
+            col
+        } else {
+            B::int_mul_scalar(col, stride.into())
+        };
+        row = Some(match row {
+            Some(r) => B::int_add(r, term),
+            None => term,
+        });
+        stride *= shape[j] as i64;
+    }
+    let row = row.expect("K >= 1");
+    let row = <IntKind as Kind<B>>::repeat_dim(row, 1, row_len);
+    let data = K::reshape(data, Shape::from(vec![rows, row_len]));
+    let values = kernel_layout::<B, K>(K::reshape(values, Shape::from(vec![m, row_len])));
+    K::reshape(scatter_dim0(data, row, values), shape)
 }
 
 // =================================================================================================

@@ -146,7 +146,7 @@ macro_rules! shared_ops {
             mask_where    float_mask_where   int_mask_where    bool_mask_where;
             mask_fill     float_mask_fill    int_mask_fill     bool_mask_fill;
             mask_select   float_mask_select  int_mask_select   bool_mask_select;
-            scatter_nd    float_scatter_nd   int_scatter_nd    -;
+            scatter_nd    (float_scatter_nd float_scatter) (int_scatter_nd int_scatter) -;
             gather_nd     float_gather_nd    int_gather_nd     -;
         );
     };
@@ -375,20 +375,27 @@ macro_rules! kind_ops {
             $crate::rules::fallback::mask_select::<B, $kind, _, _>(stringify!($name), tensor, mask, B::$name)
         }
     };
-    (@ scatter_nd, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {
+    (@ scatter_nd, $prim:ident, $kind:ty, $dtype:ty, $name:ident, $scatter:ident) => {
         fn $name(
             data: $prim<Self>,
             indices: IntTensor<Self>,
             values: $prim<Self>,
             reduction: burn_backend::tensor::IndexingUpdateOp,
         ) -> $prim<Self> {
+            let run = move |d, i, v| {
+                $crate::compat::scatter_nd::<B, $kind>(
+                    d,
+                    i,
+                    v,
+                    |d, i, v| B::$name(d, i, v, reduction),
+                    |d, i, v| B::$scatter(0, d, i, v, reduction),
+                )
+            };
             unbatched!(data, indices, values => {
                 let (i, v) = $crate::compat::flat_tuples::<B, $kind>(indices, values);
-                B::$name(data, i, v, reduction)
+                run(data, i, v)
             });
-            $crate::rules::indexing::scatter_nd::<B, $kind>(data, indices, values, |d, i, v| {
-                B::$name(d, i, v, reduction)
-            })
+            $crate::rules::indexing::scatter_nd::<B, $kind>(data, indices, values, run)
         }
     };
     (@ gather_nd, $prim:ident, $kind:ty, $dtype:ty, $name:ident) => {

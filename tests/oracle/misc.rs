@@ -1,8 +1,9 @@
 //! Edge cases of the law: batch size 0, the recording's trace semantics (value reads),
 //! nestings written out, typed errors, dtypes of results, reductions of batched layouts, empty
-//! dims and short unfold windows, each against the loop.
+//! dims, short unfold windows and `scatter_nd` at repeated index tuples, each against the loop
+//! (or, where Burn's own op is wrong on a backend, against a loop on the host).
 
-use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use burn::tensor::{Bool, Device, IndexingUpdateOp, Int, Tensor, TensorData};
 use burn_vmap::{VmapError, vmap};
 
 use crate::harness::{Gen, Operand, Rng, T, fl, it, op, quietly};
@@ -427,4 +428,63 @@ fn unfold_to_a_single_short_window() {
             "bool, size {size}, step {step}"
         );
     }
+}
+
+/// `scatter_nd` with `Add` at index tuples repeated many times adds every update of every
+/// example, batched or not (the loop on the host). On cubecl this checks `compat::scatter_nd`:
+/// Burn 0.22.1's own cubecl kernel loses updates at a repeated tuple, so the loop oracle's
+/// reference is wrong there and skips these cases (`CUBECL_SKIPS`).
+#[test]
+fn scatter_nd_adds_every_update_at_a_repeated_tuple() {
+    let (b, m, len) = (3usize, 48usize, 2usize);
+    // Tuples into `[2, 3]`: three in four at `(1, 2)`, the others spread over row 0.
+    let tuples: Vec<[usize; 2]> = (0..m)
+        .map(|u| if u % 4 == 0 { [0, u % 3] } else { [1, 2] })
+        .collect();
+    let flat: Vec<i64> = tuples.iter().flatten().map(|&i| i as i64).collect();
+    let values: Vec<f32> = (0..b * m * len).map(|i| (i % 7) as f32).collect();
+    let mut want = vec![0f32; b * 2 * 3 * len];
+    for e in 0..b {
+        for (u, [r, c]) in tuples.iter().enumerate() {
+            for l in 0..len {
+                want[((e * 2 + r) * 3 + c) * len + l] += values[(e * m + u) * len + l];
+            }
+        }
+    }
+    let d = dev();
+    let idx = Tensor::<2, Int>::from_data(TensorData::new(flat, [m, 2]), &d);
+    let vals = Tensor::<3>::from_data(TensorData::new(values, [b, m, len]), &d);
+    let zeros = Tensor::<3>::zeros([2, 3, len], &d);
+    let batched: Tensor<4> = vmap(|(x, i, v): (Tensor<3>, Tensor<2, Int>, Tensor<2>)| {
+        x.scatter_nd(i, v, IndexingUpdateOp::Add)
+    })
+    .in_axes([None, None, Some(0)])
+    .call((zeros.clone(), idx.clone(), vals.clone()))
+    .unwrap();
+    assert_eq!(floats(batched), want, "float, batched values");
+    let ints: Tensor<4, Int> = vmap(
+        |(x, i, v): (Tensor<3, Int>, Tensor<2, Int>, Tensor<2, Int>)| {
+            x.scatter_nd(i, v, IndexingUpdateOp::Add)
+        },
+    )
+    .in_axes([None, None, Some(0)])
+    .call((zeros.clone().int(), idx.clone(), vals.clone().int()))
+    .unwrap();
+    assert_eq!(floats(ints.float()), want, "int, batched values");
+    // Unbatched operands inside a mapped function (the engine's unbatched path).
+    let first = vals.narrow(0, 0, 1).squeeze_dim::<2>(0);
+    let inner: Tensor<4> = vmap(
+        |(x, z, i, v): (Tensor<3>, Tensor<3>, Tensor<2, Int>, Tensor<2>)| {
+            x + z.scatter_nd(i, v, IndexingUpdateOp::Add)
+        },
+    )
+    .in_axes([Some(0), None, None, None])
+    .call((Tensor::<4>::zeros([b, 2, 3, len], &d), zeros, idx, first))
+    .unwrap();
+    let per_example = &want[..2 * 3 * len];
+    assert_eq!(
+        floats(inner),
+        per_example.repeat(b),
+        "float, unbatched operands"
+    );
 }
