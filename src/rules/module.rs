@@ -5,7 +5,7 @@
 use burn_backend::Scalar;
 use burn_backend::backend::Backend;
 use burn_backend::ops::FloatTensorOps;
-use burn_backend::{Shape, TensorMetadata};
+use burn_backend::{FloatDType, Shape, TensorMetadata};
 
 use super::helpers::materialize;
 use crate::physical::{Float, Kind, with_batch_sizes};
@@ -156,10 +156,41 @@ pub(crate) fn conv<B: Backend>(
     }
     let bdims = union_of([Some(&x), Some(&weight), bias.as_ref()]);
     let e = bdims.num_examples();
+    if e == 0 {
+        return empty_batch_conv::<B>(x, weight, bias, &bdims, f);
+    }
     let x = examples_into_channels::<B>(x, &bdims);
     let w = examples_into_rows::<B>(weight, &bdims);
     let b = bias.map(|b| examples_into_rows::<B>(b, &bdims));
     channels_into_examples::<B>(f(x, w, b, e), &bdims)
+}
+
+/// [`conv`] with per-example weights at batch size 0, where `E` groups would be 0 groups: the
+/// convolution of one example of zeros gives the per-example output shape ([`no_example`]).
+fn empty_batch_conv<B: Backend>(
+    x: VmapTensor<FP<B>>,
+    weight: VmapTensor<FP<B>>,
+    bias: Option<VmapTensor<FP<B>>>,
+    bdims: &BatchDims,
+    f: impl FnOnce(FP<B>, FP<B>, Option<FP<B>>, usize) -> FP<B>,
+) -> VmapTensor<FP<B>> {
+    let z = zeros_like_example::<B>;
+    no_example::<B>(f(z(x), z(weight), bias.map(z), 1), bdims)
+}
+
+/// Zeros of the shape of one example of `t`.
+fn zeros_like_example<B: Backend>(t: VmapTensor<FP<B>>) -> FP<B> {
+    B::float_zeros(t.shape(), &t.device(), FloatDType::from(t.dtype()))
+}
+
+/// A batched tensor of `bdims` (with no example) whose examples are shaped like `example`.
+fn no_example<B: Backend>(example: FP<B>, bdims: &BatchDims) -> VmapTensor<FP<B>> {
+    let shape = with_batch_sizes(bdims, &example.shape());
+    let dtype = FloatDType::from(example.dtype());
+    VmapTensor::new(
+        B::float_zeros(shape, &example.device(), dtype),
+        bdims.clone(),
+    )
 }
 
 /// The operands of a deformable convolution (and, as [`DeformGrads`], their gradients).
@@ -238,6 +269,19 @@ pub(crate) fn deform_conv2d<B: Backend>(
             factor: 1,
         });
         return folding.unfold::<B, Float>(out);
+    }
+    if bdims.num_examples() == 0 {
+        // `E` groups would be 0 groups (as in `empty_batch_conv`).
+        let z = zeros_like_example::<B>;
+        let out = f(DeformGrouped {
+            x: z(args.x),
+            offset: z(args.offset),
+            weight: z(args.weight),
+            mask: args.mask.map(z),
+            bias: args.bias.map(z),
+            factor: 1,
+        });
+        return no_example::<B>(out, &bdims);
     }
     let out = f(group_deform::<B>(args, &bdims));
     channels_into_examples::<B>(out, &bdims)

@@ -136,8 +136,13 @@ fn batch_size_zero() {
 /// (`rules::module::Fold`), never divided back out.
 #[test]
 fn module_ops_at_batch_size_zero() {
-    use burn::tensor::module::{adaptive_avg_pool2d, attention, conv2d, max_pool2d};
-    use burn::tensor::ops::{AttentionModuleOptions, ConvOptions, MaxPoolOptions};
+    use burn::tensor::module::{
+        adaptive_avg_pool2d, attention, conv_transpose2d, conv2d, deform_conv2d, max_pool2d,
+    };
+    use burn::tensor::ops::{
+        AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConvOptions,
+        MaxPoolOptions,
+    };
     let cases: Vec<ZeroCase> = vec![
         (
             "conv2d",
@@ -146,6 +151,49 @@ fn module_ops_at_batch_size_zero() {
             Box::new(|a| {
                 let o = ConvOptions::new([1, 1], [0, 0], [1, 1], 1);
                 vec![T::from(conv2d(a[0].f::<4>(), a[1].f::<4>(), None, o))]
+            }),
+        ),
+        (
+            "conv2d, per-example weights",
+            vec![fl(&[1, 2, 4, 4]), fl(&[3, 2, 2, 2])],
+            vec![Some(0), Some(0)],
+            Box::new(|a| {
+                let o = ConvOptions::new([1, 1], [0, 0], [1, 1], 1);
+                vec![T::from(conv2d(a[0].f::<4>(), a[1].f::<4>(), None, o))]
+            }),
+        ),
+        (
+            "conv2d, shared input, per-example weights and bias",
+            vec![fl(&[1, 2, 4, 4]), fl(&[4, 1, 2, 2]), fl(&[4])],
+            vec![None, Some(0), Some(0)],
+            Box::new(|a| {
+                let o = ConvOptions::new([1, 1], [0, 0], [1, 1], 2);
+                let bias = Some(a[2].f::<1>());
+                vec![T::from(conv2d(a[0].f::<4>(), a[1].f::<4>(), bias, o))]
+            }),
+        ),
+        (
+            "conv_transpose2d, per-example weights",
+            vec![fl(&[1, 2, 3, 3]), fl(&[2, 3, 2, 2])],
+            vec![Some(0), Some(0)],
+            Box::new(|a| {
+                let o = ConvTransposeOptions::new([2, 2], [0, 0], [0, 0], [1, 1], 1);
+                vec![T::from(conv_transpose2d(
+                    a[0].f::<4>(),
+                    a[1].f::<4>(),
+                    None,
+                    o,
+                ))]
+            }),
+        ),
+        (
+            "deform_conv2d, per-example weights",
+            vec![fl(&[1, 2, 4, 4]), fl(&[1, 8, 3, 3]), fl(&[3, 2, 2, 2])],
+            vec![Some(0), None, Some(0)],
+            Box::new(|a| {
+                let o = DeformConvOptions::new([1, 1], [0, 0], [1, 1], 1, 1);
+                let (x, offset, w) = (a[0].f::<4>(), a[1].f::<4>(), a[2].f::<4>());
+                vec![T::from(deform_conv2d(x, offset, w, None, None, o))]
             }),
         ),
         (
