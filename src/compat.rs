@@ -212,6 +212,11 @@ pub(crate) fn reshapes_at_once<B: Backend>(device: &B::Device) -> bool {
 /// dims permuted in by `rules::helpers::align`), so reductions, scans and sorts of batched
 /// tensors, and materialized operands, read them through this. The flattening reshape copies
 /// only a tensor that is not contiguous already; the reshape back is a view.
+///
+/// Reductions read unbatched tensors through it too: a program recorded with a `vmap` inside
+/// holds the inner levels' physical ops (permuted views included), recorded on the capture
+/// backend, where no workaround applies; replayed on cubecl under an outer level that does not
+/// map their operand, those ops arrive unbatched (`rules::reduce::reduce_dim`).
 pub(crate) fn kernel_layout<B: Backend, K: Kind<B>>(t: K::P) -> K::P {
     let shape = t.shape();
     let n = shape.num_elements();

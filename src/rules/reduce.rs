@@ -20,17 +20,21 @@ pub(crate) fn along_dim<P: Clone, Q>(
 }
 
 /// A reduction, scan or sort along one logical dim (`sum_dim`, `argmax`, `cumsum`, `sort`,
-/// ...): as [`along_dim`], with a batched input laid out for the backend's kernels first (see
+/// ...): as [`along_dim`], with the input laid out for the backend's kernels first (see
 /// [`kernel_layout`]).
+///
+/// Unbatched inputs too: a program recorded with a `vmap` inside (nesting) holds the inner
+/// level's physical ops, permuted views included, recorded on the capture backend where no
+/// workaround applies; replayed on a cubecl backend with that operand unbatched at the outer
+/// level, they reach this path (found by the loop oracle on wgpu: a `max_dim` over an operand
+/// mapped on its last axis at two inner levels and not at the outer one took each row's last
+/// element).
 #[inline]
 pub(crate) fn reduce_dim<B: Backend, K: Kind<B>, Q>(
     t: VmapTensor<K::P>,
     dim: usize,
     f: impl FnOnce(K::P, usize) -> Q,
 ) -> VmapTensor<Q> {
-    if !t.is_batched() {
-        return along_dim(t, dim, f);
-    }
     let pdim = physical_dim(&t.bdims, dim);
     t.map(|inner| f(kernel_layout::<B, K>(inner), pdim))
 }
@@ -96,9 +100,6 @@ pub(crate) fn sum_dims<B: Backend>(
         return dims.iter().fold(t, |t, &d| {
             reduce_dim_or::<B, Float>(t, d, B::float_sum_dim, 0.0)
         });
-    }
-    if !t.is_batched() {
-        return t.map(|inner| B::float_sum_dims(inner, &pdims));
     }
     t.map(|inner| B::float_sum_dims(kernel_layout::<B, Float>(inner), &pdims))
 }
@@ -167,7 +168,9 @@ pub(crate) fn all<B: Backend, K: Fill<B>>(
     }
     if t.bdims.is_empty() {
         // A rank-0 input (held as `[1]`) gives `[1]` like any other.
-        return t.map(full).with_scalar(false);
+        return t
+            .map(|inner| full(kernel_layout::<B, K>(inner)))
+            .with_scalar(false);
     }
     let nb = t.bdims.len();
     let shape = t.physical_shape();

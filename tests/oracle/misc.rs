@@ -536,3 +536,45 @@ fn scatter_nd_adds_every_update_at_a_repeated_tuple() {
         "float, unbatched operands"
     );
 }
+
+/// Reductions inside two nested `vmap`s, called from an outer `vmap` that does not map their
+/// operand, against the same nesting called directly. The outer recording holds the inner
+/// levels' physical ops (a permuted view, reduced along its last dim), recorded on the capture
+/// backend, and replays them unbatched: on wgpu they once skipped the layout cubecl's
+/// reductions need and took each row's last element (`rules::reduce::reduce_dim`).
+#[test]
+fn reductions_inside_nested_levels_under_an_outer_level() {
+    let d = dev();
+    // Row maxima away from the last column, so taking the last element shows.
+    let values = vec![1.0f32, -1.0, 1.8, -0.4, 1.04, 0.09, 0.22, 0.83];
+    let x = Tensor::<4>::from_data(TensorData::new(values, [2, 2, 2, 1]), &d);
+    let other = Tensor::<2>::zeros([3, 2], &d);
+    type Reduce = fn(Tensor<2>) -> Tensor<2>;
+    let reductions: [(&str, Reduce); 3] = [
+        ("max_dim", |x| x.max_dim(1)),
+        ("sum_dim", |x| x.sum_dim(1)),
+        ("sum", |x| x.sum().reshape([1, 1])),
+    ];
+    for (name, reduce) in reductions {
+        // Levels 1 and 2 map `x` on its last axis (sizes 1 and 2).
+        let nested = |x: Tensor<4>| -> Tensor<4> {
+            vmap(|x: Tensor<3>| -> Tensor<3> { vmap(reduce).in_axes(-1isize).call(x).unwrap() })
+                .in_axes(-1isize)
+                .call(x)
+                .unwrap()
+        };
+        let direct = floats(nested(x.clone()));
+        if name == "max_dim" {
+            assert_eq!(
+                direct,
+                vec![1.8, 1.04, -0.4, 0.83],
+                "{name}, no outer level"
+            );
+        }
+        let outer: Tensor<5> = vmap(|(x, _): (Tensor<4>, Tensor<1>)| nested(x))
+            .in_axes([None, Some(0)])
+            .call((x.clone(), other.clone()))
+            .unwrap();
+        assert_eq!(floats(outer), direct.repeat(3), "{name}");
+    }
+}

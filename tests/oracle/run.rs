@@ -425,10 +425,6 @@ const CUBECL_SKIPS: &[(&str, &str)] = &[
         "int_scatter_nd",
         "Burn's own op loses updates at repeated index tuples on cubecl (the loop is wrong; vmap's is right: misc::scatter_nd_adds_every_update_at_a_repeated_tuple)",
     ),
-    (
-        "activation_prelu_softmin",
-        "open: on wgpu, a reduction (max_dim, sum_dim) of an operand mapped on axis -1 at two inner levels and not at an outer one differs from the loop (Flex agrees; a contiguous copy of the reduction's input does not help)",
-    ),
 ];
 
 /// Whether this build's device is a cubecl one (wgpu, CUDA).
