@@ -18,8 +18,9 @@
 //! The scale is the rational `σ = a/D` with `D` a power of two and `a·t·D < 2^63`: then every
 //! quantity fits, with `B = a·t·D`, `N = | |Y|·t·D² - a² | < 2^127`, `q = ⌊N/B⌋ < 2^63`,
 //! `r = N mod B`, and the rejection's exponent is split exactly as
-//! `(|Y| - σ²/t)²/(2σ²) = N²/(2B²) = q²/2 + q·r/B + r²/(2B²)` (three `u128` fractions, three
-//! independent Bernoullis whose product is the one wanted). A requested scale `s ≥ 1` is
+//! `(|Y| - σ²/t)²/(2σ²) = N²/(2B²) = q²/2 + q·r/B + r²/(2B²)` (three exact fractions, three
+//! independent Bernoullis whose product is the one wanted; the last, almost always the only one
+//! not trivially 1, is drawn in `u64` from `Bernoulli(r/B)` trials: `bernoulli_exp_square`). A requested scale `s ≥ 1` is
 //! rounded UP to `σ = ⌈s·D⌉/D` with the largest such `D`, so `s ≤ σ < s·(1 + 2^-29)`; scales
 //! up to `3.03·10⁹` (`a·(a+1) < 2^63` at `D = 1`) are accepted.
 //!
@@ -164,6 +165,28 @@ impl<'a, R: Rng + ?Sized> Bits<'a, R> {
         }
     }
 
+    /// `Bernoulli(exp(-r²/(2b²)))` for `r < b < 2^63` (CKS Algorithm 1 with `γ = r²/(2b²) < 1/2`,
+    /// in `u64`): each `Bernoulli(γ/K)` is drawn as `Bernoulli(r/b) ∧ Bernoulli(r/(2b·K))`, two
+    /// independent trials whose product has that probability, so no `u128` fraction is needed
+    /// (`2b·K` that does not fit a `u64` splits off `Bernoulli(1/K)` in turn).
+    #[inline]
+    fn bernoulli_exp_square(&mut self, r: u64, b: u64) -> bool {
+        debug_assert!(r < b && b < 1 << 63);
+        let two_b = 2 * b;
+        let mut k: u64 = 1;
+        loop {
+            let success = self.bernoulli64(r, b)
+                && match two_b.checked_mul(k) {
+                    Some(d) => self.bernoulli64(r, d),
+                    None => self.bernoulli64(r, two_b) && self.bernoulli64(1, k),
+                };
+            if !success {
+                return k % 2 == 1;
+            }
+            k += 1;
+        }
+    }
+
     /// `Bernoulli(exp(-1))`.
     #[inline]
     fn bernoulli_exp1(&mut self) -> bool {
@@ -231,8 +254,6 @@ pub(super) struct DiscreteGaussian {
     td2: u128,
     /// `B = a·t·D < 2^63`.
     b: u128,
-    /// `2B²`.
-    two_b2: u128,
 }
 
 impl DiscreteGaussian {
@@ -263,7 +284,6 @@ impl DiscreteGaussian {
                 a2: (a as u128) * (a as u128),
                 td2: (t as u128) * (d as u128) * (d as u128),
                 b,
-                two_b2: 2 * b * b,
             })
         })
     }
@@ -287,7 +307,8 @@ impl DiscreteGaussian {
             } else {
                 (n / self.b, n % self.b)
             };
-            if bits.bernoulli_exp(r * r, self.two_b2)
+            // r < B < 2^63 (`DiscreteGaussian::new`).
+            if bits.bernoulli_exp_square(r as u64, self.b as u64)
                 && bits.bernoulli_exp(q * r, self.b)
                 && bits.bernoulli_exp(q * q, 2)
             {
@@ -344,6 +365,26 @@ mod tests {
         ] {
             let p = (-(num as f64) / den as f64).exp();
             frequency(200_000, p, |b| b.bernoulli_exp(num, den));
+        }
+    }
+
+    #[test]
+    fn should_draw_bernoulli_of_exp_of_a_half_square() {
+        // `2b·K` overflows a u64 from K = 2 on for b ≥ 2^62: the split path.
+        let big = (1u64 << 63) - 25;
+        for (r, b) in [
+            (0u64, 1u64),
+            (1, 2),
+            (2, 3),
+            (999, 1000),
+            (1 << 40, 3 << 40),
+            (big - 1, big),
+            (big / 3, big),
+        ] {
+            let x = r as f64 / b as f64;
+            frequency(200_000, (-x * x / 2.0).exp(), |bits| {
+                bits.bernoulli_exp_square(r, b)
+            });
         }
     }
 
