@@ -18,6 +18,21 @@ pub(crate) fn physical_dim(bdims: &BatchDims, dim: usize) -> usize {
     bdims.len() + dim
 }
 
+/// `t` reduced along physical `dim` by `along` (a keep-dim reduction: sum, mean, product,
+/// max, min, any, all), or `t` itself when that dim has size 1, where each of them is the
+/// identity: a per-example squared norm from factors (`[b, 1, 1]`) is a reshape, not two ops.
+#[inline]
+pub(crate) fn reduce_unless_unit<P: TensorMetadata>(
+    t: P,
+    dim: usize,
+    along: impl FnOnce(P, usize) -> P,
+) -> P {
+    if t.shape()[dim] == 1 {
+        return t;
+    }
+    along(t, dim)
+}
+
 /// Reshapes `t` so that its batch dims line up with `target` (a superset of its own), inserting
 /// size-1 dims at the levels it lacks. No data moves; the backend's broadcasting does the rest.
 /// With an empty batch in `target` the inserted dims are expanded (to nothing, a view; see

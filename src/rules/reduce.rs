@@ -3,7 +3,7 @@
 use burn_backend::backend::Backend;
 use burn_backend::{Scalar, Shape, TensorMetadata};
 
-use super::helpers::physical_dim;
+use super::helpers::{physical_dim, reduce_unless_unit};
 use crate::compat::{self, kernel_layout};
 use crate::physical::{Float, Int, Kind};
 use crate::tensor::VmapTensor;
@@ -184,14 +184,12 @@ pub(crate) fn all<B: Backend, K: Fill<B>>(
     } else {
         // One logical dim at a time from the last, then reshape the small result: no copy of
         // the full tensor (some backends copy on every reshape: see `compat`). Valid for every
-        // reduction `all` serves (sum, mean, prod, max, min, any, all).
-        // A dim of size 1 needs no reduction (each of them is the identity there): a
-        // per-example `[b, 1, 1]` (a squared norm from factors) is one reshape, not two ops.
-        let mut inner = inner;
-        for d in (nb..rank).rev().filter(|&d| shape[d] != 1) {
-            inner = along(inner, d);
-        }
-        K::reshape(inner, flat)
+        // reduction `all` serves (sum, mean, prod, max, min, any, all), each the identity over
+        // a dim of size 1.
+        let reduced = (nb..rank)
+            .rev()
+            .fold(inner, |t, d| reduce_unless_unit(t, d, &along));
+        K::reshape(reduced, flat)
     };
     VmapTensor::new(reduced, bdims)
 }

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::level::Level;
 use crate::physical::{Float, move_dim};
-use crate::rules::helpers::align;
+use crate::rules::helpers::{align, reduce_unless_unit};
 use crate::tensor::{BatchDims, Factors, Left, Part, VmapTensor};
 
 /// The factors of a tensor already checked to hold them.
@@ -162,7 +162,7 @@ pub(crate) fn sum<B: Backend>(t: VT<B>) -> Declined<VT<B>> {
             Left::Dense(x) => B::float_mul(B::float_sum_dim(x, lead + 1), rows),
             Left::OneHot(_) => rows,
         };
-        let per = sum_rows::<B>(rows, lead); // [lead.., 1, 1]
+        let per = reduce_unless_unit(rows, lead, B::float_sum_dim); // [lead.., 1, 1]
         total = Some(match total {
             Some(t) => B::float_add(t, per),
             None => per,
@@ -170,14 +170,6 @@ pub(crate) fn sum<B: Backend>(t: VT<B>) -> Declined<VT<B>> {
     }
     let per = expand_lead::<B>(total.expect("at least one part"), &lead_dims);
     Ok(per_lead_sum::<B>(per, bdims))
-}
-
-/// `t` summed along `dim`, which a size-1 dim (one row: a `Linear` on a vector) leaves as is.
-fn sum_rows<B: Backend>(t: FP<B>, dim: usize) -> FP<B> {
-    if t.shape()[dim] == 1 {
-        return t;
-    }
-    B::float_sum_dim(t, dim)
 }
 
 /// `[lead.., 1, 1]` per-leading-index sums, summed over the logical leading dims: `[1]` per
@@ -214,7 +206,8 @@ fn gram_sum<B: Backend>(a: VT<B>, b: VT<B>) -> VT<B> {
     };
     let right_gram = matmul::<B>(pa.right, transpose(pb.right));
     let both = B::float_mul(left_gram, right_gram);
-    let per = sum_rows::<B>(sum_rows::<B>(both, lead + 1), lead);
+    let rows = reduce_unless_unit(both, lead + 1, B::float_sum_dim);
+    let per = reduce_unless_unit(rows, lead, B::float_sum_dim);
     per_lead_sum::<B>(expand_lead::<B>(per, &lead_dims), bdims)
 }
 
