@@ -38,6 +38,7 @@
 //! assert_eq!((engine.rank(), engine.size(), sum), (0, 1, vec![1.0, 2.0]));
 //! ```
 
+mod checkpoint;
 mod dp;
 mod flat;
 mod local;
@@ -48,7 +49,8 @@ pub mod nccl;
 
 use std::time::Duration;
 
-pub use dp::{Checkpoint, DistributedDp, DistributedError, load_checkpoint};
+pub use checkpoint::{Checkpoint, load_checkpoint};
+pub use dp::{DistributedDp, DistributedError};
 pub use flat::{all_reduce_grads, flatten_grads, unflatten_grads};
 pub use local::Local;
 

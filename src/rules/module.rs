@@ -5,9 +5,10 @@
 use burn_backend::Scalar;
 use burn_backend::backend::Backend;
 use burn_backend::ops::FloatTensorOps;
-use burn_backend::{FloatDType, Shape, TensorMetadata};
+use burn_backend::{Shape, TensorMetadata};
 
 use super::helpers::materialize;
+use super::reduce::Fill;
 use crate::physical::{Float, Kind, with_batch_sizes};
 use crate::tensor::{BatchDims, VmapTensor};
 
@@ -180,15 +181,15 @@ fn empty_batch_conv<B: Backend>(
 
 /// Zeros of the shape of one example of `t`.
 fn zeros_like_example<B: Backend>(t: VmapTensor<FP<B>>) -> FP<B> {
-    B::float_zeros(t.shape(), &t.device(), FloatDType::from(t.dtype()))
+    let shape = t.shape();
+    <Float as Fill<B>>::fill(shape, 0.0, &t.inner())
 }
 
 /// A batched tensor of `bdims` (with no example) whose examples are shaped like `example`.
 fn no_example<B: Backend>(example: FP<B>, bdims: &BatchDims) -> VmapTensor<FP<B>> {
     let shape = with_batch_sizes(bdims, &example.shape());
-    let dtype = FloatDType::from(example.dtype());
     VmapTensor::new(
-        B::float_zeros(shape, &example.device(), dtype),
+        <Float as Fill<B>>::fill(shape, 0.0, &example),
         bdims.clone(),
     )
 }

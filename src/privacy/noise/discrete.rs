@@ -136,33 +136,22 @@ impl<'a, R: Rng + ?Sized> Bits<'a, R> {
         if den <= u64::MAX as u128 {
             return self.bernoulli_exp_frac64(num as u64, den as u64);
         }
-        let mut k: u128 = 1;
-        loop {
-            let success = match den.checked_mul(k).filter(|&dk| dk < 1 << 127) {
-                Some(dk) => self.bernoulli(num, dk),
-                None => self.bernoulli(num, den) && self.bernoulli(1, k),
-            };
-            if !success {
-                return k % 2 == 1;
+        self.alternating_series(|bits, k| {
+            let k = k as u128;
+            match den.checked_mul(k).filter(|&dk| dk < 1 << 127) {
+                Some(dk) => bits.bernoulli(num, dk),
+                None => bits.bernoulli(num, den) && bits.bernoulli(1, k),
             }
-            k += 1;
-        }
+        })
     }
 
     /// [`bernoulli_exp_frac`](Self::bernoulli_exp_frac) for `num ≤ den < 2^64`.
     #[inline]
     fn bernoulli_exp_frac64(&mut self, num: u64, den: u64) -> bool {
-        let mut k: u64 = 1;
-        loop {
-            let success = match den.checked_mul(k) {
-                Some(dk) => self.bernoulli64(num, dk),
-                None => self.bernoulli64(num, den) && self.bernoulli64(1, k),
-            };
-            if !success {
-                return k % 2 == 1;
-            }
-            k += 1;
-        }
+        self.alternating_series(|bits, k| match den.checked_mul(k) {
+            Some(dk) => bits.bernoulli64(num, dk),
+            None => bits.bernoulli64(num, den) && bits.bernoulli64(1, k),
+        })
     }
 
     /// `Bernoulli(exp(-r²/(2b²)))` for `r < b < 2^63` (CKS Algorithm 1 with `γ = r²/(2b²) < 1/2`,
@@ -173,18 +162,25 @@ impl<'a, R: Rng + ?Sized> Bits<'a, R> {
     fn bernoulli_exp_square(&mut self, r: u64, b: u64) -> bool {
         debug_assert!(r < b && b < 1 << 63);
         let two_b = 2 * b;
-        let mut k: u64 = 1;
-        loop {
-            let success = self.bernoulli64(r, b)
+        self.alternating_series(|bits, k| {
+            bits.bernoulli64(r, b)
                 && match two_b.checked_mul(k) {
-                    Some(d) => self.bernoulli64(r, d),
-                    None => self.bernoulli64(r, two_b) && self.bernoulli64(1, k),
-                };
-            if !success {
-                return k % 2 == 1;
-            }
+                    Some(d) => bits.bernoulli64(r, d),
+                    None => bits.bernoulli64(r, two_b) && bits.bernoulli64(1, k),
+                }
+        })
+    }
+
+    /// CKS Algorithm 1's loop, the one home of the alternating series behind every
+    /// `Bernoulli(exp(-γ))` here (`γ ∈ [0, 1]`): `K ← 1`; while `trial(K)` succeeds, `K ← K + 1`;
+    /// true when the final `K` is odd. `trial(K)` must be an independent `Bernoulli(γ/K)`.
+    #[inline]
+    fn alternating_series(&mut self, mut trial: impl FnMut(&mut Self, u64) -> bool) -> bool {
+        let mut k: u64 = 1;
+        while trial(self, k) {
             k += 1;
         }
+        k % 2 == 1
     }
 
     /// `Bernoulli(exp(-1))`.
