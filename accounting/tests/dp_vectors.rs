@@ -70,6 +70,31 @@ impl Report {
     fn fail(&mut self, id: &str, msg: String) {
         self.failed.push(format!("{id}: {msg}"));
     }
+    /// The counts of both reports, the larger maximum of each category.
+    fn merge(mut self, other: Report) -> Report {
+        self.passed += other.passed;
+        self.failed.extend(other.failed);
+        self.skipped.extend(other.skipped);
+        for (cat, (n, m, id)) in other.stats {
+            let e = self.stats.entry(cat).or_insert((0, 0.0, String::new()));
+            e.0 += n;
+            if m >= e.1 {
+                (e.1, e.2) = (m, id);
+            }
+        }
+        for (cat, (n, m, id, inf)) in other.conservative {
+            let e = self
+                .conservative
+                .entry(cat)
+                .or_insert((0, 0.0, String::new(), 0));
+            e.0 += n;
+            e.3 += inf;
+            if m >= e.1 {
+                (e.1, e.2) = (m, id);
+            }
+        }
+        self
+    }
 }
 
 fn event(case: &Value) -> PoissonGaussian {
@@ -471,9 +496,9 @@ fn check_case(ctx: &mut Ctx, meta: &Value, case: &Value) {
 /// Quick mode's grid-point limit for PLD cases (2²³ points: ~1 s per case at most).
 const QUICK_MAX_POINTS: usize = 1 << 23;
 
-/// Every case (~45 s, peak ~1.4 GB for the largest PLD cases). `BURN_VMAP_DP_VECTORS_QUICK=1`
-/// skips the 18 PLD cases needing more than 2²³ grid points (q = 1 or small σ with 1 000+ steps
-/// at Δ = 1e-4) while iterating locally.
+/// Every case (~30 s on 2 cores, peak ~1.4 GB per thread for the largest PLD cases).
+/// `BURN_VMAP_DP_VECTORS_QUICK=1` skips the 18 PLD cases needing more than 2²³ grid points
+/// (q = 1 or small σ with 1 000+ steps at Δ = 1e-4) while iterating locally.
 #[test]
 fn dp_vectors() {
     let quick = std::env::var_os("BURN_VMAP_DP_VECTORS_QUICK").is_some_and(|v| v != "0");
@@ -491,29 +516,65 @@ fn run(max_points: usize) {
         "no vector files in {}",
         common::vectors_dir().display()
     );
-    let mut ctx = Ctx {
-        report: Report::default(),
-        max_points,
-        pld: HashMap::new(),
-    };
+    // Blocks of consecutive cases of one file, taken by the threads in turn: a block keeps the
+    // cases that share a composed PLD (both δ of one (q, σ, steps, Δ)) on one thread's cache.
+    const BLOCK: usize = 4;
+    let blocks: Vec<(usize, usize)> = files
+        .iter()
+        .enumerate()
+        .flat_map(|(f, (_, file))| {
+            let n = file["cases"].as_array().unwrap().len();
+            (0..n).step_by(BLOCK).map(move |start| (f, start))
+        })
+        .collect();
+    let total: usize = files
+        .iter()
+        .map(|(_, file)| file["cases"].as_array().unwrap().len())
+        .sum();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
     let start = std::time::Instant::now();
-    let mut total = 0;
-    for (name, file) in &files {
-        let t = std::time::Instant::now();
-        let cases = file["cases"].as_array().unwrap();
-        total += cases.len();
-        for case in cases {
-            let tc = std::time::Instant::now();
-            check_case(&mut ctx, &file["meta"], case);
-            if tc.elapsed().as_secs_f64() > 0.3 {
-                eprintln!("    slow: {} {:.2?}", case["id"], tc.elapsed());
-            }
-        }
-        // Free the composed PLDs between files (they can be large).
-        ctx.pld.clear();
-        eprintln!("  {name}: {} cases in {:.2?}", cases.len(), t.elapsed());
-    }
-    let r = &ctx.report;
+    let reports: Vec<Report> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut ctx = Ctx {
+                        report: Report::default(),
+                        max_points,
+                        pld: HashMap::new(),
+                    };
+                    let mut file_now = usize::MAX;
+                    loop {
+                        let b = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&(f, first)) = blocks.get(b) else {
+                            break;
+                        };
+                        if f != file_now {
+                            // Free the composed PLDs of another file (they can be large).
+                            ctx.pld.clear();
+                            file_now = f;
+                        }
+                        let file = &files[f].1;
+                        let cases = file["cases"].as_array().unwrap();
+                        for case in &cases[first..(first + BLOCK).min(cases.len())] {
+                            let tc = std::time::Instant::now();
+                            check_case(&mut ctx, &file["meta"], case);
+                            if tc.elapsed().as_secs_f64() > 0.3 {
+                                eprintln!("    slow: {} {:.2?}", case["id"], tc.elapsed());
+                            }
+                        }
+                    }
+                    ctx.report
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    let report = reports
+        .into_iter()
+        .reduce(Report::merge)
+        .expect("at least one thread");
+    let r = &report;
     let mut cats: Vec<_> = r.stats.iter().collect();
     cats.sort_by_key(|(k, _)| *k);
     for (cat, (n, m, id)) in cats {
