@@ -25,9 +25,7 @@ use std::error::Error;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
-use burn::data::dataset::DatasetError;
 use burn::module::Module;
 use burn::optim::SgdConfig;
 use burn::optim::momentum::MomentumConfig;
@@ -37,32 +35,7 @@ use burn_train::{ClassificationOutput, InferenceStep, Learner};
 use burn_vmap::privacy::{DpConfig, Neighbouring};
 use burn_vmap::train::DpTraining;
 
-use common::{Batch, Dataset, Mlp, SplitMix64};
-
-/// The examples of a [`Dataset`] as a `burn::data` dataset: item `i` is the index `i`, and the
-/// batcher reads the rows.
-pub struct Indices(pub usize);
-
-impl burn::data::dataset::Dataset<usize> for Indices {
-    fn get(&self, index: usize) -> Result<usize, DatasetError> {
-        assert!(index < self.0, "index {index} out of {}", self.0);
-        Ok(index)
-    }
-
-    fn len(&self) -> usize {
-        self.0
-    }
-}
-
-/// The batcher: the rows of the given indices.
-#[derive(Clone)]
-pub struct Rows(pub Arc<Dataset>);
-
-impl Batcher<usize, Batch> for Rows {
-    fn batch(&self, items: Vec<usize>, device: &Device) -> Batch {
-        self.0.batch(&items, device)
-    }
-}
+use common::{Batch, Indices, Mlp, Rows, SplitMix64};
 
 /// Validation is the model's own: logits, loss and labels for burn-train's metrics.
 impl InferenceStep for Mlp {

@@ -25,8 +25,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use burn::data::dataloader::batcher::Batcher;
-use burn::data::dataset::DatasetError;
 use burn::module::Module;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, ModuleOptimizer, SgdConfig};
@@ -34,31 +32,7 @@ use burn::tensor::{Device, Tensor};
 use burn_vmap::privacy::accounting::{AccountantKind, calibrate_noise_multiplier};
 use burn_vmap::privacy::{DpConfig, DpMechanism, DpSgd, Neighbouring};
 
-use common::{Batch, Dataset, Mlp, SplitMix64, epoch_batches, progress};
-
-/// The examples of a [`Dataset`] as a `burn::data` dataset: item `i` is the index `i`, and the
-/// batcher reads the rows.
-pub struct Indices(pub usize);
-
-impl burn::data::dataset::Dataset<usize> for Indices {
-    fn get(&self, index: usize) -> Result<usize, DatasetError> {
-        assert!(index < self.0, "index {index} out of {}", self.0);
-        Ok(index)
-    }
-
-    fn len(&self) -> usize {
-        self.0
-    }
-}
-
-/// The batcher: the rows of the given indices.
-pub struct Rows(pub Arc<Dataset>);
-
-impl Batcher<usize, Batch> for Rows {
-    fn batch(&self, items: Vec<usize>, device: &Device) -> Batch {
-        self.0.batch(&items, device)
-    }
-}
+use common::{Batch, Dataset, Indices, Mlp, Rows, SplitMix64, epoch_batches, progress};
 
 /// The loss of a batch (one example is a batch of one).
 pub fn loss(model: &Mlp, (x, y): Batch) -> Tensor<1> {

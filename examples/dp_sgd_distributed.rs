@@ -26,7 +26,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::DatasetError;
 use burn::module::Module;
 use burn::optim::momentum::MomentumConfig;
@@ -36,7 +35,7 @@ use burn_vmap::distributed::mpi::Mpi;
 use burn_vmap::distributed::{Collective, DistributedDp, load_checkpoint};
 use burn_vmap::privacy::{DpConfig, DpMechanism, Neighbouring};
 
-use common::{Batch, Dataset, Mlp, SplitMix64};
+use common::{Batch, Mlp, Rows, SplitMix64};
 
 /// This rank's shard: the indices of its examples in the training set.
 struct Shard(Vec<usize>);
@@ -53,15 +52,6 @@ impl burn::data::dataset::Dataset<usize> for Shard {
 
     fn len(&self) -> usize {
         self.0.len()
-    }
-}
-
-/// The batcher: the rows of the given indices.
-struct Rows(Arc<Dataset>);
-
-impl Batcher<usize, Batch> for Rows {
-    fn batch(&self, items: Vec<usize>, device: &Device) -> Batch {
-        self.0.batch(&items, device)
     }
 }
 

@@ -105,6 +105,31 @@ impl Dataset {
     }
 }
 
+/// The examples of a [`Dataset`] as a `burn::data` dataset: item `i` is the index `i`, and the
+/// batcher ([`Rows`]) reads the rows.
+pub struct Indices(pub usize);
+
+impl burn::data::dataset::Dataset<usize> for Indices {
+    fn get(&self, index: usize) -> Result<usize, burn::data::dataset::DatasetError> {
+        assert!(index < self.0, "index {index} out of {}", self.0);
+        Ok(index)
+    }
+
+    fn len(&self) -> usize {
+        self.0
+    }
+}
+
+/// The batcher: the rows of the given indices of a [`Dataset`].
+#[derive(Clone)]
+pub struct Rows(pub std::sync::Arc<Dataset>);
+
+impl burn::data::dataloader::batcher::Batcher<usize, Batch> for Rows {
+    fn batch(&self, items: Vec<usize>, device: &Device) -> Batch {
+        self.0.batch(&items, device)
+    }
+}
+
 /// Parses UCI digits in scikit-learn's CSV form: one image a line, 64 pixels in `0..=16`, then
 /// the label in `0..=9`, comma-separated.
 ///
