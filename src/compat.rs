@@ -15,8 +15,8 @@
 //! | `scatter_nd` loses updates at a repeated index tuple (its kernel's read-modify-write is not atomic) | cubecl | [`scatter_nd`] | found on 0.22.1 |
 //! | top-k (`topk`, `topk_with_indices`, `argtopk`) along a dim that is not the last returns wrong values for `k >= 2` | cubecl | [`topk_dim`], [`topk_back`] | found on 0.22.1 |
 //! | `mask_where` / `mask_fill` leave part of a broadcast output unwritten when the masked tensor is the smaller operand | cubecl | [`mask_target`] | kept |
-//! | `float_unfold` windows permuted ahead of the kernel dims are misread when a dim has one window | cubecl | [`conv_patches`] | kept |
-//! | `unfold` to a single window shorter than its dim is read as if contiguous | cubecl | [`unfold`] | kept |
+//! | `float_unfold` windows permuted ahead of the kernel dims are misread when a dim has one window | cubecl | [`conv_patches`] | kept: on wgpu 0.22.1 (lavapipe) windows as long as their dim read right, one shorter than its dim along both spatial dims reads wrong rows (the `unfold` bug below) |
+//! | `unfold` to a single window shorter than its dim is read as if contiguous | cubecl | [`unfold`] | kept: still wrong on wgpu 0.22.1 (lavapipe); `unfold_to_a_single_short_window` and `conv_patches_with_one_short_window_per_spatial_dim` (tests/oracle/misc.rs) fail without it |
 //! | broadcasting a size-1 dim against a size-0 one panics ("Broadcast dims must be size 1") | cubecl | [`expand_empty_batch`] | kept |
 //! | copying a view broadcast along a leading dim writes one scattered element at a time | Flex | [`write_target`] | kept: `copy_2d_tiled` still walks the stride-0 dim innermost (measured: 4.7–6.0 ms against 1.0–1.2 ms repeated, `[64, 128, 256]`) |
 //! | a pending reshape of a strided tensor is copied by each reader (Flex reshapes views as views) | Flex | [`reshapes_at_once`] | kept |
@@ -28,7 +28,16 @@
 //! | reshaping to rank 0 panics | ndarray | `reshapes_to_rank0`, `rank0_through_data` | **dropped**: NdArray is not a backend of this crate (deprecated in Burn 0.22) |
 //!
 //! The cubecl entries were not re-checked on a GPU for 0.22.1 (none was at hand): they are kept,
-//! and cost nothing elsewhere ([`kernel_layout`] makes a contiguous copy on cubecl only).
+//! and cost nothing elsewhere ([`kernel_layout`] makes a contiguous copy on cubecl only). The
+//! two unfold entries were re-checked on wgpu's software Vulkan driver, as the table says.
+//!
+//! **Nested recordings.** A `vmap` inside a recorded function runs its rules on the capture
+//! backend, where no workaround applies; the outer level replays the recorded physical ops
+//! through its own rules, often on operands it does not map. So a workaround must act in the
+//! rule of the op it protects whether its operands are batched or not: [`unfold`] does (the
+//! engine's `unfold` rule calls it on every route), and so do the reductions' layouts
+//! ([`kernel_layout`] in `rules::reduce`). [`conv_patches`] protects a composite route (two
+//! unfolds, a permute) that a nested recording replays as those ops, each through its rule.
 //!
 //! **Flex** (`burn-flex`, Burn 0.22's default CPU backend) needs none of the correctness
 //! workarounds above; it takes two speed routes, [`write_target`] and [`reshapes_at_once`]. The
@@ -421,11 +430,14 @@ pub(crate) fn unfold<B: Backend, K: Kind<B>>(
 
 /// A convolution's input patches as rows, `[N, c, h, w] -> [N, L, c·kh·kw]` (`L` output
 /// positions), for the factored weight gradients (`rules::factored`): `direct(x)` (windows as
-/// views, one copy), except on Burn 0.21's cubecl backends, which misread `float_unfold`'s
-/// windows permuted ahead of the kernel dims when a spatial dim has a single window (reads of
-/// `[N, 1, 1, c, kh, kw]` return the wrong elements, even through an elementwise kernel). There
-/// the backend's own `unfold4d` (windows kept last, `[N, c·kh·kw, L]`) is transposed and made
-/// contiguous through a flat reshape.
+/// views, one copy), except on cubecl, which misreads `float_unfold`'s windows permuted ahead
+/// of the kernel dims when a spatial dim has a single window: on Burn 0.21 any single window
+/// (reads of `[N, 1, 1, c, kh, kw]` returned the wrong elements, even through an elementwise
+/// kernel); on 0.22.1 (wgpu, lavapipe) a single window shorter than its dim (the second window
+/// row read from the contiguous offset: the [`unfold`] bug). There the backend's own `unfold4d`
+/// (windows kept last, `[N, c·kh·kw, L]`) is transposed and made contiguous through a flat
+/// reshape. A nested recording replays `direct`'s ops one by one, each through its rule, where
+/// [`unfold`] applies (`conv_patches_with_one_short_window_per_spatial_dim`, tests/oracle/misc.rs).
 pub(crate) fn conv_patches<B: Backend>(
     x: B::FloatTensorPrimitive,
     kernel: [usize; 2],

@@ -74,7 +74,7 @@ mod accountant;
 mod clipped;
 mod config;
 mod mechanism;
-mod noise;
+pub mod noise;
 mod optimizer;
 mod record;
 mod rng;

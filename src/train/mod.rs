@@ -30,7 +30,7 @@
 //! reports ([`DpStepOutput`]), not a loss: the step computes none beyond the per-example
 //! gradients.
 //!
-//! The settings are the mechanism's [`DpConfig`](crate::privacy::DpConfig), stated once: `C`,
+//! The settings are the mechanism's [`DpConfig`], stated once: `C`,
 //! `σ`, `q` and the neighbouring relation
 //! ([`Neighbouring`](crate::privacy::Neighbouring)): add or remove one example, `N` private, the
 //! noisy sum divided by a public expected batch size you state (what DP-SGD usually means), or
@@ -39,7 +39,7 @@
 //! the operating system; [`DpTraining::seeded`] is reproducible and not private, for tests.
 //!
 //! **Resuming.** With burn-train's checkpointers (`with_default_checkpointers`), the strategy
-//! saves the mechanism's record ([`DpRecord`](crate::privacy::DpRecord): its settings and the
+//! saves the mechanism's record ([`DpRecord`]: its settings and the
 //! steps taken) after every epoch, beside the model's and the optimizer's checkpoint:
 //! `<directory>/checkpoint/dp-<epoch>.bpk` ([`record_path`]). `checkpoint(epoch)` on a new
 //! [`DpTraining`] of the same settings continues ε from that record, with fresh noise; it is

@@ -578,3 +578,69 @@ fn reductions_inside_nested_levels_under_an_outer_level() {
         assert_eq!(floats(outer), direct.repeat(3), "{name}");
     }
 }
+
+/// A convolution's input patches read through `unfold` views (the direct route of the factored
+/// conv weight gradient, `rules::factored::layers::unfold`) with one window shorter than its dim
+/// along both spatial dims: batched, unbatched inside a level (the route of a recording
+/// replayed under a level that does not map it) and nested, against the patches read on the
+/// host. On Burn 0.22.1's cubecl backends the raw composition reads the wrong rows (the second
+/// window row from the contiguous offset); the engine's `unfold` rule goes through
+/// `compat::unfold` on every route, batched or not.
+#[test]
+fn conv_patches_with_one_short_window_per_spatial_dim() {
+    let (c, h, w, k, s) = (2usize, 4usize, 7usize, [3usize, 2usize], [2usize, 6usize]);
+    let (b, width) = (3usize, c * k[0] * k[1]);
+    let data: Vec<f32> = (0..b * c * h * w).map(|i| i as f32).collect();
+    // One window per spatial dim: the patch is the top-left `k` window of every channel.
+    let want: Vec<f32> = (0..b)
+        .flat_map(|e| {
+            let data = &data;
+            (0..c).flat_map(move |ch| {
+                (0..k[0]).flat_map(move |a| {
+                    (0..k[1]).map(move |bb| data[((e * c + ch) * h + a) * w + bb])
+                })
+            })
+        })
+        .collect();
+    let patches = move |x: Tensor<3>| -> Tensor<2> {
+        let x: Tensor<4> = x.unsqueeze();
+        let blocks = x
+            .unfold::<5, usize>(2, k[0], s[0])
+            .unfold::<6, usize>(3, k[1], s[1]);
+        blocks.permute([0, 2, 3, 1, 4, 5]).reshape([1, width])
+    };
+    let d = dev();
+    let xs = Tensor::<4>::from_data(TensorData::new(data.clone(), [b, c, h, w]), &d);
+    let batched: Tensor<3> = vmap(patches).call(xs.clone()).unwrap();
+    assert_eq!(floats(batched), want, "batched");
+    let ones = Tensor::<1>::ones([b], &d);
+    for e in 0..b {
+        let x = xs.clone().narrow(0, e, 1).squeeze::<3>();
+        let unbatched: Tensor<3> =
+            vmap(|(x, one): (Tensor<3>, Tensor<1>)| patches(x) * one.unsqueeze())
+                .in_axes([None, Some(0)])
+                .call((x, ones.clone().unsqueeze_dim::<2>(1)))
+                .unwrap();
+        let row = &want[e * width..(e + 1) * width];
+        assert_eq!(
+            floats(unbatched),
+            row.repeat(b),
+            "unbatched in a level, example {e}"
+        );
+    }
+    let nested: Tensor<4> = vmap(|x: Tensor<3>| {
+        let ones = Tensor::<2>::ones([2, 1], &x.device());
+        vmap(|(x, one): (Tensor<3>, Tensor<1>)| patches(x) * one.unsqueeze())
+            .in_axes([None, Some(0)])
+            .call((x, ones))
+            .unwrap()
+    })
+    .call(xs)
+    .unwrap();
+    let twice: Vec<f32> = want.chunks(width).flat_map(|row| row.repeat(2)).collect();
+    assert_eq!(
+        floats(nested),
+        twice,
+        "nested, not mapped by the inner level"
+    );
+}
