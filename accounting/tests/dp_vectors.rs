@@ -519,18 +519,16 @@ fn run(max_points: usize) {
     // Blocks of consecutive cases of one file, taken by the threads in turn: a block keeps the
     // cases that share a composed PLD (both δ of one (q, σ, steps, Δ)) on one thread's cache.
     const BLOCK: usize = 4;
-    let blocks: Vec<(usize, usize)> = files
-        .iter()
-        .enumerate()
-        .flat_map(|(f, (_, file))| {
-            let n = file["cases"].as_array().unwrap().len();
-            (0..n).step_by(BLOCK).map(move |start| (f, start))
-        })
-        .collect();
-    let total: usize = files
+    let lens: Vec<usize> = files
         .iter()
         .map(|(_, file)| file["cases"].as_array().unwrap().len())
-        .sum();
+        .collect();
+    let total: usize = lens.iter().sum();
+    let blocks: Vec<(usize, usize)> = lens
+        .iter()
+        .enumerate()
+        .flat_map(|(f, &n)| (0..n).step_by(BLOCK).map(move |start| (f, start)))
+        .collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
     let start = std::time::Instant::now();

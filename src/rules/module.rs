@@ -181,8 +181,7 @@ fn empty_batch_conv<B: Backend>(
 
 /// Zeros of the shape of one example of `t`.
 fn zeros_like_example<B: Backend>(t: VmapTensor<FP<B>>) -> FP<B> {
-    let shape = t.shape();
-    <Float as Fill<B>>::fill(shape, 0.0, &t.inner())
+    <Float as Fill<B>>::fill(t.shape(), 0.0, t.stored())
 }
 
 /// A batched tensor of `bdims` (with no example) whose examples are shaped like `example`.

@@ -30,17 +30,16 @@
 //! reports ([`DpStepOutput`]), not a loss: the step computes none beyond the per-example
 //! gradients.
 //!
-//! The settings are the mechanism's [`DpConfig`], stated once: `C`,
-//! `σ`, `q` and the neighbouring relation
-//! ([`Neighbouring`](crate::privacy::Neighbouring)): add or remove one example, `N` private, the
-//! noisy sum divided by a public expected batch size you state (what DP-SGD usually means), or
-//! replace one example, `N` public (checked against the dataset). Noise is hardened by default
+//! The settings are the mechanism's [`DpConfig`], stated once: `C`, `σ`, `q` and the
+//! neighbouring relation ([`Neighbouring`](crate::privacy::Neighbouring)): add or remove one
+//! example, `N` private, the noisy sum divided by a public expected batch size you state (what
+//! DP-SGD usually means), or replace one example, `N` public (checked against the dataset). Noise is hardened by default
 //! ([`NoiseKind`](crate::privacy::NoiseKind)). [`DpTraining::new`] draws its randomness from
 //! the operating system; [`DpTraining::seeded`] is reproducible and not private, for tests.
 //!
 //! **Resuming.** With burn-train's checkpointers (`with_default_checkpointers`), the strategy
-//! saves the mechanism's record ([`DpRecord`]: its settings and the
-//! steps taken) after every epoch, beside the model's and the optimizer's checkpoint:
+//! saves the mechanism's record ([`DpRecord`]: its settings and the steps taken) after every
+//! epoch, beside the model's and the optimizer's checkpoint:
 //! `<directory>/checkpoint/dp-<epoch>.bpk` ([`record_path`]). `checkpoint(epoch)` on a new
 //! [`DpTraining`] of the same settings continues ε from that record, with fresh noise; it is
 //! refused ([`DpTrainError::Resume`]) without checkpointers, without a readable record, with
