@@ -2,6 +2,9 @@
 //! one example at a time (1e-5), for an MLP, a CNN (Conv2d + pooling), a TransformerEncoder with
 //! an Embedding, and an Lstm; and dropout drawn per example.
 
+#[path = "shared/tolerance.rs"]
+mod tolerance;
+
 use burn::module::{Module, ParamId};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
@@ -65,7 +68,7 @@ where
             let scale = expected.iter().fold(1f32, |m, v| m.max(v.abs()));
             for (a, b) in mine.iter().zip(&expected) {
                 assert!(
-                    (a - b).abs() <= 1e-5 * scale,
+                    (a - b).abs() <= tolerance::device_tol(1e-5) * scale,
                     "example {i}, parameter {id}: {a} vs {b}"
                 );
             }
@@ -307,7 +310,7 @@ fn should_draw_dropout_per_example_and_match_the_loop_under_the_same_masks() {
         let per = d_in * d_h;
         for (a, b) in l1_w[i * per..(i + 1) * per].iter().zip(&expected) {
             assert!(
-                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                (a - b).abs() <= tolerance::device_tol(1e-5) * b.abs().max(1.0),
                 "example {i}: {a} vs {b}"
             );
         }

@@ -4,6 +4,9 @@
 //! alone), for every parameter. Strict mode is on: an op that fell back to a per-example loop
 //! would panic.
 
+#[path = "shared/tolerance.rs"]
+mod tolerance;
+
 use burn::module::{Module, ParamId};
 use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
 use burn::nn::conv::{
@@ -53,7 +56,10 @@ fn assert_close(got: &[f32], want: &[f32], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: sizes");
     let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
     for (k, (a, b)) in got.iter().zip(want).enumerate() {
-        assert!((a - b).abs() <= 1e-4 * scale, "{what}: at {k}: {a} vs {b}");
+        assert!(
+            (a - b).abs() <= tolerance::device_tol(1e-4) * scale,
+            "{what}: at {k}: {a} vs {b}"
+        );
     }
 }
 

@@ -2,6 +2,9 @@
 //! mode; clipped sums and moments of those; and the check of `micro_grad_module` against them.
 #![allow(dead_code)]
 
+#[path = "../shared/tolerance.rs"]
+mod tolerance;
+
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
@@ -121,7 +124,7 @@ pub fn close_all(got: &ParamGrads, want: &Flat, what: &str) {
         let scale = w.iter().fold(1.0f32, |m, v| m.max(v.abs()));
         for (i, (a, b)) in g.iter().zip(w).enumerate() {
             assert!(
-                (a - b).abs() <= 1e-5 * scale,
+                (a - b).abs() <= tolerance::device_tol(1e-5) * scale,
                 "{what}: {path}[{i}]: {a} vs {b} (scale {scale})"
             );
         }

@@ -1,6 +1,9 @@
 //! What the microbatching tests share: data, value helpers, the per-example function.
 #![allow(dead_code)]
 
+#[path = "../shared/tolerance.rs"]
+pub mod tolerance;
+
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
 pub fn dev() -> Device {
@@ -40,7 +43,7 @@ pub fn close_tol<const D: usize>(got: Tensor<D>, want: Tensor<D>, tol: f32) {
     let (g, w) = (floats(got), floats(want));
     for (i, (a, b)) in g.iter().zip(&w).enumerate() {
         assert!(
-            (a - b).abs() <= tol * (1.0 + b.abs()),
+            (a - b).abs() <= tolerance::device_tol(tol) * (1.0 + b.abs()),
             "at {i}: {a} vs {b}\n got {g:?}\nwant {w:?}"
         );
     }

@@ -8,7 +8,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use burn_vmap::accumulate::{Concat, Mean, RunningMean, Sum};
 use burn_vmap::{MicroAux, Tree, VmapError, clip_by_global_norm, global_norm, micro_grad};
 
-use super::common::{close, close_tol, data, dev, floats, matrix};
+use super::common::{close, close_tol, data, dev, floats, matrix, tolerance};
 
 /// `0.5 (x·w + b − y)²` per example, with x `[1, 3]` under keep_batch_dim.
 fn linreg((w, b, x, y): (Tensor<1>, Tensor<1>, Tensor<2>, Tensor<1>)) -> Tensor<1> {
@@ -87,7 +87,11 @@ fn should_give_per_example_gradients_of_several_arguments() {
                 want_w[j] += gw[i * 3 + j] * s;
             }
             want_b += gb[i] * s;
-            assert!((norms[i] - norm).abs() < 1e-4, "{} vs {norm}", norms[i]);
+            assert!(
+                (norms[i] - norm).abs() < tolerance::device_tol(1e-4),
+                "{} vs {norm}",
+                norms[i]
+            );
         }
         close(sw, Tensor::from_floats(want_w, &dev()));
         close(sb, Tensor::from_floats([want_b], &dev()));

@@ -12,7 +12,7 @@ use burn_vmap::accumulate::{Concat, Mean};
 use burn_vmap::tree::Leaf;
 use burn_vmap::{MicroAux, ParamGrads, VmapError, clip_by_global_norm, micro_grad_module};
 
-use super::common::{close, dev, floats, matrix};
+use super::common::{close, dev, floats, matrix, tolerance};
 
 #[derive(Module, Debug)]
 struct Net {
@@ -94,7 +94,7 @@ fn should_give_module_gradients_equal_to_the_loop() {
             let mine = &all[i * len..(i + 1) * len];
             for (a, b) in mine.iter().zip(&want) {
                 assert!(
-                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                    (a - b).abs() <= tolerance::device_tol(1e-5) * (1.0 + b.abs()),
                     "{path} example {i}: {a} vs {b}"
                 );
             }
@@ -118,7 +118,7 @@ fn should_give_module_gradients_equal_to_the_loop() {
             let got = values(g);
             for (a, b) in got.iter().zip(w) {
                 assert!(
-                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                    (a - b).abs() <= tolerance::device_tol(1e-5) * (1.0 + b.abs()),
                     "{path}: {a} vs {b}"
                 );
             }

@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+#[path = "../shared/tolerance.rs"]
+mod tolerance;
+
 use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorData};
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn_dispatch::Dispatch;
@@ -254,8 +257,14 @@ pub const TOL: Tol = Tol {
     atol: 1e-5,
 };
 
-/// First difference between two host tensors, if any.
+/// First difference between two host tensors, if any (floats within `tol`, raised to TF32's
+/// tolerance on CUDA: `tests/shared/tolerance.rs`).
 pub fn diff(expected: &Host, got: &Host, tol: Tol) -> Option<String> {
+    let (rtol, atol) = if tolerance::tf32() {
+        (tol.rtol.max(tolerance::TF32), tol.atol.max(tolerance::TF32))
+    } else {
+        (tol.rtol, tol.atol)
+    };
     if expected.shape != got.shape {
         return Some(format!(
             "shape: expected {:?}, got {:?}",
@@ -275,7 +284,7 @@ pub fn diff(expected: &Host, got: &Host, tol: Tol) -> Option<String> {
         (Data::F(a), Data::F(b)) => a.iter().zip(b).position(|(x, y)| {
             !((x.is_nan() && y.is_nan())
                 || x == y
-                || (x - y).abs() <= tol.atol + tol.rtol * x.abs().max(y.abs()))
+                || (x - y).abs() <= atol + rtol * x.abs().max(y.abs()))
         }),
         (Data::I(a), Data::I(b)) => a.iter().zip(b).position(|(x, y)| x != y),
         (Data::B(a), Data::B(b)) => a.iter().zip(b).position(|(x, y)| x != y),
