@@ -148,27 +148,35 @@ where
 fn dp(c: &mut Criterion) {
     let device = Device::default();
     let y = labels(BATCH, &device);
+    let only = std::env::var("BURN_VMAP_BENCH_ONLY").unwrap_or_default();
+    let wanted = |name: &str| name.contains(&only);
 
     // MLP 784-512-512-10.
-    let x = Tensor::<2>::random([BATCH, 784], Distribution::Default, &device);
-    let loss = |m: &Mlp, (x, y): (Tensor<2>, Tensor<1, Int>)| m.loss(x, y);
-    pair(c, "mlp", Mlp::new(&device), (x, y.clone()), loss);
+    if wanted("mlp") {
+        let x = Tensor::<2>::random([BATCH, 784], Distribution::Default, &device);
+        let loss = |m: &Mlp, (x, y): (Tensor<2>, Tensor<1, Int>)| m.loss(x, y);
+        pair(c, "mlp", Mlp::new(&device), (x, y.clone()), loss);
+    }
 
     // CNN: conv 3x3 1->16, conv 3x3 16->32, mean pool, linear 32->10, on 28x28.
-    let x = Tensor::<4>::random([BATCH, 1, 28, 28], Distribution::Default, &device);
-    let loss = |m: &Cnn, (x, y): (Tensor<4>, Tensor<1, Int>)| m.loss(x, y);
-    pair(c, "cnn", Cnn::new(&device), (x, y.clone()), loss);
+    if wanted("cnn") {
+        let x = Tensor::<4>::random([BATCH, 1, 28, 28], Distribution::Default, &device);
+        let loss = |m: &Cnn, (x, y): (Tensor<4>, Tensor<1, Int>)| m.loss(x, y);
+        pair(c, "cnn", Cnn::new(&device), (x, y.clone()), loss);
+    }
 
     // Transformer encoder, (B, T, d) = (64, 16, 64).
-    let x = tokens(BATCH, T, &device);
-    let loss = |m: &Transformer, (x, y): (Tensor<2, Int>, Tensor<1, Int>)| m.loss(x, y);
-    pair(
-        c,
-        "transformer",
-        Transformer::new(T, D, &device),
-        (x, y),
-        loss,
-    );
+    if wanted("transformer") {
+        let x = tokens(BATCH, T, &device);
+        let loss = |m: &Transformer, (x, y): (Tensor<2, Int>, Tensor<1, Int>)| m.loss(x, y);
+        pair(
+            c,
+            "transformer",
+            Transformer::new(T, D, &device),
+            (x, y),
+            loss,
+        );
+    }
 }
 
 criterion_group! {

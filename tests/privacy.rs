@@ -444,17 +444,19 @@ fn should_refuse_bad_settings_naming_them() {
     ));
 }
 
+/// Batches whose targets have one row too many: the step's loss fails.
+#[derive(Clone)]
+struct Mismatched;
+impl Batcher<(Vec<f32>, Vec<f32>), Batch> for Mismatched {
+    fn batch(&self, items: Vec<(Vec<f32>, Vec<f32>)>, device: &Device) -> Batch {
+        let (x, _) = Rows.batch(items, device);
+        let n = x.dims()[0];
+        (x, Tensor::zeros([n + 1, 2], device))
+    }
+}
+
 #[test]
 fn should_refuse_mismatched_batches_unaccounted() {
-    #[derive(Clone)]
-    struct Mismatched;
-    impl Batcher<(Vec<f32>, Vec<f32>), Batch> for Mismatched {
-        fn batch(&self, items: Vec<(Vec<f32>, Vec<f32>)>, device: &Device) -> Batch {
-            let (x, _) = Rows.batch(items, device);
-            let n = x.dims()[0];
-            (x, Tensor::zeros([n + 1, 2], device))
-        }
-    }
     let mut dp = seeded(config(C, SIGMA, 1.0), 1);
     let b = dp
         .loader(rows(4), Arc::new(Mismatched), dev())
@@ -464,6 +466,28 @@ fn should_refuse_mismatched_batches_unaccounted() {
     let err = dp.noisy_gradient(&model(), loss, b).unwrap_err();
     assert!(matches!(err, PrivacyError::Vmap(_)), "{err}");
     assert_eq!(dp.steps(), 0);
+}
+
+/// The noise is drawn while the clipped sum is computed (hardened noise, on a thread of its
+/// own): a step that fails after it started drops it, and the next step draws fresh noise.
+#[test]
+fn should_never_release_the_noise_of_a_failed_step() {
+    let m = model();
+    let step = |dp: &mut DpMechanism| values(&dp.noisy_gradient(&m, loss, next(dp, 4)).unwrap().0);
+    // Same seed, same model, same batch (q = 1): the released values are reproducible...
+    let first = step(&mut seeded(config(C, SIGMA, 1.0), 6));
+    assert_eq!(first, step(&mut seeded(config(C, SIGMA, 1.0), 6)));
+    // ...and after a failed step, the next one releases other noise than the failed one drew.
+    let mut failed = seeded(config(C, SIGMA, 1.0), 6);
+    let bad = failed
+        .loader(rows(4), Arc::new(Mismatched), dev())
+        .unwrap()
+        .next_batch()
+        .unwrap();
+    assert!(failed.noisy_gradient(&m, loss, bad).is_err());
+    let after = step(&mut failed);
+    assert_ne!(after, first);
+    assert_eq!(failed.steps(), 1);
 }
 
 #[derive(Module, Debug)]

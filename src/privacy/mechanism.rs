@@ -13,9 +13,10 @@ use burn_dispatch::Dispatch;
 use super::accountant::Accountant;
 use super::clipped::{ClippedSums, Clipping};
 use super::config::{DpConfig, check};
+use super::noise::PendingNoise;
 use super::record::DpRecord;
 use super::sampling::{DpLoader, Issuer, Sampled};
-use super::{DpStatement, Neighbouring, NoiseKind, PrivacyError, PrivacyRng, add_noise};
+use super::{DpStatement, Neighbouring, NoiseKind, PrivacyError, PrivacyRng};
 use crate::transform::grad::ParamGrads;
 use crate::tree::{Leaf, Tree};
 
@@ -304,8 +305,15 @@ impl DpMechanism {
         A: Tree + 'static,
         F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
     {
-        let (sum, report) = self.clipped_sum(model, loss_fn, batch)?;
-        Ok((self.release(sum)?, report))
+        let (batch, size) = self.admit(batch)?;
+        // The noise's random part does not depend on the gradient: it is drawn (hardened noise,
+        // on a thread of its own) while the clipped sum is computed.
+        let dims = ParamGrads::trainable_dims(NAME, model)?;
+        let noise = self.start_noise(dims, dims, true)?;
+        let (sum, report) = self.sum(model, loss_fn, batch, size)?;
+        let noisy = noise.add(sum, &mut self.noise)?;
+        self.account_released()?;
+        Ok((self.normalised(noisy), report))
     }
 
     /// The first half of a step: the batch's ticket and the budget checked, the batch consumed,
@@ -328,6 +336,17 @@ impl DpMechanism {
         A: Tree + 'static,
         F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
     {
+        let (batch, size) = self.admit(batch)?;
+        self.sum(model, loss_fn, batch, size)
+    }
+
+    /// A step's admission of `batch`: its ticket checked and consumed, the budget checked; the
+    /// batch (`None` when empty) and its size.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Batch`], [`PrivacyError::Budget`] as in
+    /// [`noisy_gradient`](Self::noisy_gradient).
+    fn admit<A>(&mut self, batch: Sampled<A>) -> Result<(Option<A>, usize), PrivacyError> {
         let (batch, size, ticket) = batch.into_batch();
         if ticket.mechanism != self.issuer.id {
             return Err(PrivacyError::Batch {
@@ -350,6 +369,26 @@ impl DpMechanism {
         {
             return Err(self.exhausted(budget));
         }
+        Ok((batch, size))
+    }
+
+    /// The clipped sum of an admitted batch of `size` examples (zeros over every trainable
+    /// parameter when `None`), and the step's report.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Vmap`] as in [`noisy_gradient`](Self::noisy_gradient).
+    fn sum<M, A, F>(
+        &mut self,
+        model: &M,
+        loss_fn: F,
+        batch: Option<A>,
+        size: usize,
+    ) -> Result<(ParamGrads, StepReport), PrivacyError>
+    where
+        M: Module + 'static,
+        A: Tree + 'static,
+        F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
+    {
         let clipping = Clipping {
             norm: self.config.clip_norm,
             per_layer: self.config.per_layer,
@@ -379,33 +418,33 @@ impl DpMechanism {
         Ok(ParamGrads::zeros(NAME, model)?)
     }
 
-    /// The second half of a one-process step: the noise added to the clipped `sum`, the step
-    /// accounted, the division by the normaliser.
+    /// The noise of a clipped sum of `dims` coordinates in all, for `count` of them (a process
+    /// of a data-parallel step noises its part), started from the mechanism's generator: with
+    /// `background`, hardened noise is drawn on a thread of its own from now on.
     ///
     /// # Errors
     /// [`PrivacyError::Argument`] when the noise cannot be drawn (a grid too coarse or too fine
-    /// for the standard deviation); [`PrivacyError::Accounting`].
-    fn release(&mut self, sum: ParamGrads) -> Result<ParamGrads, PrivacyError> {
-        let dims = sum.iter().map(|(_, _, g)| g.shape().num_elements()).sum();
-        let noisy = self.noised(sum, dims)?;
-        self.account_released()?;
-        Ok(noisy)
-    }
-
-    /// `sum` with the noise of a clipped sum of `dims` coordinates in all (`sum` may hold a part
-    /// of them: the noise is drawn independently per coordinate, its standard deviation
-    /// calibrated to the whole), divided by the normaliser. Nothing is accounted.
-    fn noised(&mut self, sum: ParamGrads, dims: usize) -> Result<ParamGrads, PrivacyError> {
+    /// for the standard deviation).
+    fn start_noise(
+        &mut self,
+        count: usize,
+        dims: usize,
+        background: bool,
+    ) -> Result<PendingNoise, PrivacyError> {
         let kind = self.config.noise;
         let std = kind.calibrated_std(self.config.noise_multiplier, self.config.clip_norm, dims)?;
-        let noisy = add_noise(sum, std, kind, &mut self.noise)?;
+        PendingNoise::start(count, std, kind, &mut self.noise, background)
+    }
+
+    /// A noisy sum divided by the configuration's normaliser.
+    fn normalised(&self, noisy: ParamGrads) -> ParamGrads {
         let normaliser = self.config.normaliser();
-        Ok(noisy.map(|_, g| {
+        noisy.map(|_, g| {
             Leaf(Dispatch::float_div_scalar(
                 g.into_dispatch(),
                 normaliser.into(),
             ))
-        }))
+        })
     }
 
     /// A data-parallel step's release of this process's `part` of the clipped sum of every
@@ -427,10 +466,13 @@ impl DpMechanism {
         if part.is_empty() {
             return Ok(Vec::new());
         }
-        let values = TensorData::new(part.to_vec(), [part.len()]);
+        let values_len = part.len();
+        let values = TensorData::new(part.to_vec(), [values_len]);
         let leaf = Leaf::new(Tensor::<1>::from_data(values, device));
         let part = ParamGrads::new(vec![("part".into(), ParamId::new(), leaf)]);
-        let noised = self.noised(part, dims)?;
+        let noise = self.start_noise(values_len, dims, false)?;
+        let noisy = noise.add(part, &mut self.noise)?;
+        let noised = self.normalised(noisy);
         let (_, _, leaf) = noised.iter().next().expect("one part");
         Ok(leaf
             .to_data()

@@ -62,6 +62,25 @@ impl ParamGrads {
         Ok(Self { entries })
     }
 
+    /// The number of coordinates of every trainable float parameter of `module`: those of
+    /// [`zeros`](Self::zeros), and of every gradient sum the module transforms give it.
+    ///
+    /// # Errors
+    /// As [`zeros`](Self::zeros).
+    pub(crate) fn trainable_dims<M: Module>(
+        transform: &'static str,
+        module: &M,
+    ) -> Result<usize, VmapError> {
+        let (params, _) = ModuleParams::of(transform, module)?;
+        Ok(params
+            .tensors
+            .iter()
+            .zip(params.trainable)
+            .filter(|(_, trainable)| *trainable)
+            .map(|(t, _)| t.shape().num_elements())
+            .sum())
+    }
+
     /// Number of parameters with a gradient.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -48,26 +48,25 @@
 //! (149 ms against 9.5 ms per million coordinates on a 2-core machine, 85 ms on both cores;
 //! `cargo bench --bench noise`); coordinates are drawn in chunks of 16384 in parallel
 //! (rayon), each chunk from its own ChaCha20 stream keyed from the [`PrivacyRng`] (so the noise
-//! does not depend on the number of threads): 17 ms per million on 16 cores. OpenDP 0.16's
+//! does not depend on the number of threads): 17 ms per million on 16 cores. The integers do
+//! not depend on the gradient, so a DP step ([`DpMechanism`](super::DpMechanism)) starts
+//! drawing them on a thread of its own before it computes the clipped sum, and only what is
+//! left when the sum is done costs it time (`draw.rs`). OpenDP 0.16's
 //! sampler of the same law (arbitrary-precision rationals) takes 3.6 s per million, and without
 //! its OpenSSL feature draws from `rand::thread_rng`, not from a generator the caller controls.
 //!
 mod discrete;
+mod draw;
 
 use burn::tensor::{Tensor, TensorData};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha20Rng;
 use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
 
 use super::{PrivacyError, PrivacyRng};
 use crate::transform::grad::ParamGrads;
 use crate::tree::Leaf;
-use discrete::{Bits, DiscreteGaussian};
-
-/// Coordinates per ChaCha20 stream of the hardened noise (a constant: the noise of a seeded
-/// generator does not depend on the number of threads).
-const CHUNK: usize = 1 << 14;
+use discrete::DiscreteGaussian;
+use draw::Draw;
 
 /// The grid index `round(x/γ)` is clamped to `±2^100` (`|Z| < 2^63`: the sum fits an `i128`).
 const M_MAX: f64 = 1.2676506002282294e30;
@@ -226,12 +225,63 @@ pub fn add_noise(
     kind: NoiseKind,
     rng: &mut PrivacyRng,
 ) -> Result<ParamGrads, PrivacyError> {
-    if !(std.is_finite() && std >= 0.0) {
-        return Err(argument("std", "a finite standard deviation >= 0", std));
+    let dims = grads.iter().map(|(_, _, g)| g.shape().num_elements()).sum();
+    PendingNoise::start(dims, std, kind, rng, false)?.add(grads, rng)
+}
+
+/// Noise for `dims` coordinates whose random part is drawn before the gradient it goes on
+/// exists: a DP step starts it, computes its clipped sum meanwhile, then [`add`](Self::add)s
+/// it. Hardened noise draws its integers `Z` from the generator's keys taken at the start (on
+/// a thread of its own with `background`; see `draw.rs`); plain noise is drawn when added. The
+/// same generator gives the same noise either way.
+pub(crate) struct PendingNoise {
+    std: f64,
+    /// Hardened noise: its integers, being drawn, and the grid's exponent `k` (`γ = 2^k`).
+    hardened: Option<(Draw, i32)>,
+}
+
+impl PendingNoise {
+    /// Starts the noise of `kind` and standard deviation `std` (from
+    /// [`NoiseKind::calibrated_std`]) for `dims` coordinates.
+    ///
+    /// # Errors
+    /// As [`add_noise`] for `std` and the granularity.
+    pub(crate) fn start(
+        dims: usize,
+        std: f64,
+        kind: NoiseKind,
+        rng: &mut PrivacyRng,
+        background: bool,
+    ) -> Result<Self, PrivacyError> {
+        if !(std.is_finite() && std >= 0.0) {
+            return Err(argument("std", "a finite standard deviation >= 0", std));
+        }
+        let hardened = match kind {
+            NoiseKind::Plain => None,
+            NoiseKind::Hardened { granularity } => {
+                let k = grid_exponent(granularity)?;
+                let gaussian = discrete_gaussian(std, granularity)?;
+                Some((Draw::start(dims, gaussian, rng, background), k))
+            }
+        };
+        Ok(Self { std, hardened })
     }
-    match kind {
-        NoiseKind::Plain => Ok(plain(grads, std, rng)),
-        NoiseKind::Hardened { granularity } => hardened(grads, std, granularity, rng),
+
+    /// `grads` (as many coordinates as started, in order) with the noise added; plain noise is
+    /// drawn now from `rng`.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Argument`] for hardened noise on a gradient value that is not finite or
+    /// on another number of coordinates than started.
+    pub(crate) fn add(
+        self,
+        grads: ParamGrads,
+        rng: &mut PrivacyRng,
+    ) -> Result<ParamGrads, PrivacyError> {
+        match self.hardened {
+            None => Ok(plain(grads, self.std, rng)),
+            Some((draw, k)) => hardened(grads, draw, k),
+        }
     }
 }
 
@@ -319,43 +369,22 @@ fn plain(grads: ParamGrads, std: f64, rng: &mut PrivacyRng) -> ParamGrads {
     })
 }
 
-fn hardened(
-    grads: ParamGrads,
-    std: f64,
-    granularity: f64,
-    rng: &mut PrivacyRng,
-) -> Result<ParamGrads, PrivacyError> {
-    let k = grid_exponent(granularity)?;
+/// The discrete Gaussian of standard deviation `std` on the grid `granularity` (`None` for
+/// `std = 0`: no noise).
+fn discrete_gaussian(std: f64, granularity: f64) -> Result<Option<DiscreteGaussian>, PrivacyError> {
+    if std == 0.0 {
+        return Ok(None);
+    }
     // s = std/γ, exact (a power-of-two scaling of a value >= γ).
-    let s = std / granularity;
-    let gaussian = if std == 0.0 {
-        None
-    } else {
-        Some(DiscreteGaussian::new(s).ok_or_else(|| {
+    DiscreteGaussian::new(std / granularity)
+        .map(Some)
+        .ok_or_else(|| {
             argument(
                 "std",
                 "0, or between granularity and 3·10⁹·granularity",
                 std,
             )
-        })?)
-    };
-    let mut failure = None;
-    let noisy = grads.map(|path, g| {
-        if failure.is_some() {
-            return g;
-        }
-        match hardened_leaf(path, &g, gaussian.as_ref(), k, rng) {
-            Ok(noisy) => noisy,
-            Err(e) => {
-                failure = Some(e);
-                g
-            }
-        }
-    });
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(noisy),
-    }
+        })
 }
 
 /// The integer `m + z` (`m` an integer-valued `f64`, `|m| ≤ 2^100`) rounded to the nearest
@@ -372,51 +401,56 @@ fn grid_sum(m: f64, z: i64) -> f64 {
     (m as i128 + z as i128) as f64
 }
 
-/// `γ·(round(x/γ) + Z)` for every coordinate `x` of `g`, `γ = 2^k`.
-fn hardened_leaf(
-    path: &str,
-    g: &Leaf,
-    gaussian: Option<&DiscreteGaussian>,
-    k: i32,
-    rng: &mut PrivacyRng,
-) -> Result<Leaf, PrivacyError> {
-    let shape = g.shape();
-    let data = g.to_data().convert::<f64>();
-    let values = data.as_slice::<f64>().expect("f64 values after convert");
-    if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+/// `γ·(round(x/γ) + Z)` for every coordinate `x` of `grads`, in order, `γ = 2^k`, with the
+/// integers `Z` of `draw`.
+fn hardened(grads: ParamGrads, draw: Draw, k: i32) -> Result<ParamGrads, PrivacyError> {
+    let dims: usize = grads.iter().map(|(_, _, g)| g.shape().num_elements()).sum();
+    if dims != draw.dims() {
         return Err(PrivacyError::Argument {
             argument: "grads",
-            expected: "finite gradient values (hardened noise rounds them to its grid)",
-            got: format!("{} at {path}[{i}] (flattened)", values[i]),
+            expected: "as many coordinates as the noise was drawn for",
+            got: format!("{dims} coordinates, noise for {}", draw.dims()),
         });
     }
+    let z = draw.finish();
     let (up, down) = (2f64.powi(-k), 2f64.powi(k));
-    // One ChaCha20 key per chunk, drawn in order from the generator.
-    let seeds: Vec<[u8; 32]> = (0..values.len().div_ceil(CHUNK))
-        .map(|_| {
-            let mut seed = [0u8; 32];
-            rng.rng().fill_bytes(&mut seed);
-            seed
-        })
-        .collect();
-    let mut out = vec![0f64; values.len()];
-    out.par_chunks_mut(CHUNK)
-        .zip(values.par_chunks(CHUNK))
-        .zip(seeds.par_iter())
-        .for_each(|((out, values), seed)| {
-            let mut stream = ChaCha20Rng::from_seed(*seed);
-            let mut bits = Bits::new(&mut stream);
-            for (o, &x) in out.iter_mut().zip(values) {
-                // x·2^-k is exact; the clamp (1-Lipschitz: it cannot raise the sensitivity)
-                // acts only far beyond any gradient, and keeps m + z in range.
-                let m = (x * up).round_ties_even().clamp(-M_MAX, M_MAX);
-                let z = gaussian.map_or(0, |d| d.sample(&mut bits));
-                // A fixed function of the integer m + z: post-processing.
-                *o = grid_sum(m, z) * down;
-            }
+    let mut offset = 0;
+    let mut failure = None;
+    let noisy = grads.map(|path, g| {
+        if failure.is_some() {
+            return g;
+        }
+        // The values as f64 (exact), one parameter at a time.
+        let mut v = g
+            .to_data()
+            .convert::<f64>()
+            .try_into_vec::<f64>()
+            .expect("f64 values after convert");
+        if let Some(i) = v.iter().position(|v| !v.is_finite()) {
+            failure = Some(PrivacyError::Argument {
+                argument: "grads",
+                expected: "finite gradient values (hardened noise rounds them to its grid)",
+                got: format!("{} at {path}[{i}] (flattened)", v[i]),
+            });
+            return g;
+        }
+        let z = &z[offset..offset + v.len()];
+        offset += v.len();
+        v.par_iter_mut().zip(z.par_iter()).for_each(|(x, &z)| {
+            // x·2^-k is exact; the clamp (1-Lipschitz: it cannot raise the sensitivity) acts
+            // only far beyond any gradient, and keeps m + z in range.
+            let m = (*x * up).round_ties_even().clamp(-M_MAX, M_MAX);
+            // A fixed function of the integer m + z: post-processing.
+            *x = grid_sum(m, z) * down;
         });
-    let data = TensorData::new(out, [values.len()]).convert_dtype(g.dtype());
-    Ok(Leaf::new(Tensor::<1>::from_data(data, &g.device())).reshape(shape))
+        let (n, shape) = (v.len(), g.shape());
+        let data = TensorData::new(v, [n]).convert_dtype(g.dtype());
+        Leaf::new(Tensor::<1>::from_data(data, &g.device())).reshape(shape)
+    });
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(noisy),
+    }
 }
 
 #[cfg(test)]
