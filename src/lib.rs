@@ -54,6 +54,12 @@
 //! `ARCHITECTURE.md` in the repository maps the internals: how a call is recorded and run,
 //! where an op's batching rule goes, where a backend workaround goes.
 #![deny(missing_docs)]
+// Without a backend feature the crate runs on capture devices only: the backend arms of
+// `runtime` are compiled out, and what only they use is unused.
+#![cfg_attr(
+    not(any(feature = "flex", feature = "wgpu", feature = "cuda")),
+    allow(unused)
+)]
 
 // `#[derive(Tree)]` expands to `::burn_vmap::...` paths; this makes them resolve here too.
 extern crate self as burn_vmap;

@@ -13,7 +13,8 @@ use super::config::DpConfig;
 
 /// ε by RDP at the configuration's δ after `steps` steps of the mechanism of `config` (its
 /// neighbouring relation included): what [`DpMechanism::epsilon_rdp`](super::DpMechanism::epsilon_rdp)
-/// answers after that many steps, without a mechanism.
+/// answers after that many steps, without a mechanism (burn-train's ε metric).
+#[cfg(feature = "train")]
 pub(crate) fn epsilon_rdp_after(config: &DpConfig, steps: u64) -> Result<f64, PrivacyError> {
     let mut accountant = Accountant::new(config)?;
     accountant.compose(steps)?;

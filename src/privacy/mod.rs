@@ -81,6 +81,7 @@ mod rng;
 mod sampling;
 mod statement;
 
+#[cfg(feature = "train")]
 pub(crate) use accountant::epsilon_rdp_after;
 pub use burn_vmap_accounting as accounting;
 pub use clipped::clip_and_flag;
