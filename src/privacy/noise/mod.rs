@@ -44,8 +44,8 @@
 //!
 //! # Cost
 //! About thirteen exact Bernoulli trials and 300 random bits per coordinate, all in `u64`
-//! fractions but one rare `u128` branch. On one core that is 16 times the plain sampler
-//! (149 ms against 9.5 ms per million coordinates on a 2-core machine, 85 ms on both cores;
+//! fractions but one rare `u128` branch. On one core that is 17 times the plain sampler
+//! (183 ms against 11 ms per million coordinates on a 2-core machine, 109 ms on both cores;
 //! `cargo bench --bench noise`); coordinates are drawn in chunks of 16384 in parallel
 //! (rayon), each chunk from its own ChaCha20 stream keyed from the [`PrivacyRng`] (so the noise
 //! does not depend on the number of threads): 17 ms per million on 16 cores. The integers do
