@@ -1,6 +1,7 @@
 //! Unmodified burn-nn 0.22 models: per-example gradients equal the loop of Burn's own backward,
-//! one example at a time (1e-5; on CUDA TF32's 5e-3, `tests/shared/tolerance.rs`), for an MLP, a CNN (Conv2d + pooling), a TransformerEncoder with
-//! an Embedding, and an Lstm; and dropout drawn per example.
+//! one example at a time (1e-5; on CUDA TF32's 5e-3, `tests/shared/tolerance.rs`), for an MLP,
+//! a CNN (Conv2d + pooling), a TransformerEncoder with an Embedding, and an Lstm; and dropout
+//! drawn per example.
 
 #[path = "shared/tolerance.rs"]
 mod tolerance;

@@ -455,14 +455,18 @@ impl Batcher<(Vec<f32>, Vec<f32>), Batch> for Mismatched {
     }
 }
 
+/// The next batch of a fresh loader of 4 rows whose targets have a row too many.
+fn mismatched(dp: &DpMechanism) -> Sampled<Batch> {
+    dp.loader(rows(4), Arc::new(Mismatched), dev())
+        .unwrap()
+        .next_batch()
+        .unwrap()
+}
+
 #[test]
 fn should_refuse_mismatched_batches_unaccounted() {
     let mut dp = seeded(config(C, SIGMA, 1.0), 1);
-    let b = dp
-        .loader(rows(4), Arc::new(Mismatched), dev())
-        .unwrap()
-        .next_batch()
-        .unwrap();
+    let b = mismatched(&dp);
     let err = dp.noisy_gradient(&model(), loss, b).unwrap_err();
     assert!(matches!(err, PrivacyError::Vmap(_)), "{err}");
     assert_eq!(dp.steps(), 0);
@@ -479,11 +483,7 @@ fn should_never_release_the_noise_of_a_failed_step() {
     assert_eq!(first, step(&mut seeded(config(C, SIGMA, 1.0), 6)));
     // ...and after a failed step, the next one releases other noise than the failed one drew.
     let mut failed = seeded(config(C, SIGMA, 1.0), 6);
-    let bad = failed
-        .loader(rows(4), Arc::new(Mismatched), dev())
-        .unwrap()
-        .next_batch()
-        .unwrap();
+    let bad = mismatched(&failed);
     assert!(failed.noisy_gradient(&m, loss, bad).is_err());
     let after = step(&mut failed);
     assert_ne!(after, first);
