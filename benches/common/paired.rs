@@ -3,29 +3,42 @@
 //!
 //! Criterion measures one benchmark after the other: on a shared 2-core machine the standard
 //! step and the step compared with it may run at different speeds, and the ratio of their
-//! means moves by ±10% between runs. Here each round times `a` then `b` then `b` then `a`
-//! (ABBA, which also cancels a linear drift within the round), and the ratio reported is the
-//! median over the rounds of `(b₁ + b₂) / (a₁ + a₂)`, with the quartiles beside it.
+//! means moves by ±10% between runs. Here each round times a block of `a`, then of `b`, then of
+//! `b`, then of `a` (ABBA, which also cancels a linear drift within the round), and the ratio
+//! reported is the median over the rounds of `(B₁ + B₂) / (A₁ + A₂)`, with the quartiles beside
+//! it.
+//!
+//! A block is one untimed run, then [`BLOCK`] timed ones. A step in training follows a step of
+//! its own kind, and on Flex the first step after the other kind pays for memory laid out by
+//! that other step: glibc's `malloc` gives a freed heap back to the system above its trim
+//! threshold, and the next step's buffers fault their pages in again, which depends on the
+//! order and sizes of the previous step's buffers (measured on the MLP: 1060 page faults per
+//! standard step run alone). Timing single steps in strict alternation would charge each
+//! workload for the other's memory.
 
 use std::time::{Duration, Instant};
 
-/// The median and quartiles of `time(b) / time(a)` over ABBA rounds (after one untimed run of
-/// each): as many rounds as fit in `budget`, at least 10.
+/// The timed runs of a block (after its untimed one).
+pub const BLOCK: usize = 2;
+
+/// The median and quartiles of `time(b) / time(a)` over ABBA rounds of blocks: as many rounds
+/// as fit in `budget`, at least 10.
 pub fn paired_ratio(budget: Duration, mut a: impl FnMut(), mut b: impl FnMut()) -> Ratio {
-    a();
-    b();
-    let time = |f: &mut dyn FnMut()| {
-        let start = Instant::now();
+    let block = |f: &mut dyn FnMut()| {
         f();
+        let start = Instant::now();
+        for _ in 0..BLOCK {
+            f();
+        }
         start.elapsed().as_secs_f64()
     };
     let start = Instant::now();
     let mut ratios = Vec::new();
     while ratios.len() < 10 || start.elapsed() < budget {
-        let a1 = time(&mut a);
-        let b1 = time(&mut b);
-        let b2 = time(&mut b);
-        let a2 = time(&mut a);
+        let a1 = block(&mut a);
+        let b1 = block(&mut b);
+        let b2 = block(&mut b);
+        let a2 = block(&mut a);
         ratios.push((b1 + b2) / (a1 + a2));
     }
     ratios.sort_by(f64::total_cmp);

