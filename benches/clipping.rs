@@ -21,8 +21,8 @@
 //! `(g, g²)`), `loop` (Burn's backward of each example's loss, one after the other) and
 //! `record_and_step` (a fresh builder: the recording, then one clipped step).
 //!
-//! The headline ratio, clipped sum / standard, is also timed with the two steps in alternation
-//! (`common::paired`: the median over ABBA rounds, with its quartiles), which a drift of the
+//! The headline ratio, clipped sum / standard, is also timed with the two steps in ABBA rounds of
+//! blocks (`common::paired`: the median over the rounds, with its quartiles), which a drift of the
 //! machine's speed between criterion's groups does not move.
 //!
 //! Environment: `BURN_VMAP_BENCH_QUICK=1` for a shorter run; `BURN_VMAP_BENCH_ONLY=lstm` (or any
@@ -269,7 +269,7 @@ fn main() {
     }
     c.final_summary();
 
-    // The headline: clipped sum against the standard step timed in alternation (criterion's
+    // The headline: clipped sum against the standard step in ABBA rounds of blocks (criterion's
     // means, one after the other, drift with the machine; see `common::paired`).
     let budget = Duration::from_secs(if quick() { 4 } else { 15 });
     let paired: Vec<_> = cases
@@ -291,7 +291,7 @@ fn main() {
         "\n== ratios to Burn's batch gradient (same run, {:?}) ==",
         Device::default()
     );
-    println!("clipped sum / standard, timed in alternation (ABBA rounds; median [quartiles]):");
+    println!("clipped sum / standard, in ABBA rounds of blocks (median [quartiles]):");
     for (case, ratio) in cases.iter().zip(&paired) {
         println!("- {}: **{ratio}**", case.name);
     }

@@ -11,8 +11,8 @@
 //!   non-finite and clipped examples) against the plain `clip_by_global_norm`, each as the
 //!   `transform_fn` of the clipped sum, on the MLP and the transformer.
 //!
-//! The ratios are printed twice: timed in alternation (`common::paired`, the headline: a drift
-//! of the machine's speed between criterion's benchmarks does not move them), and from
+//! The ratios are printed twice: timed in ABBA rounds of blocks (`common::paired`, the headline: a
+//! drift of the machine's speed between criterion's benchmarks does not move them), and from
 //! criterion's means.
 //!
 //! The DP step samples every example of a 64-example dataset (`q = 1`, so that the batch, and
@@ -189,7 +189,7 @@ fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
     println!("\n== ratios (same run), batch {BATCH} ==");
-    println!("timed in alternation (ABBA rounds; median [quartiles]; see common::paired):");
+    println!("timed in ABBA rounds of blocks (median [quartiles]; see common::paired):");
     for line in PAIRED.lock().unwrap().iter() {
         println!("- {line}");
     }
