@@ -10,11 +10,8 @@
 //!
 //! A block is one untimed run, then [`BLOCK`] timed ones. A step in training follows a step of
 //! its own kind, and on Flex the first step after the other kind pays for memory laid out by
-//! that other step: glibc's `malloc` gives a freed heap back to the system above its trim
-//! threshold, and the next step's buffers fault their pages in again, which depends on the
-//! order and sizes of the previous step's buffers (measured on the MLP: 1060 page faults per
-//! standard step run alone). Timing single steps in strict alternation would charge each
-//! workload for the other's memory.
+//! that other step (glibc's page faults: README, Performance). Timing single steps in strict
+//! alternation would charge each workload for the other's memory.
 
 use std::time::{Duration, Instant};
 

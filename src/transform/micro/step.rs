@@ -229,10 +229,9 @@ impl Job for GradStep<'_> {
             let transformed = apply::<B>(self.transform_fn, raw, &device)?;
             refused(&scope, transform)?;
             // Last leaf first, in the order a backward pass produces its gradients (a module's
-            // first layer last), then put back in order. Flex allocates every product's output
-            // afresh, and glibc lays out the largest ones best in that order: the clipped step
-            // of the MLP of `benches/clipping.rs` takes 38% fewer page faults than in the
-            // leaves' order (CHANGELOG, Unreleased).
+            // first layer last), then put back in order: glibc lays Flex's fresh outputs out
+            // best in that order (README, Performance), and the clipped step of the MLP of
+            // `benches/clipping.rs` takes 38% fewer page faults than in the leaves' order.
             let reduce = &self.reduce[..transformed.len()];
             let mut out: Vec<Leaf> = transformed
                 .into_iter()
