@@ -19,6 +19,7 @@
 use std::sync::{Arc, OnceLock};
 
 use burn_backend::{DType, Shape, TensorMetadata};
+use smallvec::SmallVec;
 
 use crate::level::Level;
 
@@ -36,15 +37,15 @@ pub struct BatchDim {
 
 /// The batch dimensions of a tensor, sorted by level (physical dims `0..len()`).
 ///
-/// An empty set means "not batched"; it allocates nothing, so unbatched tensors pay no
-/// bookkeeping cost.
+/// Up to two dims (a `vmap` in a `vmap`) are held inline: building, cloning and dropping a
+/// set allocates nothing, so the bookkeeping of a batched op costs no heap traffic.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct BatchDims(Vec<BatchDim>);
+pub struct BatchDims(SmallVec<[BatchDim; 2]>);
 
 impl BatchDims {
     /// No batch dimension.
     pub const fn none() -> Self {
-        BatchDims(Vec::new())
+        BatchDims(SmallVec::new_const())
     }
 
     /// Builds from dims that are already sorted by strictly increasing level.
@@ -56,7 +57,7 @@ impl BatchDims {
             dims.windows(2).all(|w| w[0].level < w[1].level),
             "vmap: batch dims must be sorted by strictly increasing level: {dims:?}"
         );
-        BatchDims(dims)
+        BatchDims(SmallVec::from_vec(dims))
     }
 
     /// Whether there is no batch dimension.
@@ -129,7 +130,7 @@ impl BatchDims {
     /// If two operands are batched at the same level with different sizes (an internal
     /// invariant: one vmap level has one size).
     pub fn union<'a>(sets: impl IntoIterator<Item = &'a BatchDims>) -> BatchDims {
-        let mut out: Vec<BatchDim> = Vec::new();
+        let mut out: SmallVec<[BatchDim; 2]> = SmallVec::new();
         for set in sets {
             for d in &set.0 {
                 match out.iter().find(|o| o.level == d.level) {
