@@ -38,6 +38,17 @@ impl<B: Backend> IntTensorOps<Self> for Vmap<B> {
     scalar_ops!(IntTensor; int_powi_scalar_impl);
     unary_ops!(IntTensor; int_abs, bitwise_not);
 
+    // Overridden (speed): as the float clamps (`ops::float_tensor`), one inner clamp instead of
+    // a comparison and a masked fill.
+    scalar_ops!(IntTensor; int_clamp_min, int_clamp_max);
+    fn int_clamp(
+        tensor: IntTensor<Self>,
+        min: burn_backend::Scalar,
+        max: burn_backend::Scalar,
+    ) -> IntTensor<Self> {
+        elementwise::unary(tensor, |t| B::int_clamp(t, min, max))
+    }
+
     // Overridden (speed): the default is `int_powi_scalar(2)`; the inner backend's own kernel.
     unary_ops!(IntTensor; int_square);
 
