@@ -75,6 +75,7 @@ impl Program {
             .filter(|op| !is_input(op))
             .collect();
         let ops = super::rewrite::restore_linear(ops);
+        let ops = super::rewrite::fuse_linear_bias(ops, &outputs);
         let mut uses: HashMap<TensorId, usize> = HashMap::new();
         for op in &ops {
             for t in op.inputs() {

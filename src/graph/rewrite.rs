@@ -11,12 +11,17 @@
 //! gradients then never builds them). So a float matmul whose right operand is a matrix, or a
 //! matrix given leading unit dims by a reshape, runs as `linear` of that matrix: the same
 //! product, forward and backward.
+//!
+//! **Its bias.** The bias added to such a `linear` (Burn's decomposition reshapes it to
+//! `[1, .., 1, d_out]` and adds it) joins the `linear` when nothing else reads the product:
+//! `linear(x, weight, bias)`, the same sum, one op instead of three on every replay, and under
+//! autodiff one node whose bias gradient is `linear_bias_backward`.
 
 use std::collections::HashMap;
 
 use burn_ir::{
-    BaseOperationIr, FloatOperationIr, LinearOpIr, ModuleOperationIr, OperationIr, TensorId,
-    TensorIr,
+    BaseOperationIr, FloatOperationIr, LinearOpIr, ModuleOperationIr, NumericOperationIr,
+    OperationIr, TensorId, TensorIr,
 };
 
 /// `ops` with every float matmul of a matrix (see the module docs) as a `linear`.
@@ -58,6 +63,80 @@ pub(super) fn restore_linear(ops: Vec<OperationIr>) -> Vec<OperationIr> {
             op
         })
         .collect()
+}
+
+/// `ops` with the bias added to a bias-less `linear` joined to it (see the module docs), where
+/// the product is read only by that addition (`outputs`: the program's outputs, which read it
+/// too). The bias is a vector `[d_out]`, added as it is or reshaped to leading unit dims; its
+/// reshape goes with the addition when nothing else reads it.
+pub(super) fn fuse_linear_bias(ops: Vec<OperationIr>, outputs: &[TensorIr]) -> Vec<OperationIr> {
+    let mut uses: HashMap<TensorId, usize> = HashMap::new();
+    for t in ops.iter().flat_map(|op| op.inputs()).chain(outputs) {
+        *uses.entry(t.id).or_default() += 1;
+    }
+    let read_once = |id: &TensorId| uses.get(id) == Some(&1);
+    // Bias-less products read once: output id -> op index.
+    let mut products: HashMap<TensorId, usize> = HashMap::new();
+    // Vectors reshaped to leading unit dims: the reshape's output id -> (op index, the vector).
+    let mut vectors: HashMap<TensorId, (usize, TensorIr)> = HashMap::new();
+    let mut ops: Vec<Option<OperationIr>> = ops.into_iter().map(Some).collect();
+    for i in 0..ops.len() {
+        let fused = match &ops[i] {
+            Some(OperationIr::Module(ModuleOperationIr::Linear(l)))
+                if l.bias.is_none() && read_once(&l.out.id) =>
+            {
+                products.insert(l.out.id, i);
+                None
+            }
+            Some(OperationIr::BaseFloat(BaseOperationIr::Reshape(r)))
+                if r.input.shape.num_dims() == 1 && leading_units_of(&r.out, &r.input) =>
+            {
+                vectors.insert(r.out.id, (i, r.input.clone()));
+                None
+            }
+            Some(OperationIr::NumericFloat(_, NumericOperationIr::Add(add))) => {
+                [(&add.lhs, &add.rhs), (&add.rhs, &add.lhs)]
+                    .into_iter()
+                    .find_map(|(product, other)| {
+                        let &at = products.get(&product.id)?;
+                        let (reshape, bias) = match other.shape.num_dims() {
+                            1 => (None, other.clone()),
+                            _ => vectors.get(&other.id).map(|(j, v)| (Some(*j), v.clone()))?,
+                        };
+                        let d_out = product.shape.as_slice().last().copied();
+                        let fits = add.out.shape == product.shape
+                            && Some(bias.shape[0]) == d_out
+                            && bias.dtype == product.dtype;
+                        fits.then(|| (at, reshape.filter(|_| read_once(&other.id)), bias))
+                    })
+                    .map(|(at, reshape, bias)| (at, reshape, bias, add.out.clone()))
+            }
+            _ => None,
+        };
+        let Some((at, reshape, bias, out)) = fused else {
+            continue;
+        };
+        let Some(OperationIr::Module(ModuleOperationIr::Linear(l))) = ops[at].take() else {
+            unreachable!("a bias-less linear was recorded at this index")
+        };
+        products.remove(&l.out.id);
+        if let Some(j) = reshape {
+            ops[j] = None;
+        }
+        ops[i] = Some(OperationIr::Module(ModuleOperationIr::Linear(LinearOpIr {
+            x: l.x,
+            weight: l.weight,
+            bias: Some(bias),
+            out,
+        })));
+    }
+    ops.into_iter().flatten().collect()
+}
+
+/// Whether `out` is the vector `input` with leading unit dims.
+fn leading_units_of(out: &TensorIr, input: &TensorIr) -> bool {
+    let o = out.shape.as_slice();
+    o.len() > 1 && o[..o.len() - 1].iter().all(|&d| d == 1) && o[o.len() - 1] == input.shape[0]
 }
 
 /// Whether `out` is `input` (a matrix) with leading unit dims.

@@ -237,3 +237,89 @@ fn should_give_per_example_gradients_equal_to_the_loop_of_burns_backward() {
         }
     }
 }
+
+/// A recorded `x @ w + b` (Burn's decomposition of a `Linear`: matmul, the bias reshaped to
+/// `[1, d]`, an addition) replays as one `linear` with its bias, with the values and gradients of
+/// the three ops; a product that something else reads too keeps its addition.
+#[test]
+fn should_join_the_bias_to_its_linear_only_where_nothing_else_reads_the_product() {
+    use burn_ir::{ModuleOperationIr, NumericOperationIr, OperationIr};
+    let device = Device::flex();
+    let w = Tensor::<2>::from_floats([[1.0, -2.0, 0.5], [0.25, 1.0, -1.0]], &device);
+    let b = Tensor::<1>::from_floats([0.5, -0.25, 2.0], &device);
+    let x = Tensor::<2>::from_floats([[1.0, 2.0], [-3.0, 0.5], [0.0, 4.0]], &device);
+    let sigs = [&w.clone().into_dispatch(), &b.clone().into_dispatch()]
+        .map(|t| TensorSig {
+            shape: t.shape(),
+            dtype: t.dtype(),
+        })
+        .into_iter()
+        .chain([TensorSig {
+            shape: x.shape(),
+            dtype: x.dtype(),
+        }])
+        .collect::<Vec<_>>();
+    for keep_product in [false, true] {
+        let (program, ()) = capture("test", true, |cap| {
+            let args: Vec<DispatchTensor> = sigs.iter().map(|s| placeholder(s, cap)).collect();
+            let w = Tensor::<2>::from_dispatch(args[0].clone());
+            let b = Tensor::<1>::from_dispatch(args[1].clone());
+            let x = Tensor::<2>::from_dispatch(args[2].clone());
+            let product = x.matmul(w);
+            let y = product.clone() + b.unsqueeze::<2>();
+            let mut outputs = vec![y.into_dispatch()];
+            if keep_product {
+                outputs.push(product.into_dispatch());
+            }
+            Ok(Recording {
+                inputs: args,
+                outputs,
+                extra: (),
+            })
+        })
+        .unwrap();
+        let biased = |op: &OperationIr| matches!(op, OperationIr::Module(ModuleOperationIr::Linear(l)) if l.bias.is_some());
+        let adds = |op: &OperationIr| {
+            matches!(op, OperationIr::NumericFloat(_, NumericOperationIr::Add(_)))
+        };
+        let ops = program.ops();
+        assert_eq!(
+            (ops.iter().any(biased), ops.iter().any(adds)),
+            (!keep_product, keep_product),
+            "{ops:?}"
+        );
+
+        // Values and gradients as Burn computes `x @ w + b` itself.
+        type AD = Autodiff<Flex>;
+        let inputs: Vec<Value<AD>> = [&w.clone().into_dispatch(), &b.clone().into_dispatch()]
+            .into_iter()
+            .chain([&x.clone().into_dispatch()])
+            .enumerate()
+            .map(|(i, t)| {
+                let t = AD::from_inner(Flex::value(t.clone()).unwrap().float());
+                Value::Float(AD::float_set_require_grad(t, i < 2))
+            })
+            .collect();
+        let leaves: Vec<_> = inputs[..2].iter().map(|v| v.clone().float()).collect();
+        let out = program.run::<AD>(inputs, &Default::default()).unwrap();
+        let y = out.into_iter().next().unwrap().float();
+        let value = Tensor::<2>::from_dispatch(Flex::tensor(Value::Float(AD::inner(y.clone()))));
+        let grads = AD::backward(AD::float_sum(y));
+
+        let (tw, tb) = (
+            w.clone().autodiff().require_grad(),
+            b.clone().autodiff().require_grad(),
+        );
+        let direct = x.clone().autodiff().matmul(tw.clone()) + tb.clone().unsqueeze::<2>();
+        close(&value.into_data(), &direct.clone().into_data());
+        let theirs = direct.sum().backward();
+        let gw = Flex::tensor(Value::Float(AD::grad(&leaves[0], &grads).unwrap()));
+        let gb = Flex::tensor(Value::Float(AD::grad(&leaves[1], &grads).unwrap()));
+        let (gw, gb) = (
+            Tensor::<2>::from_dispatch(gw),
+            Tensor::<1>::from_dispatch(gb),
+        );
+        close(&gw.into_data(), &tw.grad(&theirs).unwrap().into_data());
+        close(&gb.into_data(), &tb.grad(&theirs).unwrap().into_data());
+    }
+}
