@@ -89,7 +89,7 @@ pub(super) fn fuse_linear_bias(ops: Vec<OperationIr>, outputs: &[TensorIr]) -> V
                 None
             }
             Some(OperationIr::BaseFloat(BaseOperationIr::Reshape(r)))
-                if r.input.shape.num_dims() == 1 && leading_units_of(&r.out, &r.input) =>
+                if r.input.shape.num_dims() == 1 && leading_units(&r.out, &r.input) =>
             {
                 vectors.insert(r.out.id, (i, r.input.clone()));
                 None
@@ -133,15 +133,9 @@ pub(super) fn fuse_linear_bias(ops: Vec<OperationIr>, outputs: &[TensorIr]) -> V
     ops.into_iter().flatten().collect()
 }
 
-/// Whether `out` is the vector `input` with leading unit dims.
-fn leading_units_of(out: &TensorIr, input: &TensorIr) -> bool {
-    let o = out.shape.as_slice();
-    o.len() > 1 && o[..o.len() - 1].iter().all(|&d| d == 1) && o[o.len() - 1] == input.shape[0]
-}
-
-/// Whether `out` is `input` (a matrix) with leading unit dims.
+/// Whether `out` is `input` (a vector or a matrix) with leading unit dims: at least one more
+/// dim, each of size 1, then `input`'s shape.
 fn leading_units(out: &TensorIr, input: &TensorIr) -> bool {
-    let o = out.shape.as_slice();
-    let lead = o.len() - 2;
-    o[..lead].iter().all(|&d| d == 1) && o[lead..] == *input.shape.as_slice()
+    let (o, i) = (out.shape.as_slice(), input.shape.as_slice());
+    o.len() > i.len() && o[..o.len() - i.len()].iter().all(|&d| d == 1) && o.ends_with(i)
 }

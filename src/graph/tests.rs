@@ -278,7 +278,10 @@ fn should_join_the_bias_to_its_linear_only_where_nothing_else_reads_the_product(
             })
         })
         .unwrap();
-        let biased = |op: &OperationIr| matches!(op, OperationIr::Module(ModuleOperationIr::Linear(l)) if l.bias.is_some());
+        let biased = |op: &OperationIr| match op {
+            OperationIr::Module(ModuleOperationIr::Linear(l)) => l.bias.is_some(),
+            _ => false,
+        };
         let adds = |op: &OperationIr| {
             matches!(op, OperationIr::NumericFloat(_, NumericOperationIr::Add(_)))
         };
