@@ -28,35 +28,10 @@ mod expand;
 /// - `#[tree(static)]`: the field is carried in the structure as a static value, like
 ///   `burn_vmap::Static<T>` (needs `Clone + PartialEq + Send + Sync + 'static`).
 ///
-/// Enums and unions are rejected with a compile error. See `burn_vmap::Tree` for a worked
-/// example (global-norm clipping over a derived struct).
-///
-/// ```
-/// use burn::tensor::{Device, Int, Tensor};
-/// use burn_vmap::Tree;
-///
-/// #[derive(Tree)]
-/// struct Batch {
-///     images: Tensor<3>,
-///     labels: Tensor<1, Int>,
-///     #[tree(static)]
-///     split: String,
-///     #[tree(skip)]
-///     cache: Vec<u8>,
-/// }
-///
-/// let device = Device::default();
-/// let batch = Batch {
-///     images: Tensor::zeros([2, 4, 4], &device),
-///     labels: Tensor::from_ints([1, 0], &device),
-///     split: "train".into(),
-///     cache: vec![1, 2, 3],
-/// };
-/// let (leaves, def) = batch.flatten();
-/// assert_eq!(def.leaf_paths("batch"), ["batch.images", "batch.labels"]);
-/// let back: Batch = Tree::unflatten(&def, leaves).unwrap();
-/// assert_eq!((back.split.as_str(), back.cache.len()), ("train", 0));
-/// ```
+/// Enums and unions are rejected with a compile error. The examples run as doctests of the
+/// main crate (this one has no dev-dependency on it: see `Cargo.toml`): on the derive's
+/// re-export `burn_vmap::Tree` (the attributes above), and on the trait of that name
+/// (global-norm clipping over a derived struct).
 #[proc_macro_derive(Tree, attributes(tree))]
 pub fn derive_tree(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);

@@ -37,7 +37,36 @@ pub use lift::Lift;
 pub use spec::Spec;
 pub use visit::{MAX_RANK, TensorMapper, TensorVisitor, TensorZipper};
 
-/// `#[derive(Tree)]`: see [`Tree`](trait@Tree) for its attributes and a worked example.
+/// `#[derive(Tree)]`: a struct as a tree of its fields, in declaration order; see
+/// [`Tree`](trait@Tree) for a worked example and the derive's own documentation (below, or
+/// `burn_vmap_derive::Tree`) for its attributes.
+///
+/// ```
+/// use burn::tensor::{Device, Int, Tensor};
+/// use burn_vmap::Tree;
+///
+/// #[derive(Tree)]
+/// struct Batch {
+///     images: Tensor<3>,
+///     labels: Tensor<1, Int>,
+///     #[tree(static)]
+///     split: String,
+///     #[tree(skip)]
+///     cache: Vec<u8>,
+/// }
+///
+/// let device = Device::default();
+/// let batch = Batch {
+///     images: Tensor::zeros([2, 4, 4], &device),
+///     labels: Tensor::from_ints([1, 0], &device),
+///     split: "train".into(),
+///     cache: vec![1, 2, 3],
+/// };
+/// let (leaves, def) = batch.flatten();
+/// assert_eq!(def.leaf_paths("batch"), ["batch.images", "batch.labels"]);
+/// let back: Batch = Tree::unflatten(&def, leaves).unwrap();
+/// assert_eq!((back.split.as_str(), back.cache.len()), ("train", 0));
+/// ```
 pub use burn_vmap_derive::Tree;
 
 /// A pytree of Burn tensors.

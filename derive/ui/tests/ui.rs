@@ -5,10 +5,7 @@
 //! `TRYBUILD=overwrite cargo test --test ui` (at the root) after a toolchain change and
 //! review the diff.
 //!
-//! They live in this crate, not in `burn-vmap`'s tests, because trybuild checks every
-//! dependency of the crate under test again in a target dir of its own, dev-dependencies
-//! included: here that is Burn and `burn-vmap` without its default features, not burn-train,
-//! criterion and the rest of the main crate's dev-dependencies.
+//! They live in a crate of their own (`derive/ui`): see its `Cargo.toml` for why.
 
 #[test]
 fn should_fail_to_compile_bad_derives() {
