@@ -567,6 +567,39 @@ fn should_keep_the_model_finite_with_a_nan_example() {
     assert_eq!(report.non_finite, 1);
 }
 
+/// An example whose gradient norm is infinite (not NaN) is non-finite and not clipped: the two
+/// counts never both take one example (on wgpu a loss divided by zero gave an infinite norm
+/// where Flex gave NaN, and the example was counted twice).
+#[test]
+fn should_count_an_infinite_norm_as_non_finite_only() {
+    #[derive(Clone)]
+    struct Huge;
+    impl Batcher<(Vec<f32>, Vec<f32>), Batch> for Huge {
+        fn batch(&self, mut items: Vec<(Vec<f32>, Vec<f32>)>, device: &Device) -> Batch {
+            // The residual squared overflows: the output gradient is -inf, the input finite
+            // and non-zero, so every entry of the gradient is infinite and none NaN.
+            items[2].1[0] = f32::MAX;
+            Rows.batch(items, device)
+        }
+    }
+    let m = model();
+    let mut dp = seeded(config(1e-6, 0.0, 1.0), 1);
+    let mut data = dp.loader(rows(6), Arc::new(Huge), dev()).unwrap();
+    let sampled = data.next_batch().unwrap();
+    // The premise: that example's norm is +inf on this backend.
+    let (x, y) = sampled.batch().unwrap().clone();
+    let one = (x.narrow(0, 2, 1), y.narrow(0, 2, 1));
+    let (g, _) = micro_grad_module(loss).call(&m, one).unwrap();
+    let norm = floats(global_norm(&g))[0];
+    assert!(norm.is_infinite() && norm > 0.0, "{norm}");
+    // C = 1e-6: every finite example is clipped.
+    let (_, report) = dp.noisy_gradient(&m, loss, sampled).unwrap();
+    assert_eq!(
+        (report.sampled, report.non_finite, report.clipped),
+        (6, 1, 5)
+    );
+}
+
 /// Defect 2: the noisy sum was divided by `q · N` with `N` private under add/remove. Now by the
 /// public expected batch size, whatever the dataset's size.
 #[test]

@@ -54,17 +54,23 @@ impl Clipping {
     }
 }
 
-/// The global norm of `tree` and its flags `[norm not finite, norm > max_norm]`.
+/// The global norm of `tree` and its flags `[norm not finite, norm finite and > max_norm]`: an
+/// example is one or the other, never both (an infinite norm is above any `max_norm`; a NaN
+/// one compares false, and which of the two a non-finite gradient gives depends on the
+/// backend's kernels).
 fn flagged<T: Tree + Clone>(tree: &T, max_norm: f64) -> (Tensor<1>, Tensor<1>) {
     let norm = global_norm(tree);
-    let bad = norm.clone().is_nan().bool_or(norm.clone().is_inf()).float();
-    let over = norm.clone().greater_elem(max_norm).float();
-    (norm, Tensor::cat(vec![bad, over], 0))
+    let bad = norm.clone().is_nan().bool_or(norm.clone().is_inf());
+    let over = norm
+        .clone()
+        .greater_elem(max_norm)
+        .bool_and(bad.clone().bool_not());
+    (norm, Tensor::cat(vec![bad.float(), over.float()], 0))
 }
 
 /// The DP mechanism's clipping of one example's gradient: [`clip_by_global_norm`] (scaled by
-/// `max_norm / max(norm, max_norm)`) with the example's flags `[norm not finite, norm >
-/// max_norm]` from the same norm. Used as a `transform_fn`, the flags sum to the batch's counts
+/// `max_norm / max(norm, max_norm)`) with the example's flags `[norm not finite, norm finite and
+/// > max_norm]` from the same norm. Used as a `transform_fn`, the flags sum to the batch's counts
 /// of non-finite and clipped examples, at the cost of a few scalar ops per example; a factored
 /// weight gradient stays factored (its norm comes from its factors, the scaling multiplies one
 /// factor).
@@ -77,6 +83,8 @@ fn flagged<T: Tree + Clone>(tree: &T, max_norm: f64) -> (Tensor<1>, Tensor<1>) {
 /// assert_eq!(flags.into_data().to_vec::<f32>().unwrap(), vec![0.0, 1.0]); // finite, clipped
 /// let (_, flags) = clip_and_flag(Tensor::<1>::from_floats([f32::NAN, 4.0], &d), 1.0);
 /// assert_eq!(flags.into_data().to_vec::<f32>().unwrap(), vec![1.0, 0.0]); // not finite
+/// let (_, flags) = clip_and_flag(Tensor::<1>::from_floats([f32::INFINITY, 4.0], &d), 1.0);
+/// assert_eq!(flags.into_data().to_vec::<f32>().unwrap(), vec![1.0, 0.0]); // not clipped
 /// ```
 ///
 /// # Panics
@@ -211,8 +219,7 @@ fn counts(flags: Tensor<1>) -> [usize; 2] {
         .convert::<f32>()
         .try_into_vec::<f32>()
         .expect("f32 flags");
-    // The non-finite flag of a NaN example is 1 (its norm is NaN, `is_nan` is true); the
-    // clipped flag of a NaN norm is 0 (`NaN > C` is false).
+    // An example has at most one flag (`flagged`): the two counts add up to at most the batch.
     [v[0].round() as usize, v[1].round() as usize]
 }
 
