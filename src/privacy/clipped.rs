@@ -69,11 +69,11 @@ fn flagged<T: Tree + Clone>(tree: &T, max_norm: f64) -> (Tensor<1>, Tensor<1>) {
 }
 
 /// The DP mechanism's clipping of one example's gradient: [`clip_by_global_norm`] (scaled by
-/// `max_norm / max(norm, max_norm)`) with the example's flags `[norm not finite, norm finite and
-/// > max_norm]` from the same norm. Used as a `transform_fn`, the flags sum to the batch's counts
-/// of non-finite and clipped examples, at the cost of a few scalar ops per example; a factored
-/// weight gradient stays factored (its norm comes from its factors, the scaling multiplies one
-/// factor).
+/// `max_norm / max(norm, max_norm)`) with the example's flags from the same norm,
+/// `[norm not finite, norm finite and above max_norm]`. Used as a `transform_fn`, the flags sum
+/// to the batch's counts of non-finite and clipped examples, at the cost of a few scalar ops per
+/// example; a factored weight gradient stays factored (its norm comes from its factors, the
+/// scaling multiplies one factor).
 ///
 /// ```
 /// use burn::tensor::{Device, Tensor};
