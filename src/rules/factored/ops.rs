@@ -320,9 +320,32 @@ fn contract_lead<B: Backend>(f: super::F<B>, bdims: BatchDims, pd: usize, mean: 
     let size = f.shape[pd];
     let mut out_shape = f.shape.to_vec();
     out_shape[pd] = 1;
+    let lead_dims: Vec<usize> = f.shape.iter().take(lead).copied().collect();
+    if f.parts.len() > 1 && f.parts.iter().all(|p| !p.left.is_one_hot()) {
+        // Dense parts (a parameter used several times: an LSTM's, once per time step): one
+        // product per part, summed, as Burn's own backward accumulates them; joining the parts
+        // first would copy every row once more (and fault fresh pages in for the copy).
+        let mut total: Option<FP<B>> = None;
+        for part in f.parts {
+            let (Left::Dense(left), right) = (part.left, part.right) else {
+                unreachable!("checked to be dense")
+            };
+            let one = contract_part::<B>(left, right, &lead_dims, pd, lead);
+            total = Some(match total {
+                Some(t) => B::float_add(t, one),
+                None => one,
+            });
+        }
+        let out = total.expect("several parts");
+        let out = if mean {
+            B::float_div_scalar(out, Scalar::Float(size as f64))
+        } else {
+            out
+        };
+        return VmapTensor::new(reshape::<B>(out, out_shape), bdims);
+    }
     let f = single_part::<B>(f);
     let part = f.parts.into_iter().next().expect("one part");
-    let lead_dims: Vec<usize> = f.shape.iter().take(lead).copied().collect();
     // `[rest.., pd, k, w] -> [rest.., size·k, w]`.
     let join = |t: FP<B>| {
         let t = move_dim::<B, Float>(expand_lead::<B>(t, &lead_dims), pd, lead - 1);
@@ -357,6 +380,28 @@ fn contract_lead<B: Backend>(f: super::F<B>, bdims: BatchDims, pd: usize, mean: 
         out
     };
     VmapTensor::new(reshape::<B>(out, out_shape), bdims)
+}
+
+/// `Σ_pd leftᵀ right` of one dense part, over the rows of every index of the leading dim `pd`.
+fn contract_part<B: Backend>(
+    left: FP<B>,
+    right: FP<B>,
+    lead_dims: &[usize],
+    pd: usize,
+    lead: usize,
+) -> FP<B> {
+    let join = |t: FP<B>| {
+        let t = move_dim::<B, Float>(expand_lead::<B>(t, lead_dims), pd, lead - 1);
+        let s = t.shape();
+        let dims: Vec<usize> = s
+            .iter()
+            .take(lead - 1)
+            .copied()
+            .chain([s[lead - 1] * s[lead], s[lead + 1]])
+            .collect();
+        reshape::<B>(t, dims)
+    };
+    matmul::<B>(B::float_swap_dims(join(left), lead - 1, lead), join(right))
 }
 
 /// `cat` along a leading logical dim of factored products with the same batch dims and the same
