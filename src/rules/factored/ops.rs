@@ -321,31 +321,6 @@ fn contract_lead<B: Backend>(f: super::F<B>, bdims: BatchDims, pd: usize, mean: 
     let mut out_shape = f.shape.to_vec();
     out_shape[pd] = 1;
     let lead_dims: Vec<usize> = f.shape.iter().take(lead).copied().collect();
-    if f.parts.len() > 1 && f.parts.iter().all(|p| !p.left.is_one_hot()) {
-        // Dense parts (a parameter used several times: an LSTM's, once per time step): one
-        // product per part, summed, as Burn's own backward accumulates them; joining the parts
-        // first would copy every row once more (and fault fresh pages in for the copy).
-        let mut total: Option<FP<B>> = None;
-        for part in f.parts {
-            let (Left::Dense(left), right) = (part.left, part.right) else {
-                unreachable!("checked to be dense")
-            };
-            let one = contract_part::<B>(left, right, &lead_dims, pd, lead);
-            total = Some(match total {
-                Some(t) => B::float_add(t, one),
-                None => one,
-            });
-        }
-        let out = total.expect("several parts");
-        let out = if mean {
-            B::float_div_scalar(out, Scalar::Float(size as f64))
-        } else {
-            out
-        };
-        return VmapTensor::new(reshape::<B>(out, out_shape), bdims);
-    }
-    let f = single_part::<B>(f);
-    let part = f.parts.into_iter().next().expect("one part");
     // `[rest.., pd, k, w] -> [rest.., size·k, w]`.
     let join = |t: FP<B>| {
         let t = move_dim::<B, Float>(expand_lead::<B>(t, &lead_dims), pd, lead - 1);
@@ -358,20 +333,31 @@ fn contract_lead<B: Backend>(f: super::F<B>, bdims: BatchDims, pd: usize, mean: 
             .collect();
         reshape::<B>(t, dims)
     };
-    let right = join(part.right);
-    let out = match part.left {
-        Left::OneHot(index) if lead == 1 => {
-            // `[rows, 1]` indices: scatter-add the right rows into `[m, n]`.
-            let rows = right.shape()[0];
-            let device = index.device();
-            let int = get_or_init_device_settings::<B>(&device).int_dtype;
-            let index = B::float_into_int(reshape::<B>(join(index), vec![rows]), int);
-            let target = zeros::<B>(&right, vec![m, n]);
-            B::float_select_assign(target, 0, index, right, IndexingUpdateOp::Add)
-        }
-        left => {
-            let left = join(dense_left::<B>(left, m));
-            matmul::<B>(B::float_swap_dims(left, lead - 1, lead), right)
+    let transposed = |t: FP<B>| B::float_swap_dims(join(t), lead - 1, lead);
+    let out = if f.parts.len() > 1 && f.parts.iter().all(|p| !p.left.is_one_hot()) {
+        // Dense parts (a parameter used several times: an LSTM's, once per time step): one
+        // product per part, summed, as Burn's own backward accumulates them; joining the parts
+        // first would copy every row once more (and fault fresh pages in for the copy).
+        f.parts
+            .into_iter()
+            .map(|p| matmul::<B>(transposed(dense_left::<B>(p.left, m)), join(p.right)))
+            .reduce(B::float_add)
+            .expect("several parts")
+    } else {
+        let f = single_part::<B>(f);
+        let part = f.parts.into_iter().next().expect("one part");
+        let right = join(part.right);
+        match part.left {
+            Left::OneHot(index) if lead == 1 => {
+                // `[rows, 1]` indices: scatter-add the right rows into `[m, n]`.
+                let rows = right.shape()[0];
+                let device = index.device();
+                let int = get_or_init_device_settings::<B>(&device).int_dtype;
+                let index = B::float_into_int(reshape::<B>(join(index), vec![rows]), int);
+                let target = zeros::<B>(&right, vec![m, n]);
+                B::float_select_assign(target, 0, index, right, IndexingUpdateOp::Add)
+            }
+            left => matmul::<B>(transposed(dense_left::<B>(left, m)), right),
         }
     };
     let out = if mean {
@@ -380,28 +366,6 @@ fn contract_lead<B: Backend>(f: super::F<B>, bdims: BatchDims, pd: usize, mean: 
         out
     };
     VmapTensor::new(reshape::<B>(out, out_shape), bdims)
-}
-
-/// `Σ_pd leftᵀ right` of one dense part, over the rows of every index of the leading dim `pd`.
-fn contract_part<B: Backend>(
-    left: FP<B>,
-    right: FP<B>,
-    lead_dims: &[usize],
-    pd: usize,
-    lead: usize,
-) -> FP<B> {
-    let join = |t: FP<B>| {
-        let t = move_dim::<B, Float>(expand_lead::<B>(t, lead_dims), pd, lead - 1);
-        let s = t.shape();
-        let dims: Vec<usize> = s
-            .iter()
-            .take(lead - 1)
-            .copied()
-            .chain([s[lead - 1] * s[lead], s[lead + 1]])
-            .collect();
-        reshape::<B>(t, dims)
-    };
-    matmul::<B>(B::float_swap_dims(join(left), lead - 1, lead), join(right))
 }
 
 /// `cat` along a leading logical dim of factored products with the same batch dims and the same
