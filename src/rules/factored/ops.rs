@@ -314,7 +314,7 @@ pub(crate) fn sum_dim<B: Backend>(t: VT<B>, dim: usize, mean: bool) -> Declined<
 }
 
 /// `Σ_b X_bᵀ G_b` along leading dim `pd` (mean: divided by its size), multiplied out: the rows
-/// of every `b` joined into one contraction.
+/// of every `b` joined into one contraction, one per part where the parts are all dense.
 fn contract_lead<B: Backend>(f: super::F<B>, bdims: BatchDims, pd: usize, mean: bool) -> VT<B> {
     let (lead, m, n) = (f.lead(), f.m(), f.n());
     let size = f.shape[pd];
