@@ -90,6 +90,16 @@ impl Batcher<(Vec<f32>, Vec<f32>), Batch> for Rows {
     }
 }
 
+/// [`Rows`], after a change to the items (an example made non-finite).
+#[derive(Clone)]
+struct Patched(fn(&mut Vec<(Vec<f32>, Vec<f32>)>));
+impl Batcher<(Vec<f32>, Vec<f32>), Batch> for Patched {
+    fn batch(&self, mut items: Vec<(Vec<f32>, Vec<f32>)>, device: &Device) -> Batch {
+        (self.0)(&mut items);
+        Rows.batch(items, device)
+    }
+}
+
 /// The public batch size the add/remove tests divide by.
 const B: f64 = 10.0;
 
@@ -527,17 +537,10 @@ fn should_refuse_batch_norm_naming_its_path() {
 /// now, still counts as sampled, and the step reports it.
 #[test]
 fn should_keep_the_model_finite_with_a_nan_example() {
-    #[derive(Clone)]
-    struct Poisoned;
-    impl Batcher<(Vec<f32>, Vec<f32>), Batch> for Poisoned {
-        fn batch(&self, mut items: Vec<(Vec<f32>, Vec<f32>)>, device: &Device) -> Batch {
-            items[2].0[1] = f32::NAN;
-            Rows.batch(items, device)
-        }
-    }
+    let poisoned = || Arc::new(Patched(|items| items[2].0[1] = f32::NAN));
     let m = model();
     let mut dp = seeded(config(C, 0.0, 1.0), 1);
-    let mut data = dp.loader(rows(6), Arc::new(Poisoned), dev()).unwrap();
+    let mut data = dp.loader(rows(6), poisoned(), dev()).unwrap();
     let (got, report) = dp
         .noisy_gradient(&m, loss, data.next_batch().unwrap())
         .unwrap();
@@ -554,10 +557,7 @@ fn should_keep_the_model_finite_with_a_nan_example() {
     assert_close(&values(&got), &want, 1e-5);
     // Through the optimizer, with noise: the model stays finite.
     let mut opt = sgd(seeded(config(C, SIGMA, 1.0), 2));
-    let mut data = opt
-        .mechanism()
-        .loader(rows(6), Arc::new(Poisoned), dev())
-        .unwrap();
+    let mut data = opt.mechanism().loader(rows(6), poisoned(), dev()).unwrap();
     let (m, report) = opt.step(0.1, m, loss, data.next_batch().unwrap()).unwrap();
     assert!(
         values_of(&m).iter().all(|v| v.is_finite()),
@@ -572,19 +572,12 @@ fn should_keep_the_model_finite_with_a_nan_example() {
 /// where Flex gave NaN, and the example was counted twice).
 #[test]
 fn should_count_an_infinite_norm_as_non_finite_only() {
-    #[derive(Clone)]
-    struct Huge;
-    impl Batcher<(Vec<f32>, Vec<f32>), Batch> for Huge {
-        fn batch(&self, mut items: Vec<(Vec<f32>, Vec<f32>)>, device: &Device) -> Batch {
-            // The residual squared overflows: the output gradient is -inf, the input finite
-            // and non-zero, so every entry of the gradient is infinite and none NaN.
-            items[2].1[0] = f32::MAX;
-            Rows.batch(items, device)
-        }
-    }
+    // The residual squared overflows: the output gradient is -inf, the input finite and
+    // non-zero, so every entry of the gradient is infinite and none NaN.
+    let huge = Arc::new(Patched(|items| items[2].1[0] = f32::MAX));
     let m = model();
     let mut dp = seeded(config(1e-6, 0.0, 1.0), 1);
-    let mut data = dp.loader(rows(6), Arc::new(Huge), dev()).unwrap();
+    let mut data = dp.loader(rows(6), huge, dev()).unwrap();
     let sampled = data.next_batch().unwrap();
     // The premise: that example's norm is +inf on this backend.
     let (x, y) = sampled.batch().unwrap().clone();
