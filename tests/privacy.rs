@@ -21,6 +21,8 @@ use burn_vmap::privacy::{
 use burn_vmap::{ParamGrads, VmapError, clip_by_global_norm, global_norm, micro_grad_module};
 
 type Batch = (Tensor<2>, Tensor<2>);
+/// One example's features and targets, as the datasets hold it.
+type Item = (Vec<f32>, Vec<f32>);
 
 fn dev() -> Device {
     Device::default()
@@ -92,9 +94,9 @@ impl Batcher<(Vec<f32>, Vec<f32>), Batch> for Rows {
 
 /// [`Rows`], after a change to the items (an example made non-finite).
 #[derive(Clone)]
-struct Patched(fn(&mut Vec<(Vec<f32>, Vec<f32>)>));
-impl Batcher<(Vec<f32>, Vec<f32>), Batch> for Patched {
-    fn batch(&self, mut items: Vec<(Vec<f32>, Vec<f32>)>, device: &Device) -> Batch {
+struct Patched(fn(&mut Vec<Item>));
+impl Batcher<Item, Batch> for Patched {
+    fn batch(&self, mut items: Vec<Item>, device: &Device) -> Batch {
         (self.0)(&mut items);
         Rows.batch(items, device)
     }
