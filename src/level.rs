@@ -13,7 +13,11 @@
 //!   to name a tensor that escaped its vmap (`is_finished`).
 //! - **Private levels**: levels that `sequential_vmap` uses to hold one example, invisible to
 //!   `custom_vmap` rules (`PrivateLevel`, `is_private`).
+//! - **Level memos**: values that rules compute once while the innermost active level runs and
+//!   drop when it returns (`memoized`): the Gram matrices of a layer input that several layers
+//!   read (`rules::factored`).
 
+use core::any::Any;
 use core::cell::RefCell;
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::collections::VecDeque;
@@ -101,6 +105,14 @@ thread_local! {
     static REFUSED: RefCell<Vec<Refused>> = const { RefCell::new(Vec::new()) };
     /// Recently finished levels (bounded), to name tensors that escaped their vmap.
     static FINISHED: RefCell<VecDeque<Level>> = const { RefCell::new(VecDeque::new()) };
+    static MEMOS: RefCell<Vec<Memo>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A value computed under `level`, found again by its key.
+struct Memo {
+    level: Level,
+    key: Box<dyn Any>,
+    value: Box<dyn Any>,
 }
 
 /// How many finished levels are remembered per thread.
@@ -143,6 +155,14 @@ impl Drop for VmapScope {
             }
         });
         REFUSED.with(|r| r.borrow_mut().retain(|x| x.level != self.level));
+        // Dropped outside the borrow: a value's drop runs backend code.
+        let memos: Vec<Memo> = MEMOS.with(|m| {
+            let mut m = m.borrow_mut();
+            let (gone, kept) = m.drain(..).partition(|x| x.level == self.level);
+            *m = kept;
+            gone
+        });
+        drop(memos);
         FINISHED.with(|f| {
             let mut f = f.borrow_mut();
             if f.len() == FINISHED_CAP {
@@ -151,6 +171,38 @@ impl Drop for VmapScope {
             f.push_back(self.level);
         });
     }
+}
+
+/// `compute()`, or the value it gave for an equal `key` earlier under the innermost active
+/// level, which holds it until its vmap call returns. With no active level, `compute()`.
+///
+/// The key must determine the value: rules build it from [`Origin`](crate::tensor::Origin)s, which
+/// name one value each and are never reused.
+pub(crate) fn memoized<K, V>(key: K, compute: impl FnOnce() -> V) -> V
+where
+    K: PartialEq + 'static,
+    V: Clone + 'static,
+{
+    let Some(level) = with_active(|a| a.last().map(|x| x.level)) else {
+        return compute();
+    };
+    let found = MEMOS.with(|m| {
+        m.borrow()
+            .iter()
+            .filter(|x| x.level == level && x.key.downcast_ref::<K>() == Some(&key))
+            .find_map(|x| x.value.downcast_ref::<V>().cloned())
+    });
+    if let Some(value) = found {
+        return value;
+    }
+    let value = compute();
+    let memo = Memo {
+        level,
+        key: Box::new(key),
+        value: Box::new(value.clone()),
+    };
+    MEMOS.with(|m| m.borrow_mut().push(memo));
+    value
 }
 
 /// Calls `f` with this thread's active vmap calls, outermost first.
@@ -205,5 +257,38 @@ impl PrivateLevel {
 impl Drop for PrivateLevel {
     fn drop(&mut self) {
         private_levels().retain(|&l| l != self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core::cell::Cell;
+
+    use super::*;
+
+    #[test]
+    fn should_compute_a_memo_once_per_key_while_its_level_runs() {
+        let calls = Cell::new(0);
+        let count = |v: i32| {
+            calls.set(calls.get() + 1);
+            v
+        };
+        // No active level: computed every time.
+        assert_eq!(memoized(1u8, || count(10)), 10);
+        assert_eq!(memoized(1u8, || count(11)), 11);
+        let outer = VmapScope::enter(Level::fresh(), 2, Randomness::Error);
+        assert_eq!(memoized(1u8, || count(20)), 20);
+        assert_eq!(memoized(1u8, || count(21)), 20);
+        assert_eq!(memoized(2u8, || count(30)), 30);
+        assert_eq!(memoized(1u16, || count(40)), 40);
+        // An inner level has memos of its own, dropped when it returns.
+        let inner = VmapScope::enter(Level::fresh(), 3, Randomness::Error);
+        assert_eq!(memoized(1u8, || count(50)), 50);
+        drop(inner);
+        assert_eq!(memoized(1u8, || count(60)), 20);
+        assert_eq!(calls.get(), 6);
+        drop(outer);
+        assert!(MEMOS.with(|m| m.borrow().is_empty()));
+        assert_eq!(memoized(1u8, || count(70)), 70);
     }
 }
