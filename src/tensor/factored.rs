@@ -17,6 +17,8 @@
 
 use burn_backend::{Shape, TensorMetadata};
 
+use super::{BatchDims, Origin};
+
 /// `Σ_parts leftᵀ right` per leading index: the physical value of a factored tensor.
 ///
 /// The product's physical shape is `shape`: its leading dims (the batch dims first, then any
@@ -39,6 +41,34 @@ pub(crate) struct Factors<P> {
 pub(crate) struct Part<P> {
     pub(crate) left: Left<P>,
     pub(crate) right: P,
+    /// Where `left` came from, while it is as a layer rule laid it out (see [`Tag`]).
+    pub(crate) left_tag: Option<Tag>,
+    /// Where `right` came from, likewise.
+    pub(crate) right_tag: Option<Tag>,
+}
+
+/// The value a factor holds, named by where it came from: the tensor a layer rule read (its
+/// [`Origin`]) laid out as rows at batch dims `bdims`, of physical shape `shape`. Equal tags
+/// mean equal factors: layers that read one input (an LSTM's four gates read one `x_t` and one
+/// `h_{t-1}`, a gate's two weights one output gradient) share the Gram matrices of their rows.
+/// A rule that changes a factor drops its tag ([`Part::new`] makes untagged parts).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Tag {
+    pub(crate) origin: Origin,
+    pub(crate) bdims: BatchDims,
+    pub(crate) shape: Shape,
+}
+
+impl<P> Part<P> {
+    /// An untagged part.
+    pub(crate) fn new(left: Left<P>, right: P) -> Self {
+        Part {
+            left,
+            right,
+            left_tag: None,
+            right_tag: None,
+        }
+    }
 }
 
 /// The left factor of a [`Part`].
@@ -53,9 +83,9 @@ pub(crate) enum Left<P> {
 
 impl<P> Factors<P> {
     /// One product `leftᵀ right` of the given physical shape.
-    pub(crate) fn single(left: Left<P>, right: P, shape: Shape, cols: usize) -> Self {
+    pub(crate) fn single(part: Part<P>, shape: Shape, cols: usize) -> Self {
         Factors {
-            parts: vec![Part { left, right }],
+            parts: vec![part],
             shape,
             cols,
         }

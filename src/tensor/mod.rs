@@ -16,6 +16,7 @@
 //! the batch dims have a fixed physical place, a rule never needs to know which vmap is the
 //! current one: it treats the leading `batch_dims().len()` dims as independent batch indices.
 
+use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use burn_backend::{DType, Shape, TensorMetadata};
@@ -24,7 +25,7 @@ use smallvec::SmallVec;
 use crate::level::Level;
 
 mod factored;
-pub(crate) use factored::{Factors, Left, Part};
+pub(crate) use factored::{Factors, Left, Part, Tag};
 
 /// One batch dimension: the vmap level it belongs to and its size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -184,6 +185,23 @@ pub struct VmapTensor<P> {
     lazy: Lazy<P>,
     /// Logical rank 0, held with one trailing unit dim after the batch dims.
     scalar: bool,
+    /// Which value this is: shared by clones, fresh for every tensor an op makes.
+    origin: Origin,
+}
+
+/// The identity of a [`VmapTensor`]'s value: clones share it, and every tensor a rule makes
+/// gets a fresh one (never reused in the process). Two tensors with the same origin hold the
+/// same value, so work derived from one value can be shared: the Gram matrices of a layer
+/// input that several layers read (an LSTM's four gates; see `rules::factored`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Origin(u64);
+
+static NEXT_ORIGIN: AtomicU64 = AtomicU64::new(0);
+
+impl Origin {
+    fn fresh() -> Self {
+        Origin(NEXT_ORIGIN.fetch_add(1, Ordering::Relaxed))
+    }
 }
 
 /// What `data` still needs to become the physical tensor.
@@ -294,6 +312,7 @@ impl<P: TensorMetadata> VmapTensor<P> {
             bdims,
             lazy: Lazy::Reshape { shape, reshape },
             scalar: false,
+            origin: Origin::fresh(),
         }
     }
 
@@ -317,6 +336,7 @@ impl<P: TensorMetadata> VmapTensor<P> {
                 memo: Arc::default(),
             },
             scalar: false,
+            origin: Origin::fresh(),
         }
     }
 
@@ -337,6 +357,7 @@ impl<P: TensorMetadata> VmapTensor<P> {
                 memo: Arc::default(),
             },
             scalar: false,
+            origin: Origin::fresh(),
         }
     }
 
@@ -378,6 +399,7 @@ impl<P> VmapTensor<P> {
             bdims,
             lazy: Lazy::Ready,
             scalar: false,
+            origin: Origin::fresh(),
         }
     }
 
@@ -453,6 +475,12 @@ impl<P> VmapTensor<P> {
     pub(crate) fn with_scalar(mut self, scalar: bool) -> Self {
         self.scalar = scalar;
         self
+    }
+
+    /// The identity of the value (see [`Origin`]).
+    #[inline]
+    pub(crate) fn origin(&self) -> Origin {
+        self.origin
     }
 
     /// Whether the tensor has logical rank 0 (held as `[batch sizes.., 1]`).

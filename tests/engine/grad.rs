@@ -6,8 +6,8 @@ use burn_autodiff::Autodiff;
 use burn_backend::AutodiffBackend;
 use burn_backend::ops::{ActivationOps, FloatTensorOps, IntTensorOps, ModuleOps};
 use burn_backend::{TensorData, TensorMetadata};
-use burn_vmap::BatchOps;
-use burn_vmap::level::Level;
+use burn_vmap::level::{Level, VmapScope};
+use burn_vmap::{BatchOps, Randomness};
 
 use crate::common::*;
 
@@ -120,6 +120,56 @@ fn should_keep_squared_norms_of_factored_gradients_factored() {
             .collect();
         assert_close(&read(norms.into_parts().0), &want, "squared norms");
     }
+}
+
+/// Weights used once per time step, as an LSTM's gates are: `Σ_t x_tᵀ g_t` per example, summed
+/// in either order. Under a vmap level, equal factors share their Gram matrices (the gates read
+/// one `x_t`; a gate's two weights one output gradient), and only equal ones: weights reading
+/// the same inputs against other output gradients, other inputs of the same shapes, one input
+/// on either side, and the same products summed backwards. Every squared norm equals the
+/// multiplied-out one.
+#[test]
+fn should_share_gram_matrices_only_between_equal_factors() {
+    // Kept factored: `steps (d + d) < d d`.
+    let (e, steps, d) = (3, 3, 8);
+    let level = Level::fresh();
+    let scope = VmapScope::enter(level, e, Randomness::Error);
+    let rows = |seed: u64| -> Vec<VT> {
+        (0..steps as u64)
+            .map(|t| {
+                let x = V::float_from_data(data(&[e, 1, d], 10 * seed + t), &dev());
+                V::float_batch(x, 0, level)
+            })
+            .collect()
+    };
+    let (x, y, g, h) = (rows(1), rows(2), rows(3), rows(4));
+    let sum = |pairs: Vec<(&VT, &VT)>| {
+        pairs
+            .into_iter()
+            .map(|(l, r)| V::linear_weight_backward(l.clone(), r.clone()))
+            .reduce(V::float_add)
+            .expect("steps")
+    };
+    let forward = |l: &[VT], r: &[VT]| sum(l.iter().zip(r).collect());
+    let backward = |l: &[VT], r: &[VT]| sum(l.iter().zip(r).rev().collect());
+    let weights = [
+        ("x g", forward(&x, &g)),
+        ("x h, backwards", backward(&x, &h)),
+        ("y g", forward(&y, &g)),
+        ("g x", forward(&g, &x)),
+        ("x g, backwards", backward(&x, &g)),
+        ("y h", forward(&y, &h)),
+    ];
+    for (what, w) in weights {
+        assert!(w.is_factored(), "{what}");
+        let norms = V::float_sum(V::float_mul(w.clone(), w.clone()));
+        let want: Vec<f32> = read(w.into_parts().0)
+            .chunks(d * d)
+            .map(|g| g.iter().map(|v| v * v).sum())
+            .collect();
+        assert_close(&read(norms.into_parts().0), &want, what);
+    }
+    drop(scope);
 }
 
 #[test]

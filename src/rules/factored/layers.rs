@@ -10,7 +10,7 @@ use crate::compat;
 use crate::physical::{Float, Kind, with_batch_sizes};
 use crate::rules::helpers::{align, materialize};
 use crate::rules::module::fold_n;
-use crate::tensor::{BatchDims, Factors, Left, VmapTensor};
+use crate::tensor::{BatchDims, Factors, Left, Part, Tag, VmapTensor};
 
 /// `t` (physical, batch dims `own`) as `[own.., rows, width]`, then aligned to `target`.
 fn as_rows<B: Backend>(
@@ -41,18 +41,28 @@ pub(crate) fn linear_weight<B: Backend>(x: VT<B>, g: VT<B>) -> Result<VT<B>, (VT
     let (d_in, d_out) = (xs[rank - 1], gs[rank - 1]);
     let k: usize = xs[..rank - 1].iter().product();
     let bdims = BatchDims::union([&x.bdims, &g.bdims]);
+    // Each factor is tagged with the value it holds: layers that read one input share the Gram
+    // matrices of its rows (see `Tag`).
     let rows = |t: VT<B>, width: usize| {
+        let origin = t.origin();
         let (data, _, own) = t.into_stored();
-        as_rows::<B>(data, own, k, width, &bdims)
+        let rows = as_rows::<B>(data, own, k, width, &bdims);
+        let tag = Tag {
+            origin,
+            bdims: bdims.clone(),
+            shape: rows.shape(),
+        };
+        (rows, Some(tag))
     };
-    let left = rows(x, d_in);
-    let right = rows(g, d_out);
-    let f = Factors::single(
-        Left::Dense(left),
+    let (left, left_tag) = rows(x, d_in);
+    let (right, right_tag) = rows(g, d_out);
+    let part = Part {
+        left: Left::Dense(left),
         right,
-        with_batch_sizes(&bdims, &[d_in, d_out]),
-        1,
-    );
+        left_tag,
+        right_tag,
+    };
+    let f = Factors::single(part, with_batch_sizes(&bdims, &[d_in, d_out]), 1);
     Ok(make::<B>(f, bdims))
 }
 
@@ -70,12 +80,8 @@ pub(crate) fn embedding_weight<B: Backend>(m: usize, g: VT<B>, indices: IT<B>) -
     let left = as_rows::<B>(index, own, k, 1, &bdims);
     let (g, _, own) = g.into_stored();
     let right = as_rows::<B>(g, own, k, d, &bdims);
-    let f = Factors::single(
-        Left::OneHot(left),
-        right,
-        with_batch_sizes(&bdims, &[m, d]),
-        1,
-    );
+    let part = Part::new(Left::OneHot(left), right);
+    let f = Factors::single(part, with_batch_sizes(&bdims, &[m, d]), 1);
     make::<B>(f, bdims)
 }
 
@@ -125,7 +131,7 @@ pub(crate) fn conv_weight<B: Backend>(
             m,
             &bdims,
         );
-        let f = Factors::single(Left::Dense(left), right, shape, cols);
+        let f = Factors::single(Part::new(Left::Dense(left), right), shape, cols);
         return make::<B>(f, bdims);
     }
     // Multiplied out, `chunk` examples at a time: only a chunk's inputs are refolded and

@@ -12,13 +12,17 @@
 //! |---|---|
 //! | `g + g'` (a parameter used twice: an LSTM's time steps) | the parts of both, one sum |
 //! | `g * g'` (one row each) | `(x x') ⊗ (g g')`, one row |
-//! | `g * g'` (several rows) | held as the pair; `sum(g * g')` is `⟨X X'ᵀ, G G'ᵀ⟩`, from `k × k'` Gram matrices |
+//! | `g * g'` (several rows) | held as the pair; `sum(g * g')` is `⟨X X'ᵀ, G G'ᵀ⟩`, from `k × k'` Gram matrices, one per equal set of factors while a vmap level runs |
 //! | `g * c`, `g / c` (`c` constant over the matrix dims: a per-example factor), scalars | scale one factor |
 //! | `sum(g)` | `Σ_t sum(x_t) sum(g_t)` per example |
 //! | `sum_dim`/`mean_dim` over the matrix dims | reduce one factor |
 //! | `sum_dim`/`mean_dim` over a leading dim (the examples, once unbatched) | one matrix product over every example's rows (`Xᵀ G`), or a scatter-add of rows for an embedding |
 //! | leaving a vmap level | the same move on both factors |
 //! | `cat`, `select` (shared indices) along a leading dim | the same op on both factors |
+//!
+//! Equal factors: a layer rule tags each factor with the value it read (`crate::tensor::Tag`),
+//! and the Gram matrices of tagged factors are memoized at the current vmap level
+//! (`crate::level::memoized`), so layers that read one input share them (`ops::gram`).
 //!
 //! Every other op reads the physical tensor, which multiplies the factors out once
 //! ([`VmapTensor::into_parts`]). A product is only kept factored while its factors are smaller
@@ -170,12 +174,12 @@ fn map_factors<B: Backend>(f: F<B>, mut g: impl FnMut(FP<B>) -> FP<B>) -> F<B> {
     let parts = f
         .parts
         .into_iter()
-        .map(|p| Part {
-            left: match p.left {
+        .map(|p| {
+            let left = match p.left {
                 Left::Dense(t) => Left::Dense(g(t)),
                 Left::OneHot(t) => Left::OneHot(g(t)),
-            },
-            right: g(p.right),
+            };
+            Part::new(left, g(p.right))
         })
         .collect();
     Factors { parts, ..f }
@@ -204,21 +208,12 @@ fn scale_part<B: Backend>(p: Part<FP<B>>, op: impl FnOnce(FP<B>) -> FP<B>) -> Pa
             let right_smaller =
                 r == rs.num_dims() && ls[..r - 1] == rs[..r - 1] && rs[r - 1] < ls[r - 1];
             if right_smaller {
-                Part {
-                    left: Left::Dense(l),
-                    right: op(p.right),
-                }
+                Part::new(Left::Dense(l), op(p.right))
             } else {
-                Part {
-                    left: Left::Dense(op(l)),
-                    right: p.right,
-                }
+                Part::new(Left::Dense(op(l)), p.right)
             }
         }
-        one_hot => Part {
-            left: one_hot,
-            right: op(p.right),
-        },
+        one_hot => Part::new(one_hot, op(p.right)),
     }
 }
 
@@ -244,34 +239,53 @@ fn single_part<B: Backend>(f: F<B>) -> F<B> {
     if f.parts.len() == 1 {
         return f;
     }
-    let (lead, m) = (f.lead(), f.m());
-    let lead_dims: Vec<usize> = f.shape.iter().take(lead).copied().collect();
-    let one_hot = f.parts.iter().all(|p| p.left.is_one_hot());
-    let (lefts, rights): (Vec<_>, Vec<_>) = f
-        .parts
-        .into_iter()
-        .map(|p| {
-            let left = match p.left {
-                Left::OneHot(i) if one_hot => i,
-                left => dense_left::<B>(left, m),
-            };
-            (
-                expand_lead::<B>(left, &lead_dims),
-                expand_lead::<B>(p.right, &lead_dims),
-            )
-        })
-        .unzip();
-    let left = B::float_cat(lefts, lead);
-    let part = Part {
-        left: if one_hot {
-            Left::OneHot(left)
-        } else {
-            Left::Dense(left)
-        },
-        right: B::float_cat(rights, lead),
-    };
+    let part = Part::new(joined_left::<B>(&f), joined_right::<B>(&f));
     Factors {
         parts: vec![part],
         ..f
     }
+}
+
+/// The left factors of every part as one: a single part's as it is; several broadcast to the
+/// product's leading dims and concatenated along the rows (one-hot rows stay one-hot when every
+/// part's are).
+fn joined_left<B: Backend>(f: &F<B>) -> Left<FP<B>> {
+    if let [part] = f.parts.as_slice() {
+        return part.left.clone();
+    }
+    let (lead, m) = (f.lead(), f.m());
+    let lead_dims = &f.shape[..lead];
+    let one_hot = f.parts.iter().all(|p| p.left.is_one_hot());
+    let lefts = f
+        .parts
+        .iter()
+        .map(|p| {
+            let left = match &p.left {
+                Left::OneHot(i) if one_hot => i.clone(),
+                left => dense_left::<B>(left.clone(), m),
+            };
+            expand_lead::<B>(left, lead_dims)
+        })
+        .collect();
+    let left = B::float_cat(lefts, lead);
+    if one_hot {
+        Left::OneHot(left)
+    } else {
+        Left::Dense(left)
+    }
+}
+
+/// The right factors of every part as one, as [`joined_left`] joins the left ones.
+fn joined_right<B: Backend>(f: &F<B>) -> FP<B> {
+    if let [part] = f.parts.as_slice() {
+        return part.right.clone();
+    }
+    let lead = f.lead();
+    let lead_dims = &f.shape[..lead];
+    let rights = f
+        .parts
+        .iter()
+        .map(|p| expand_lead::<B>(p.right.clone(), lead_dims))
+        .collect();
+    B::float_cat(rights, lead)
 }

@@ -5,13 +5,14 @@ use burn_backend::tensor::IndexingUpdateOp;
 use burn_backend::{Scalar, TensorMetadata, get_or_init_device_settings};
 
 use super::{
-    Declined, FP, IT, VT, dense_left, equal, expand_lead, make, map_factors, matmul, multiply_pair,
-    realign, reshape, scale_part, scale_parts, single_part, zeros,
+    Declined, FP, IT, VT, dense_left, equal, expand_lead, joined_left, joined_right, make,
+    map_factors, matmul, multiply_pair, realign, reshape, scale_part, scale_parts, single_part,
+    zeros,
 };
-use crate::level::Level;
+use crate::level::{Level, memoized};
 use crate::physical::{Float, move_dim};
 use crate::rules::helpers::{align, reduce_unless_unit};
-use crate::tensor::{BatchDims, Factors, Left, Part, VmapTensor};
+use crate::tensor::{BatchDims, Factors, Left, Part, Tag, VmapTensor};
 
 /// The factors of a tensor already checked to hold them.
 #[track_caller]
@@ -78,10 +79,10 @@ fn product<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> VT<B> {
         let (Left::Dense(x), Left::Dense(y)) = (p.left, q.left) else {
             unreachable!("checked to be dense")
         };
-        f.parts = vec![Part {
-            left: Left::Dense(B::float_mul(x, y)),
-            right: B::float_mul(p.right, q.right),
-        }];
+        f.parts = vec![Part::new(
+            Left::Dense(B::float_mul(x, y)),
+            B::float_mul(p.right, q.right),
+        )];
         return make::<B>(f, bdims);
     }
     if same {
@@ -185,30 +186,103 @@ fn per_lead_sum<B: Backend>(per: FP<B>, bdims: BatchDims) -> VT<B> {
 
 /// `sum(a ⊙ b)` of two factored products of the same shape, from Gram matrices.
 fn gram_sum<B: Backend>(a: VT<B>, b: VT<B>) -> VT<B> {
-    // `g * g` (a squared norm): the parts of `g` are joined once for both operands.
+    // `g * g` (a squared norm): one Gram matrix per side serves both operands.
     let same = a.same_product(&b);
     let (fa, bdims) = factors::<B>(a);
-    let (lead, m) = (fa.lead(), fa.m());
+    let fb = (!same).then(|| canonical::<B>(factors::<B>(b).0));
+    let fa = canonical::<B>(fa);
+    let lead = fa.lead();
     let lead_dims: Vec<usize> = fa.shape.iter().take(lead).copied().collect();
-    let pa = single_part::<B>(fa);
-    let pb = if same {
-        pa.clone()
-    } else {
-        single_part::<B>(factors::<B>(b).0)
-    };
-    let (pa, pb) = (pa.parts.into_iter().next(), pb.parts.into_iter().next());
-    let (pa, pb) = (pa.expect("one part"), pb.expect("one part"));
-    let transpose = |t: FP<B>| B::float_swap_dims(t, lead, lead + 1);
-    // `[lead.., k, k']`: how every row of `a` meets every row of `b`.
-    let left_gram = match (pa.left, pb.left) {
-        (Left::OneHot(i), Left::OneHot(j)) => equal::<B>(i, transpose(j)),
-        (x, y) => matmul::<B>(dense_left::<B>(x, m), transpose(dense_left::<B>(y, m))),
-    };
-    let right_gram = matmul::<B>(pa.right, transpose(pb.right));
+    let left_gram = gram::<B>(&fa, fb.as_ref(), Side::Left);
+    let right_gram = gram::<B>(&fa, fb.as_ref(), Side::Right);
     let both = B::float_mul(left_gram, right_gram);
     let rows = reduce_unless_unit(both, lead + 1, B::float_sum_dim);
     let per = reduce_unless_unit(rows, lead, B::float_sum_dim);
     per_lead_sum::<B>(expand_lead::<B>(per, &lead_dims), bdims)
+}
+
+/// The parts in the order of their tags' origins (untagged ones first): a sum of products
+/// does not depend on the order of its parts, and two sums of the same products accumulated in
+/// different orders (an LSTM's input and hidden weights meet their gates' output gradients in
+/// opposite orders) then share the Gram matrices of [`gram`].
+fn canonical<B: Backend>(mut f: super::F<B>) -> super::F<B> {
+    let origin = |t: &Option<Tag>| t.as_ref().map(|t| t.origin);
+    f.parts
+        .sort_by_key(|p| (origin(&p.left_tag), origin(&p.right_tag)));
+    f
+}
+
+/// A side of the parts of factored products.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Side {
+    Left,
+    Right,
+}
+
+/// What a Gram matrix of [`gram`] is computed from: the tags of every part of both operands on
+/// one side (equal tags, equal factors), and the product's leading dims the rows are broadcast
+/// to.
+#[derive(PartialEq)]
+struct GramKey {
+    side: Side,
+    lead: Vec<usize>,
+    a: Vec<Tag>,
+    b: Option<Vec<Tag>>,
+}
+
+/// `[lead.., k, k']`: the inner product of every row of `a`'s factors on `side` with every row
+/// of `b`'s (of `a`'s own with `b` `None`); one-hot rows compare their indices.
+///
+/// Where every part of both is tagged on that side, it is computed once while the current vmap
+/// level runs ([`memoized`]): the factors of an LSTM's four gates read the same inputs `x_t`
+/// and `h_{t-1}`, and a gate's two weights the same output gradients, so the clipping norms of
+/// its eight weights need six Gram matrices (and six joins of 32 time steps), not sixteen.
+fn gram<B: Backend>(a: &super::F<B>, b: Option<&super::F<B>>, side: Side) -> FP<B> {
+    let tags = |f: &super::F<B>| -> Option<Vec<Tag>> {
+        f.parts
+            .iter()
+            .map(|p| match side {
+                Side::Left => p.left_tag.clone(),
+                Side::Right => p.right_tag.clone(),
+            })
+            .collect()
+    };
+    let lead = a.lead();
+    let compute = || {
+        let transpose = |t: FP<B>| B::float_swap_dims(t, lead, lead + 1);
+        match side {
+            Side::Left => {
+                let m = a.m();
+                let x = joined_left::<B>(a);
+                let y = b.map_or_else(|| x.clone(), joined_left::<B>);
+                match (x, y) {
+                    (Left::OneHot(i), Left::OneHot(j)) => equal::<B>(i, transpose(j)),
+                    (x, y) => matmul::<B>(dense_left::<B>(x, m), transpose(dense_left::<B>(y, m))),
+                }
+            }
+            Side::Right => {
+                let x = joined_right::<B>(a);
+                let y = b.map_or_else(|| x.clone(), joined_right::<B>);
+                matmul::<B>(x, transpose(y))
+            }
+        }
+    };
+    let key = tags(a).and_then(|ta| {
+        let tb = match b {
+            Some(b) => Some(tags(b)?),
+            None => None,
+        };
+        Some(GramKey {
+            side,
+            lead: a.shape[..lead].to_vec(),
+            a: ta,
+            b: tb,
+        })
+    });
+    match key {
+        Some(key) => memoized(key, compute),
+        None => compute(),
+    }
 }
 
 /// `sum_dim` (or `mean_dim`) of `Xᵀ G` along logical `dim`.
@@ -258,14 +332,8 @@ pub(crate) fn sum_dim<B: Backend>(t: VT<B>, dim: usize, mean: bool) -> Declined<
             .parts
             .into_iter()
             .map(|p| match pd == lead {
-                true => Part {
-                    left: Left::Dense(row(p.left)),
-                    right: p.right,
-                },
-                false => Part {
-                    left: p.left,
-                    right: reduce(p.right, lead + 1),
-                },
+                true => Part::new(Left::Dense(row(p.left)), p.right),
+                false => Part::new(p.left, reduce(p.right, lead + 1)),
             })
             .collect();
         let shape = shape.into();
@@ -287,16 +355,10 @@ pub(crate) fn sum_dim<B: Backend>(t: VT<B>, dim: usize, mean: bool) -> Declined<
         .map(|p| {
             if varies(&p.right) {
                 // `Σ_b xᵀ g_b = xᵀ Σ_b g_b`.
-                Part {
-                    left: p.left,
-                    right: reduce(p.right, pd),
-                }
+                Part::new(p.left, reduce(p.right, pd))
             } else if varies(p.left.tensor()) {
                 let x = dense_left::<B>(p.left, m);
-                Part {
-                    left: Left::Dense(reduce(x, pd)),
-                    right: p.right,
-                }
+                Part::new(Left::Dense(reduce(x, pd)), p.right)
             } else if mean {
                 p
             } else {
@@ -417,18 +479,16 @@ pub(crate) fn cat<B: Backend>(tensors: Vec<VT<B>>, dim: usize) -> Result<VT<B>, 
     let left = B::float_cat(lefts, pd);
     let mut shape = shape.to_vec();
     shape[pd] = total;
-    let f = Factors {
-        parts: vec![Part {
-            left: if kind {
-                Left::OneHot(left)
-            } else {
-                Left::Dense(left)
-            },
-            right: B::float_cat(rights, pd),
-        }],
-        shape: shape.into(),
-        cols,
+    let left = if kind {
+        Left::OneHot(left)
+    } else {
+        Left::Dense(left)
     };
+    let f = Factors::single(
+        Part::new(left, B::float_cat(rights, pd)),
+        shape.into(),
+        cols,
+    );
     Ok(make::<B>(f, bdims))
 }
 
