@@ -233,10 +233,11 @@ struct GramKey {
 /// `[lead.., k, k']`: the inner product of every row of `a`'s factors on `side` with every row
 /// of `b`'s (of `a`'s own with `b` `None`); one-hot rows compare their indices.
 ///
-/// Where every part of both is tagged on that side, it is computed once while the current vmap
-/// level runs ([`memoized`]): the factors of an LSTM's four gates read the same inputs `x_t`
-/// and `h_{t-1}`, and a gate's two weights the same output gradients, so the clipping norms of
-/// its eight weights need six Gram matrices (and six joins of 32 time steps), not sixteen.
+/// Where every part of both is tagged on that side, and the matrix is no larger than the rows
+/// it comes from, it is computed once while the current vmap level runs ([`memoized`]): the
+/// factors of an LSTM's four gates read the same inputs `x_t` and `h_{t-1}`, and a gate's two
+/// weights the same output gradients, so the clipping norms of its eight weights need six Gram
+/// matrices (and six joins of its time steps), not sixteen.
 fn gram<B: Backend>(a: &super::F<B>, b: Option<&super::F<B>>, side: Side) -> FP<B> {
     let tags = |f: &super::F<B>| -> Option<Vec<Tag>> {
         f.parts
@@ -267,19 +268,27 @@ fn gram<B: Backend>(a: &super::F<B>, b: Option<&super::F<B>>, side: Side) -> FP<
             }
         }
     };
-    let key = tags(a).and_then(|ta| {
-        let tb = match b {
-            Some(b) => Some(tags(b)?),
-            None => None,
+    let key = || {
+        // Kept only when no larger than the rows it comes from (held anyway, as the gradient):
+        // the memos then hold at most as much again as the factors.
+        let width = match side {
+            Side::Left => a.m(),
+            Side::Right => a.n(),
         };
+        if a.k().max(b.map_or(0, |b| b.k())) > width {
+            return None;
+        }
         Some(GramKey {
             side,
             lead: a.shape[..lead].to_vec(),
-            a: ta,
-            b: tb,
+            a: tags(a)?,
+            b: match b {
+                Some(b) => Some(tags(b)?),
+                None => None,
+            },
         })
-    });
-    match key {
+    };
+    match key() {
         Some(key) => memoized(key, compute),
         None => compute(),
     }
