@@ -126,8 +126,8 @@ fn should_keep_squared_norms_of_factored_gradients_factored() {
 /// in either order. Under a vmap level, equal factors share their Gram matrices (the gates read
 /// one `x_t`; a gate's two weights one output gradient), and only equal ones: weights reading
 /// the same inputs against other output gradients, other inputs of the same shapes, one input
-/// on either side, and the same products summed backwards. Every squared norm equals the
-/// multiplied-out one.
+/// on either side, and the same products summed backwards. Every squared norm, and every
+/// pair's `sum(w * w')`, equals the multiplied-out one.
 #[test]
 fn should_share_gram_matrices_only_between_equal_factors() {
     // Kept factored: `steps (d + d) < d d`.
@@ -160,14 +160,28 @@ fn should_share_gram_matrices_only_between_equal_factors() {
         ("x g, backwards", backward(&x, &g)),
         ("y h", forward(&y, &h)),
     ];
-    for (what, w) in weights {
+    // Every pair's `sum(w * w')` per example (a squared norm where they are one weight), from
+    // the factors, against the multiplied-out products.
+    let dense: Vec<Vec<f32>> = weights
+        .iter()
+        .map(|(_, w)| read(w.clone().into_parts().0))
+        .collect();
+    for (i, (what, w)) in weights.iter().enumerate() {
         assert!(w.is_factored(), "{what}");
-        let norms = V::float_sum(V::float_mul(w.clone(), w.clone()));
-        let want: Vec<f32> = read(w.into_parts().0)
-            .chunks(d * d)
-            .map(|g| g.iter().map(|v| v * v).sum())
-            .collect();
-        assert_close(&read(norms.into_parts().0), &want, what);
+        for (j, (other, w2)) in weights.iter().enumerate() {
+            let w2 = if i == j { w.clone() } else { w2.clone() };
+            let sums = V::float_sum(V::float_mul(w.clone(), w2));
+            let want: Vec<f32> = dense[i]
+                .chunks(d * d)
+                .zip(dense[j].chunks(d * d))
+                .map(|(a, b)| a.iter().zip(b).map(|(a, b)| a * b).sum())
+                .collect();
+            assert_close(
+                &read(sums.into_parts().0),
+                &want,
+                &format!("{what} * {other}"),
+            );
+        }
     }
     drop(scope);
 }
