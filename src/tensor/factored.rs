@@ -93,6 +93,22 @@ impl<P> Factors<P> {
 }
 
 impl<P> Left<P> {
+    /// `t` as one-hot rows (its indices) or dense rows.
+    pub(crate) fn new(one_hot: bool, t: P) -> Self {
+        if one_hot {
+            Left::OneHot(t)
+        } else {
+            Left::Dense(t)
+        }
+    }
+
+    /// The stored tensor (dense rows or indices), taken out.
+    pub(crate) fn into_tensor(self) -> P {
+        match self {
+            Left::Dense(t) | Left::OneHot(t) => t,
+        }
+    }
+
     /// The stored tensor (dense rows or indices).
     pub(crate) fn tensor(&self) -> &P {
         match self {

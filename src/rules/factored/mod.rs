@@ -267,12 +267,7 @@ fn joined_left<B: Backend>(f: &F<B>) -> Left<FP<B>> {
             expand_lead::<B>(left, lead_dims)
         })
         .collect();
-    let left = B::float_cat(lefts, lead);
-    if one_hot {
-        Left::OneHot(left)
-    } else {
-        Left::Dense(left)
-    }
+    Left::new(one_hot, B::float_cat(lefts, lead))
 }
 
 /// The right factors of every part as one, as [`joined_left`] joins the left ones.

@@ -474,27 +474,17 @@ pub(crate) fn cat<B: Backend>(tensors: Vec<VT<B>>, dim: usize) -> Result<VT<B>, 
             let (f, _) = factors::<B>(t);
             let lead_dims: Vec<usize> = f.shape.iter().take(lead).copied().collect();
             total += f.shape[pd];
-            let f = single_part::<B>(f);
-            let p = f.parts.into_iter().next().expect("one part");
-            let left = match p.left {
-                Left::Dense(x) | Left::OneHot(x) => x,
-            };
             (
-                expand_lead::<B>(left, &lead_dims),
-                expand_lead::<B>(p.right, &lead_dims),
+                expand_lead::<B>(joined_left::<B>(&f).into_tensor(), &lead_dims),
+                expand_lead::<B>(joined_right::<B>(&f), &lead_dims),
             )
         })
         .unzip();
     let left = B::float_cat(lefts, pd);
     let mut shape = shape.to_vec();
     shape[pd] = total;
-    let left = if kind {
-        Left::OneHot(left)
-    } else {
-        Left::Dense(left)
-    };
     let f = Factors::single(
-        Part::new(left, B::float_cat(rights, pd)),
+        Part::new(Left::new(kind, left), B::float_cat(rights, pd)),
         shape.into(),
         cols,
     );
