@@ -460,6 +460,14 @@ impl<P> VmapTensor<P> {
         }
     }
 
+    /// The two operands of an unmultiplied elementwise product of factored tensors.
+    pub(crate) fn hadamard_ref(&self) -> Option<&[Self; 2]> {
+        match &self.lazy {
+            Lazy::Hadamard { operands, .. } => Some(operands),
+            _ => None,
+        }
+    }
+
     /// The two operands of an unmultiplied elementwise product of factored tensors, or the
     /// tensor back.
     pub(crate) fn into_hadamard(self) -> Result<[Self; 2], Self> {

@@ -11,8 +11,8 @@
 //! | op | factored |
 //! |---|---|
 //! | `g + g'` (a parameter used twice: an LSTM's time steps) | the parts of both, one sum |
-//! | `g * g'` (one row each) | `(x x') ⊗ (g g')`, one row |
-//! | `g * g'` (several rows) | held as the pair; `sum(g * g')` is `⟨X X'ᵀ, G G'ᵀ⟩`, from `k × k'` Gram matrices, one per equal set of factors while a vmap level runs |
+//! | `g * g'` | held as the pair; `sum(g * g')` is `⟨X X'ᵀ, G G'ᵀ⟩`, from `k × k'` Gram matrices (for one row each, the rows' inner products), one per equal set of factors while a vmap level runs |
+//! | `g * g'`, read by another rule (one row each) | `(x x') ⊗ (g g')`, one row |
 //! | `g * c`, `g / c` (`c` constant over the matrix dims: a per-example factor), scalars | scale one factor |
 //! | `sum(g)` | `Σ_t sum(x_t) sum(g_t)` per example |
 //! | `sum_dim`/`mean_dim` over the matrix dims | reduce one factor |

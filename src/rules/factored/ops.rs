@@ -26,6 +26,7 @@ fn factors<B: Backend>(t: VT<B>) -> (super::F<B>, BatchDims) {
 /// `lhs + rhs` of two factored products of the same shape (a parameter used twice: the
 /// gradients of its uses add up): one sum holding the parts of both.
 pub(crate) fn add<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Result<VT<B>, (VT<B>, VT<B>)> {
+    let (lhs, rhs) = (factored::<B>(lhs), factored::<B>(rhs));
     if !(lhs.has_factors() && rhs.has_factors())
         || lhs.bdims != rhs.bdims
         || lhs.physical_shape() != rhs.physical_shape()
@@ -41,6 +42,7 @@ pub(crate) fn add<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Result<VT<B>, (VT<B>, V
 
 /// `lhs * rhs` with a factored form (see the module table), or the operands back.
 pub(crate) fn mul<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Result<VT<B>, (VT<B>, VT<B>)> {
+    let (lhs, rhs) = (factored::<B>(lhs), factored::<B>(rhs));
     match (lhs.has_factors(), rhs.has_factors()) {
         (true, true) => Ok(product::<B>(lhs, rhs)),
         (true, false) => scaled::<B>(lhs, rhs, B::float_mul),
@@ -53,37 +55,22 @@ pub(crate) fn mul<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Result<VT<B>, (VT<B>, V
 /// `lhs / rhs` with a factored form (a product divided by a per-example factor), or the
 /// operands back.
 pub(crate) fn div<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Result<VT<B>, (VT<B>, VT<B>)> {
+    let (lhs, rhs) = (factored::<B>(lhs), factored::<B>(rhs));
     if !lhs.has_factors() || rhs.is_factored() {
         return Err((lhs, rhs));
     }
     scaled::<B>(lhs, rhs, B::float_div)
 }
 
-/// The elementwise product of two factored products: `(x x') ⊗ (g g')` for one row each;
-/// otherwise the pair, held until read (its sum is a Gram product: see [`sum`]).
+/// The elementwise product of two factored products of the same shape, held as the pair until
+/// read: its sum is a Gram product (see [`sum`]); every other rule takes it as [`factored`]
+/// makes it (for one row each, `(x x') ⊗ (g g')`, still factored).
 fn product<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> VT<B> {
     let same = lhs.bdims == rhs.bdims
         && lhs.physical_shape() == rhs.physical_shape()
         && lhs.factors_ref().map(|f| f.cols) == rhs.factors_ref().map(|f| f.cols);
-    let one_row = |t: &VT<B>| {
-        t.factors_ref()
-            .is_some_and(|f| f.parts.len() == 1 && f.k() == 1 && !f.parts[0].left.is_one_hot())
-    };
-    if same && one_row(&lhs) && one_row(&rhs) {
-        let (mut f, bdims) = factors::<B>(lhs);
-        let (g, _) = factors::<B>(rhs);
-        let (p, q) = (
-            f.parts.remove(0),
-            g.parts.into_iter().next().expect("one part"),
-        );
-        let (Left::Dense(x), Left::Dense(y)) = (p.left, q.left) else {
-            unreachable!("checked to be dense")
-        };
-        f.parts = vec![Part::new(
-            Left::Dense(B::float_mul(x, y)),
-            B::float_mul(p.right, q.right),
-        )];
-        return make::<B>(f, bdims);
+    if same && one_row::<B>(&lhs) && one_row::<B>(&rhs) {
+        return VmapTensor::hadamard([lhs, rhs], one_row_pair::<B>);
     }
     if same {
         return VmapTensor::hadamard([lhs, rhs], multiply_pair::<B>);
@@ -93,6 +80,51 @@ fn product<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> VT<B> {
     let l = align::<B, Float>(lhs, &bdims);
     let r = align::<B, Float>(rhs, &bdims);
     VmapTensor::new(B::float_mul(l, r), bdims)
+}
+
+/// Whether `t` is a factored product of one dense row per example (a `Linear` on a vector).
+fn one_row<B: Backend>(t: &VT<B>) -> bool {
+    t.factors_ref()
+        .is_some_and(|f| f.parts.len() == 1 && f.k() == 1 && !f.parts[0].left.is_one_hot())
+}
+
+/// `g * g'` of two one-row products as one factored product: `(x x') ⊗ (g g')`, one row.
+fn one_row_product<B: Backend>([lhs, rhs]: [VT<B>; 2]) -> VT<B> {
+    let (mut f, bdims) = factors::<B>(lhs);
+    let (g, _) = factors::<B>(rhs);
+    let (p, q) = (
+        f.parts.remove(0),
+        g.parts.into_iter().next().expect("one part"),
+    );
+    let (Left::Dense(x), Left::Dense(y)) = (p.left, q.left) else {
+        unreachable!("checked to be dense")
+    };
+    f.parts = vec![Part::new(
+        Left::Dense(B::float_mul(x, y)),
+        B::float_mul(p.right, q.right),
+    )];
+    make::<B>(f, bdims)
+}
+
+/// The multiplied-out pair of one-row products (through their factored product).
+fn one_row_pair<B: Backend>(pair: [VT<B>; 2]) -> FP<B> {
+    one_row_product::<B>(pair).inner()
+}
+
+/// `t` as the factored rules take it: the pair of one-row products [`product`] holds (for
+/// [`sum`]'s inner products of rows, which read each row once instead of writing their squares
+/// and summing those) as its factored product; any other tensor as it is.
+fn factored<B: Backend>(t: VT<B>) -> VT<B> {
+    if !t
+        .hadamard_ref()
+        .is_some_and(|[a, b]| one_row::<B>(a) && one_row::<B>(b))
+    {
+        return t;
+    }
+    match t.into_hadamard() {
+        Ok(pair) => one_row_product::<B>(pair),
+        Err(_) => unreachable!("checked to be a pair"),
+    }
 }
 
 /// `op(Xᵀ G, s)` for `s` constant over the product's matrix dims (a per-example factor):
@@ -132,7 +164,7 @@ fn scaled<B: Backend>(
 
 /// `Xᵀ G` times (`divide` false) or divided by a scalar: one factor of every part scaled.
 pub(crate) fn scalar<B: Backend>(t: VT<B>, s: Scalar, divide: bool) -> Declined<VT<B>> {
-    let (f, bdims) = t.into_factors()?;
+    let (f, bdims) = factored::<B>(t).into_factors()?;
     let f = scale_parts::<B>(f, |x| {
         if divide {
             B::float_div_scalar(x, s)
@@ -302,6 +334,7 @@ fn gram<B: Backend>(a: &super::F<B>, b: Option<&super::F<B>>, side: Side) -> FP<
 /// product over the rows of every `b` (Goodfellow's trick: the sum over examples of their
 /// weight gradients), or, for one-hot rows, one scatter-add of the right rows.
 pub(crate) fn sum_dim<B: Backend>(t: VT<B>, dim: usize, mean: bool) -> Declined<VT<B>> {
+    let t = factored::<B>(t);
     let Some(f) = t.factors_ref() else {
         return Err(t);
     };
@@ -444,6 +477,7 @@ fn contract_lead<B: Backend>(f: super::F<B>, bdims: BatchDims, pd: usize, mean: 
 /// result stays factored (what the `Concat` accumulator does with the
 /// microbatches' per-example gradients).
 pub(crate) fn cat<B: Backend>(tensors: Vec<VT<B>>, dim: usize) -> Result<VT<B>, Vec<VT<B>>> {
+    let tensors: Vec<VT<B>> = tensors.into_iter().map(factored::<B>).collect();
     let Some(first) = tensors.first().and_then(|t| t.factors_ref()) else {
         return Err(tensors);
     };
@@ -499,6 +533,7 @@ pub(crate) fn select<B: Backend>(
     dim: usize,
     indices: IT<B>,
 ) -> Result<VT<B>, (VT<B>, IT<B>)> {
+    let t = factored::<B>(t);
     let pd = t.bdims.len() + dim;
     if indices.is_batched() || t.factors_ref().is_none_or(|f| pd >= f.lead()) {
         return Err((t, indices));
@@ -532,6 +567,7 @@ pub(crate) fn unbatch<B: Backend>(
     size: usize,
     axis: usize,
 ) -> Declined<VT<B>> {
+    let t = factored::<B>(t);
     let Some(f) = t.factors_ref() else {
         return Err(t);
     };
