@@ -122,6 +122,106 @@ fn should_keep_squared_norms_of_factored_gradients_factored() {
     }
 }
 
+/// The square of a one-row weight gradient, held as the pair until a rule reads it (its sum is
+/// the rows' inner products), under every other rule with a factored form: each result stays
+/// factored and equals the same rule on the multiplied-out squares.
+#[test]
+fn should_keep_one_row_squares_factored_under_every_factored_rule() {
+    let e = 4;
+    let n = D_IN * D_OUT;
+    let (level, dw, _, _) = batched(data(&[e, 1, D_IN], 11));
+    let squared = || V::float_mul(dw.clone(), dw.clone());
+    let sq: Vec<f32> = read(dw.clone().into_parts().0)
+        .iter()
+        .map(|v| v * v)
+        .collect();
+    // A per-example factor `[1, 1]`: 0.5, 1.5, ...
+    let factor: Vec<f32> = (0..e).map(|i| 0.5 + i as f32).collect();
+    let s = || {
+        let t = V::float_from_data(TensorData::new(factor.clone(), vec![e, 1, 1]), &dev());
+        V::float_batch(t, 0, level)
+    };
+    let each = |f: &dyn Fn(usize, f32) -> f32| -> Vec<f32> {
+        sq.iter().enumerate().map(|(j, v)| f(j / n, *v)).collect()
+    };
+    // Rows `[D_IN, D_OUT]` of example `i`, summed along `dim` of the matrix.
+    let summed = |dim: usize| -> Vec<f32> {
+        let mut out = Vec::new();
+        for g in sq.chunks(n) {
+            match dim {
+                0 => {
+                    out.extend((0..D_OUT).map(|c| (0..D_IN).map(|r| g[r * D_OUT + c]).sum::<f32>()))
+                }
+                _ => {
+                    out.extend((0..D_IN).map(|r| g[r * D_OUT..(r + 1) * D_OUT].iter().sum::<f32>()))
+                }
+            }
+        }
+        out
+    };
+    let cases: Vec<(&str, VT, Vec<f32>)> = vec![
+        (
+            "g² + g²",
+            V::float_add(squared(), squared()),
+            each(&|_, v| 2.0 * v),
+        ),
+        (
+            "3 g²",
+            V::float_mul_scalar(squared(), 3.0.into()),
+            each(&|_, v| 3.0 * v),
+        ),
+        (
+            "g² / 2",
+            V::float_div_scalar(squared(), 2.0.into()),
+            each(&|_, v| v / 2.0),
+        ),
+        (
+            "s g²",
+            V::float_mul(s(), squared()),
+            each(&|i, v| factor[i] * v),
+        ),
+        (
+            "g² s",
+            V::float_mul(squared(), s()),
+            each(&|i, v| factor[i] * v),
+        ),
+        (
+            "g² / s",
+            V::float_div(squared(), s()),
+            each(&|i, v| v / factor[i]),
+        ),
+        ("sum_dim(g², 0)", V::float_sum_dim(squared(), 0), summed(0)),
+        ("sum_dim(g², 1)", V::float_sum_dim(squared(), 1), summed(1)),
+    ];
+    for (what, out, want) in cases {
+        // A sum along a matrix dim is kept factored only where smaller so (here it is not).
+        assert!(
+            out.is_factored() || what.starts_with("sum_dim"),
+            "{what} stays factored"
+        );
+        assert_eq!(out.batch_dims().size_at(level), Some(e), "{what}");
+        assert_close(&read(out.into_parts().0), &want, what);
+    }
+    // Leaving the level, the sum over the examples (one product), `cat` and `select` along the
+    // examples.
+    let rows = || V::float_unbatch(squared(), level, e, 0);
+    let all = rows();
+    assert!(all.is_factored(), "unbatched g² stays factored");
+    assert_close(&read(all.into_parts().0), &sq, "unbatched g²");
+    let total = V::float_sum_dim(rows(), 0);
+    let want: Vec<f32> = (0..n).map(|j| sq.chunks(n).map(|g| g[j]).sum()).collect();
+    assert_close(&read(total.into_parts().0), &want, "Σ g² over the examples");
+    let both = V::float_cat(vec![rows(), rows()], 0);
+    assert!(both.is_factored(), "cat of g² stays factored");
+    let twice: Vec<f32> = sq.iter().chain(&sq).copied().collect();
+    assert_close(&read(both.into_parts().0), &twice, "cat of g²");
+    let index = V::int_from_data(TensorData::new(vec![3i32, 0], vec![2]), &dev());
+    let picked = V::float_select(rows(), 0, index);
+    assert!(picked.is_factored(), "select of g² stays factored");
+    let want: Vec<f32> = sq[3 * n..4 * n].iter().chain(&sq[..n]).copied().collect();
+    assert_close(&read(picked.into_parts().0), &want, "select of g²");
+}
+
 /// Weights used once per time step, as an LSTM's gates are: `Σ_t x_tᵀ g_t` per example, summed
 /// in either order. Under a vmap level, equal factors share their Gram matrices (the gates read
 /// one `x_t`; a gate's two weights one output gradient), and only equal ones: weights reading
