@@ -71,11 +71,22 @@ pub(crate) fn normalize_axis(
     argument: &str,
     shape: &[usize],
 ) -> Result<usize, VmapError> {
+    normalize_axis_with(spec, axis, rank, || argument.into(), shape)
+}
+
+/// [`normalize_axis`], with the argument's name made only for the error.
+pub(crate) fn normalize_axis_with(
+    spec: &'static str,
+    axis: isize,
+    rank: usize,
+    argument: impl FnOnce() -> String,
+    shape: &[usize],
+) -> Result<usize, VmapError> {
     let a = if axis < 0 { axis + rank as isize } else { axis };
     if a < 0 || a as usize >= rank {
         return Err(VmapError::AxisOutOfRange {
             spec,
-            argument: argument.into(),
+            argument: argument(),
             axis,
             rank,
             shape: shape.to_vec(),
@@ -106,15 +117,16 @@ pub(crate) fn map_inputs(
     in_axes: &Axes,
 ) -> Result<Mapped, VmapError> {
     let given = in_axes.broadcast_to(&def, "in_axes", "args")?;
-    let paths = def.leaf_paths("args");
-    let mut sizes: Vec<(String, usize)> = Vec::new();
+    // Leaf paths name the arguments in errors only: formatted on that path, not on every call.
+    let path = |i: usize| def.leaf_paths("args").swap_remove(i);
+    let mut sizes: Vec<(usize, usize)> = Vec::new();
     let mut axes = Vec::with_capacity(leaves.len());
-    for ((leaf, axis), path) in leaves.iter().zip(given).zip(&paths) {
+    for (i, (leaf, axis)) in leaves.iter().zip(given).enumerate() {
         match axis {
             Some(a) => {
                 let shape = leaf.shape();
-                let a = normalize_axis("in_axes", a, shape.num_dims(), path, &shape)?;
-                sizes.push((path.clone(), shape[a]));
+                let a = normalize_axis_with("in_axes", a, shape.num_dims(), || path(i), &shape)?;
+                sizes.push((i, shape[a]));
                 axes.push(Some(a));
             }
             None => axes.push(None),
@@ -124,7 +136,12 @@ pub(crate) fn map_inputs(
         return Err(VmapError::NothingMapped);
     };
     if sizes.iter().any(|(_, s)| *s != size) {
-        return Err(VmapError::InconsistentBatchSizes { arguments: sizes });
+        let paths = def.leaf_paths("args");
+        let arguments = sizes
+            .into_iter()
+            .map(|(i, s)| (paths[i].clone(), s))
+            .collect();
+        return Err(VmapError::InconsistentBatchSizes { arguments });
     }
     Ok(Mapped {
         leaves,

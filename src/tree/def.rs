@@ -103,7 +103,7 @@ impl TreeDef {
                 TreeDef::Node { keys, children, .. } => {
                     for (k, c) in keys.iter().zip(children) {
                         let len = path.len();
-                        path.push_str(&k.to_string());
+                        push_key(path, k);
                         go(c, path, out);
                         path.truncate(len);
                     }
@@ -121,7 +121,7 @@ impl TreeDef {
     /// names, not their type names, as derived structs rebuild (`BatchedLinear { weight, bias }`
     /// matches `Linear { weight, bias }`).
     pub fn same_structure(&self, other: &TreeDef) -> bool {
-        self.difference(other, "").is_none()
+        first_difference(self, other, &mut Vec::new()).is_none()
     }
 
     /// Checks that `other` has the same structure as `self` (see
@@ -154,62 +154,36 @@ impl TreeDef {
 
     /// The first place where `self` and `other` differ: `(path, why)`.
     fn difference(&self, other: &TreeDef, root: &str) -> Option<(String, String)> {
-        fn go(a: &TreeDef, b: &TreeDef, path: &mut String) -> Option<(String, String)> {
-            match (a, b) {
-                (TreeDef::Leaf, TreeDef::Leaf) => None,
-                (TreeDef::Static(x), TreeDef::Static(y)) => {
-                    match (
-                        x.downcast_ref::<StaticCell>(),
-                        y.downcast_ref::<StaticCell>(),
-                    ) {
-                        (Some(x), Some(y)) if !x.same(y) => Some((
-                            path.clone(),
-                            format!("static values differ ({} and {})", x.type_name, y.type_name),
-                        )),
-                        _ => None,
-                    }
-                }
-                (
-                    TreeDef::Node {
-                        kind: k1,
-                        keys: a,
-                        children: c1,
-                    },
-                    TreeDef::Node {
-                        kind: k2,
-                        keys: b,
-                        children: c2,
-                    },
-                ) => {
-                    let same_kind =
-                        k1 == k2 || matches!((k1, k2), (NodeKind::Struct(_), NodeKind::Struct(_)));
-                    if !same_kind || a != b {
-                        let show = |k: &NodeKind, keys: &[Key]| {
-                            let keys: Vec<String> = keys.iter().map(Key::to_string).collect();
-                            format!("{k:?} with keys [{}]", keys.join(", "))
-                        };
-                        return Some((
-                            path.clone(),
-                            format!("{} on one side, {} on the other", show(k1, a), show(k2, b)),
-                        ));
-                    }
-                    for ((k, x), y) in a.iter().zip(c1).zip(c2) {
-                        let len = path.len();
-                        path.push_str(&k.to_string());
-                        if let Some(d) = go(x, y, path) {
-                            return Some(d);
-                        }
-                        path.truncate(len);
-                    }
-                    None
-                }
-                _ => Some((
-                    path.clone(),
-                    format!("{a:?} on one side, {b:?} on the other"),
-                )),
-            }
+        let mut keys = Vec::new();
+        let (a, b) = first_difference(self, other, &mut keys)?;
+        let mut path = root.to_string();
+        for k in keys {
+            push_key(&mut path, k);
         }
-        go(self, other, &mut root.to_string())
+        let why = match (a, b) {
+            (TreeDef::Static(x), TreeDef::Static(y)) => {
+                let name = |c: &Arc<dyn Any + Send + Sync>| {
+                    c.downcast_ref::<StaticCell>().map_or("?", |c| c.type_name)
+                };
+                format!("static values differ ({} and {})", name(x), name(y))
+            }
+            (
+                TreeDef::Node {
+                    kind: k1, keys: a, ..
+                },
+                TreeDef::Node {
+                    kind: k2, keys: b, ..
+                },
+            ) => {
+                let show = |k: &NodeKind, keys: &[Key]| {
+                    let keys: Vec<String> = keys.iter().map(Key::to_string).collect();
+                    format!("{k:?} with keys [{}]", keys.join(", "))
+                };
+                format!("{} on one side, {} on the other", show(k1, a), show(k2, b))
+            }
+            (a, b) => format!("{a:?} on one side, {b:?} on the other"),
+        };
+        Some((path, why))
     }
 
     /// A static node holding `value`, compared by value in
@@ -269,4 +243,60 @@ impl StaticCell {
     fn same(&self, other: &StaticCell) -> bool {
         (self.eq)(&*self.value, &*other.value)
     }
+}
+
+/// The first pair of subtrees where `a` and `b` differ (see [`TreeDef::same_structure`]), with
+/// the keys leading to it pushed on `path`; nothing is formatted (a cache lookup compares
+/// structures on every call).
+fn first_difference<'a>(
+    a: &'a TreeDef,
+    b: &'a TreeDef,
+    path: &mut Vec<&'a Key>,
+) -> Option<(&'a TreeDef, &'a TreeDef)> {
+    match (a, b) {
+        (TreeDef::Leaf, TreeDef::Leaf) => None,
+        (TreeDef::Static(x), TreeDef::Static(y)) => {
+            match (
+                x.downcast_ref::<StaticCell>(),
+                y.downcast_ref::<StaticCell>(),
+            ) {
+                (Some(x), Some(y)) if !x.same(y) => Some((a, b)),
+                _ => None,
+            }
+        }
+        (
+            TreeDef::Node {
+                kind: k1,
+                keys: ka,
+                children: c1,
+            },
+            TreeDef::Node {
+                kind: k2,
+                keys: kb,
+                children: c2,
+            },
+        ) => {
+            let same_kind =
+                k1 == k2 || matches!((k1, k2), (NodeKind::Struct(_), NodeKind::Struct(_)));
+            if !same_kind || ka != kb {
+                return Some((a, b));
+            }
+            for ((k, x), y) in ka.iter().zip(c1).zip(c2) {
+                path.push(k);
+                if let Some(d) = first_difference(x, y, path) {
+                    return Some(d);
+                }
+                path.pop();
+            }
+            None
+        }
+        _ => Some((a, b)),
+    }
+}
+
+/// Appends `key` to a path as it prints (`[0]`, `.field`), without a temporary string.
+pub(crate) fn push_key(path: &mut String, key: &Key) {
+    use fmt::Write as _;
+    // Writing to a `String` cannot fail.
+    let _ = write!(path, "{key}");
 }

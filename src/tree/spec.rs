@@ -72,7 +72,7 @@ fn go<T: Clone>(
             }
             for ((s, k), c) in specs.iter().zip(keys).zip(children) {
                 let len = path.len();
-                path.push_str(&k.to_string());
+                super::def::push_key(path, k);
                 go(s, c, what, path, out)?;
                 path.truncate(len);
             }
@@ -95,7 +95,7 @@ fn go<T: Clone>(
                     return Err(err(path, format!("missing an entry for field `{f}`")));
                 };
                 let len = path.len();
-                path.push_str(&k.to_string());
+                super::def::push_key(path, k);
                 go(s, c, what, path, out)?;
                 path.truncate(len);
             }

@@ -599,12 +599,11 @@ impl GradOptions {
             ranges.push(start..start + c.num_leaves());
             start += c.num_leaves();
         }
-        let paths = def.leaf_paths("args");
         for &a in &self.argnums {
             for i in ranges[a].clone() {
                 if leaves[i].kind_name() != "float" {
                     return Err(VmapError::NotDifferentiable {
-                        path: paths[i].clone(),
+                        path: def.leaf_paths("args").swap_remove(i),
                         kind: leaves[i].kind_name(),
                     });
                 }
