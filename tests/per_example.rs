@@ -164,6 +164,29 @@ fn should_take_a_model_in_training_mode() {
     );
 }
 
+/// In training mode, trainability is read from the parameters themselves: frozen before or
+/// after entering training mode, a parameter gets no gradient (as Burn's own backward).
+#[test]
+fn should_leave_frozen_parameters_out_in_training_mode() {
+    let x = Tensor::<2>::random([3, 6], Distribution::Normal(0.0, 1.0), &dev());
+    let y = Tensor::<2, Int>::from_ints([[1], [0], [2]], &dev());
+    let mut before = Mlp::new();
+    before.fc1 = before.fc1.freeze();
+    let mut after = Mlp::new().train();
+    after.fc2 = after.fc2.freeze();
+    for (model, trained) in [(before.train(), "fc2"), (after, "fc1")] {
+        let grads = check_grads(
+            &model,
+            (x.clone(), y.clone()),
+            |i| (example::<2, 1, _>(&x, i), example::<2, 1, Int>(&y, i)),
+            mlp_loss,
+            "frozen in training mode",
+        );
+        let expected = [format!("{trained}.weight"), format!("{trained}.bias")];
+        assert_eq!(grads.paths().collect::<Vec<_>>(), expected);
+    }
+}
+
 /// Averaged per-example gradients drive Burn's optimizer: the loss goes down.
 #[test]
 fn should_train_with_an_optimizer_step_on_summed_gradients() {

@@ -40,11 +40,17 @@ const MIXES_EXAMPLES: &[&str] = &["Struct:BatchNorm"];
 
 #[derive(Default)]
 struct Collect {
-    path: Vec<String>,
-    containers: Vec<String>,
+    /// The path of the current field, `layer1.weight`, and where each entered name starts.
+    path: String,
+    starts: Vec<usize>,
+    /// For each entered field, the layer holding it where that layer's training mode mixes
+    /// examples (`BatchNorm`).
+    mixes: Vec<Option<&'static str>>,
     paths: Vec<String>,
     ids: Vec<ParamId>,
     tensors: Vec<Leaf>,
+    /// Whether each parameter's value requires a gradient, where it is on an autodiff device.
+    require_grad: Vec<Option<bool>>,
     flags: Vec<(ParamId, bool)>,
     /// The first layer that mixes examples in training mode: its path and type.
     mixing: Option<(String, &'static str)>,
@@ -52,32 +58,43 @@ struct Collect {
 
 impl ModuleVisitor for Collect {
     fn enter_module(&mut self, name: &str, container_type: &str) {
-        self.path.push(name.to_string());
-        self.containers.push(container_type.to_string());
+        self.starts.push(self.path.len());
+        if self.starts.len() > 1 {
+            self.path.push('.');
+        }
+        self.path.push_str(name);
+        let layer = MIXES_EXAMPLES.iter().find(|l| **l == container_type);
+        self.mixes
+            .push(layer.map(|l| l.trim_start_matches("Struct:")));
     }
 
     fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-        self.containers.pop();
+        if let Some(start) = self.starts.pop() {
+            self.path.truncate(start);
+        }
+        self.mixes.pop();
     }
 
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        self.paths.push(self.path.join("."));
+        let value = param.val();
+        self.paths.push(self.path.clone());
         self.ids.push(param.id);
-        self.tensors.push(Leaf::new(param.val()));
+        self.require_grad
+            .push(value.is_autodiff().then(|| value.is_require_grad()));
+        self.tensors.push(Leaf::new(value));
     }
 
     fn visit_flag(&mut self, flag: &Param<burn::module::Flag>) {
         let enabled = flag.val().is_enabled();
         self.flags.push((flag.id, enabled));
-        // Entering a field passes the type of the struct holding it: the flag's layer.
-        let owner = self.containers.last().map(String::as_str);
+        // Entering a field passes the type of the struct holding it: the flag's layer, whose
+        // path is the current one less the flag's own name.
         if enabled
             && self.mixing.is_none()
-            && let Some(layer) = MIXES_EXAMPLES.iter().find(|l| Some(**l) == owner)
+            && let Some(Some(layer)) = self.mixes.last()
         {
-            let path = self.path[..self.path.len().saturating_sub(1)].join(".");
-            self.mixing = Some((path, layer.trim_start_matches("Struct:")));
+            let end = self.starts.last().copied().unwrap_or(0);
+            self.mixing = Some((self.path[..end].to_string(), layer));
         }
     }
 }
@@ -116,10 +133,18 @@ impl ModuleParams {
                 layer,
             });
         }
-        // Burn applies a parameter's configured trainability when the module enters training
-        // mode (`train`); read it there.
-        let mut trainable = Trainable(Vec::with_capacity(collect.ids.len()));
-        module.clone().train().visit(&mut trainable);
+        // On an autodiff device (a module in training mode, as an optimizer holds it) a
+        // parameter's value requires a gradient exactly when it is trainable. On a plain device
+        // Burn applies the configured trainability when the module enters training mode
+        // (`train`): read it there, on a clone.
+        let trainable = match collect.require_grad.iter().copied().collect() {
+            Some(flags) => Trainable(flags),
+            None => {
+                let mut trainable = Trainable(Vec::with_capacity(collect.ids.len()));
+                module.clone().train().visit(&mut trainable);
+                trainable
+            }
+        };
         let key = ModuleKey {
             params: collect
                 .ids
