@@ -36,6 +36,32 @@ fn loop_grads(w: &[f32], b: f32, x: &[f32], y: &[f32]) -> (Vec<f32>, Vec<f32>) {
 
 type Pair<const D: usize> = (Tensor<D>, Tensor<D>);
 
+/// An argument listed twice in `argnums` gets its gradient twice (as `jax.grad` with
+/// `argnums=(1, 1)`), whatever the step does with the first copy.
+#[test]
+fn should_give_an_argument_listed_twice_its_gradient_twice() {
+    let (n, w, b) = (4, data(1, 3, 7), 0.3f32);
+    let x = data(n, 3, 8);
+    let y = data(n, 1, 9);
+    let (gw, gb) = loop_grads(&w, b, &x, &y);
+    let args = (
+        Tensor::<1>::from_floats(w.as_slice(), &dev()),
+        Tensor::<1>::from_floats([b], &dev()),
+        Tensor::<2>::from_data(TensorData::new(x, [n, 3]), &dev()),
+        Tensor::<1>::from_floats(y.as_slice(), &dev()),
+    );
+    let ((b1, w1, b2), _): ((Tensor<2>, Tensor<2>, Tensor<2>), MicroAux) = micro_grad(linreg)
+        .argnums([1, 0, 1])
+        .batch_argnums([2, 3])
+        .accumulator(Concat)
+        .call_as(args)
+        .unwrap();
+    let gb = || Tensor::from_data(TensorData::new(gb.clone(), [n, 1]), &dev());
+    close(b1, gb());
+    close(w1, Tensor::from_data(TensorData::new(gw, [n, 3]), &dev()));
+    close(b2, gb());
+}
+
 #[test]
 fn should_give_per_example_gradients_of_several_arguments() {
     let (n, w, b) = (8, data(1, 3, 7), 0.3f32);

@@ -214,18 +214,29 @@ impl Job for GradStep<'_> {
             }
             let aux: Vec<Value<Vmap<B>>> = outputs.map(inner::<B>).collect();
             let value = Vmap::<B>::float_reshape(AD::<B>::inner(loss.clone()), [1].into());
-            let grads = AD::<B>::backward(loss);
+            let mut grads = AD::<B>::backward(loss);
+            // Each gradient is moved out of the container at its input's last place in
+            // `tracked` (an argument listed twice in `argnums` gets it twice).
             let raw: Vec<Value<Vmap<B>>> = tracked
                 .iter()
-                .map(|t| {
-                    Value::Float(AD::<B>::grad(t, &grads).unwrap_or_else(|| {
+                .enumerate()
+                .map(|(p, t)| {
+                    let again = self.tracked[p + 1..].contains(&self.tracked[p]);
+                    let g = match again {
+                        true => AD::<B>::grad(t, &grads),
+                        false => AD::<B>::grad_remove(t, &mut grads),
+                    };
+                    Value::Float(g.unwrap_or_else(|| {
                         // Not reached by the loss: a zero gradient for every example.
                         Vmap::<B>::float_zeros(t.shape(), &device, t.dtype().into())
                     }))
                 })
                 .collect();
             drop(grads);
-            let metrics = apply::<B>(self.metrics_fn, raw.clone(), &device)?;
+            let metrics = match self.metrics_fn {
+                GradProgram::Nothing => Vec::new(),
+                p => apply::<B>(p, raw.clone(), &device)?,
+            };
             let transformed = apply::<B>(self.transform_fn, raw, &device)?;
             refused(&scope, transform)?;
             // Last leaf first, in the order a backward pass produces its gradients (a module's
