@@ -15,7 +15,9 @@
 //! - `lstm_B64_T32`: `Embedding` (1000 x 64), a Burn `Lstm` (64 -> 128), a `Linear` head on the
 //!   last hidden state.
 //!
-//! Each group holds `standard` (Burn's backward of the batch's mean loss, `GradientsParams`),
+//! Every work takes the same model, in training mode (on the autodiff device, as a training loop
+//! and `DpMechanism` hold it). Each group holds `standard` (Burn's backward of the batch's mean
+//! loss, `GradientsParams`),
 //! `clipped_sum` (every example's gradient clipped to norm 1, summed: `micro_grad_module` with
 //! `clip_by_global_norm` and `Sum`, its recording made before timing), `moments` (`Mean` of
 //! `(g, g²)`), `loop` (Burn's backward of each example's loss, one after the other) and
@@ -133,7 +135,7 @@ where
     M: Module + 'static,
     X: Tree + Clone + 'static,
 {
-    let trained = model.clone().train();
+    let trained = model.train();
     let clipped = micro_grad_module(move |m: &M, (x, y): (X, Tensor<1, Int>)| loss(m, x, y))
         .transform_fn(|g: ParamGrads| clip_by_global_norm(g, 1.0))
         .accumulator(Sum);
@@ -152,11 +154,11 @@ where
                     GradientsParams::from_grads(l.backward(), &trained).len()
                 }
                 Work::ClippedSum => {
-                    let (g, _) = clipped.call(&model, (x.clone(), y.clone())).unwrap();
+                    let (g, _) = clipped.call(&trained, (x.clone(), y.clone())).unwrap();
                     g.len()
                 }
                 Work::Moments => {
-                    let ((g, g2), _) = moments.call(&model, (x.clone(), y.clone())).unwrap();
+                    let ((g, g2), _) = moments.call(&trained, (x.clone(), y.clone())).unwrap();
                     g.len() + g2.len()
                 }
                 Work::Loop => examples
@@ -171,7 +173,7 @@ where
                         micro_grad_module(move |m: &M, (x, y): (X, Tensor<1, Int>)| loss(m, x, y))
                             .transform_fn(|g: ParamGrads| clip_by_global_norm(g, 1.0))
                             .accumulator(Sum);
-                    let (g, _) = fresh.call(&model, (x.clone(), y.clone())).unwrap();
+                    let (g, _) = fresh.call(&trained, (x.clone(), y.clone())).unwrap();
                     g.len()
                 }
             };
