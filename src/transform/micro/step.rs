@@ -217,14 +217,17 @@ impl Job for GradStep<'_> {
             let mut grads = AD::<B>::backward(loss);
             // Each gradient is moved out of the container at its input's last place in
             // `tracked` (an argument listed twice in `argnums` gets it twice).
+            let mut last = vec![0; is_tracked.len()];
+            for (p, &i) in self.tracked.iter().enumerate() {
+                last[i] = p;
+            }
             let raw: Vec<Value<Vmap<B>>> = tracked
                 .iter()
                 .enumerate()
                 .map(|(p, t)| {
-                    let again = self.tracked[p + 1..].contains(&self.tracked[p]);
-                    let g = match again {
-                        true => AD::<B>::grad(t, &grads),
-                        false => AD::<B>::grad_remove(t, &mut grads),
+                    let g = match last[self.tracked[p]] == p {
+                        true => AD::<B>::grad_remove(t, &mut grads),
+                        false => AD::<B>::grad(t, &grads),
                     };
                     Value::Float(g.unwrap_or_else(|| {
                         // Not reached by the loss: a zero gradient for every example.
