@@ -117,15 +117,19 @@ pub(crate) fn map_inputs(
     in_axes: &Axes,
 ) -> Result<Mapped, VmapError> {
     let given = in_axes.broadcast_to(&def, "in_axes", "args")?;
-    // Leaf paths name the arguments in errors only: formatted on that path, not on every call.
-    let path = |i: usize| def.leaf_paths("args").swap_remove(i);
     let mut sizes: Vec<(usize, usize)> = Vec::new();
     let mut axes = Vec::with_capacity(leaves.len());
     for (i, (leaf, axis)) in leaves.iter().zip(given).enumerate() {
         match axis {
             Some(a) => {
                 let shape = leaf.shape();
-                let a = normalize_axis_with("in_axes", a, shape.num_dims(), || path(i), &shape)?;
+                let a = normalize_axis_with(
+                    "in_axes",
+                    a,
+                    shape.num_dims(),
+                    || def.leaf_path("args", i),
+                    &shape,
+                )?;
                 sizes.push((i, shape[a]));
                 axes.push(Some(a));
             }

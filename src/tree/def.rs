@@ -94,6 +94,12 @@ impl TreeDef {
         }
     }
 
+    /// Path of leaf `i` (in leaf order), rooted at `root`: for error messages, which name one
+    /// leaf; a caller that checks every leaf formats this only on failure.
+    pub(crate) fn leaf_path(&self, root: &str, i: usize) -> String {
+        self.leaf_paths(root).swap_remove(i)
+    }
+
     /// Path of every leaf, in leaf order, rooted at `root` (e.g. `args[0].weight`).
     pub fn leaf_paths(&self, root: &str) -> Vec<String> {
         fn go(def: &TreeDef, path: &mut String, out: &mut Vec<String>) {

@@ -34,6 +34,21 @@ fn loop_grads(w: &[f32], b: f32, x: &[f32], y: &[f32]) -> (Vec<f32>, Vec<f32>) {
     (gw, gb)
 }
 
+/// `linreg`'s arguments `(w, b, x, y)` on the device, `x` as `[n, 3]`.
+fn linreg_args(
+    w: &[f32],
+    b: f32,
+    x: &[f32],
+    y: &[f32],
+) -> (Tensor<1>, Tensor<1>, Tensor<2>, Tensor<1>) {
+    (
+        Tensor::<1>::from_floats(w, &dev()),
+        Tensor::<1>::from_floats([b], &dev()),
+        Tensor::<2>::from_data(TensorData::new(x.to_vec(), [y.len(), 3]), &dev()),
+        Tensor::<1>::from_floats(y, &dev()),
+    )
+}
+
 type Pair<const D: usize> = (Tensor<D>, Tensor<D>);
 
 /// An argument listed twice in `argnums` gets its gradient twice (as `jax.grad` with
@@ -44,12 +59,7 @@ fn should_give_an_argument_listed_twice_its_gradient_twice() {
     let x = data(n, 3, 8);
     let y = data(n, 1, 9);
     let (gw, gb) = loop_grads(&w, b, &x, &y);
-    let args = (
-        Tensor::<1>::from_floats(w.as_slice(), &dev()),
-        Tensor::<1>::from_floats([b], &dev()),
-        Tensor::<2>::from_data(TensorData::new(x, [n, 3]), &dev()),
-        Tensor::<1>::from_floats(y.as_slice(), &dev()),
-    );
+    let args = linreg_args(&w, b, &x, &y);
     let ((b1, w1, b2), _): ((Tensor<2>, Tensor<2>, Tensor<2>), MicroAux) = micro_grad(linreg)
         .argnums([1, 0, 1])
         .batch_argnums([2, 3])
@@ -68,14 +78,7 @@ fn should_give_per_example_gradients_of_several_arguments() {
     let x = data(n, 3, 8);
     let y = data(n, 1, 9);
     let (gw, gb) = loop_grads(&w, b, &x, &y);
-    let args = || {
-        (
-            Tensor::<1>::from_floats(w.as_slice(), &dev()),
-            Tensor::<1>::from_floats([b], &dev()),
-            Tensor::<2>::from_data(TensorData::new(x.clone(), [n, 3]), &dev()),
-            Tensor::<1>::from_floats(y.as_slice(), &dev()),
-        )
-    };
+    let args = || linreg_args(&w, b, &x, &y);
     for m in [None, Some(1), Some(2), Some(4), Some(8)] {
         let ((pw, pb), aux): (Pair<2>, MicroAux) = micro_grad(linreg)
             .argnums([0, 1])
@@ -130,14 +133,7 @@ fn should_match_the_loop_for_every_accumulator_and_num_real() {
     let (w, b) = (data(1, 3, 1), -0.2f32);
     let (x, y) = (data(n, 3, 2), data(n, 1, 3));
     let (gw, _) = loop_grads(&w, b, &x, &y);
-    let args = || {
-        (
-            Tensor::<1>::from_floats(w.as_slice(), &dev()),
-            Tensor::<1>::from_floats([b], &dev()),
-            Tensor::<2>::from_data(TensorData::new(x.clone(), [n, 3]), &dev()),
-            Tensor::<1>::from_floats(y.as_slice(), &dev()),
-        )
-    };
+    let args = || linreg_args(&w, b, &x, &y);
     let per = Tensor::<2>::from_data(TensorData::new(gw, [n, 3]), &dev());
     let nmb = n / m;
     for real in 0..=nmb {

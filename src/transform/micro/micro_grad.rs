@@ -603,7 +603,7 @@ impl GradOptions {
             for i in ranges[a].clone() {
                 if leaves[i].kind_name() != "float" {
                     return Err(VmapError::NotDifferentiable {
-                        path: def.leaf_paths("args").swap_remove(i),
+                        path: def.leaf_path("args", i),
                         kind: leaves[i].kind_name(),
                     });
                 }
