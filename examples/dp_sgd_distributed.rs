@@ -137,7 +137,7 @@ fn run(mpi: &Mpi) -> Result<(), Box<dyn Error>> {
                         println!(
                             "resumed from {} after {} steps",
                             dir.display(),
-                            record.steps
+                            record.steps()
                         );
                     }
                     DpMechanism::from_record(record)?

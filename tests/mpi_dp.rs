@@ -453,7 +453,7 @@ fn restart_rank(mpi: &Mpi, phase: &str, dir: &str) {
             say(format!(
                 "LOADED rank={} steps={} fingerprint={:016x}",
                 mpi.rank(),
-                record.steps,
+                record.steps(),
                 fingerprint(&loaded)
             ));
             (DpMechanism::from_record(record).unwrap(), checkpoint.model)

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use burn::data::dataloader::batcher::Batcher;
-use burn::data::dataset::InMemDataset;
+use burn::data::dataset::{Dataset, InMemDataset};
 use burn::module::Module;
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
 use burn::optim::{GradientsParams, SgdConfig};
@@ -475,13 +475,22 @@ fn mismatched(dp: &DpMechanism) -> Sampled<Batch> {
         .unwrap()
 }
 
+/// A step that fails after reading its batch (its targets have a row too many) is refused
+/// with the leaf that does not hold one row per example, and accounted: the error depends on
+/// the data, and the caller sees it.
 #[test]
-fn should_refuse_mismatched_batches_unaccounted() {
+fn should_refuse_mismatched_batches_and_account_them() {
     let mut dp = seeded(config(C, SIGMA, 1.0), 1);
     let b = mismatched(&dp);
     let err = dp.noisy_gradient(&model(), loss, b).unwrap_err();
-    assert!(matches!(err, PrivacyError::Vmap(_)), "{err}");
-    assert_eq!(dp.steps(), 0);
+    match &err {
+        PrivacyError::Batch { expected, got } => {
+            assert!(expected.contains("one row per sampled example"), "{err}");
+            assert!(got.contains("5 rows") && got.contains("batch"), "{err}");
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(dp.steps(), 1);
 }
 
 /// The noise is drawn while the clipped sum is computed (hardened noise, on a thread of its
@@ -499,7 +508,11 @@ fn should_never_release_the_noise_of_a_failed_step() {
     assert!(failed.noisy_gradient(&m, loss, bad).is_err());
     let after = step(&mut failed);
     assert_ne!(after, first);
-    assert_eq!(failed.steps(), 1);
+    assert_eq!(
+        failed.steps(),
+        2,
+        "the failed step read its batch: accounted"
+    );
 }
 
 #[derive(Module, Debug)]
@@ -871,4 +884,164 @@ fn should_state_a_larger_epsilon_for_replace_one_than_add_remove() {
     // Group privacy: 2ε' at a smaller δ', at least twice the add/remove ε.
     assert!(replace >= 2.0 * add_remove, "{replace} vs {add_remove}");
     assert!(replace < 4.0 * add_remove, "{replace} vs {add_remove}");
+}
+
+// -------------------------------------------------------------------------------------------
+// Issue 43 (no silent wrong answer): one test per defect of the mechanism, each failing on the
+// mechanism it was found in.
+// -------------------------------------------------------------------------------------------
+
+/// Two rows per example (an augmentation: the example and its mirror image).
+#[derive(Clone)]
+struct Augmented;
+impl Batcher<Item, Batch> for Augmented {
+    fn batch(&self, items: Vec<Item>, device: &Device) -> Batch {
+        let mirrored = items
+            .iter()
+            .map(|(x, y)| (x.iter().rev().copied().collect(), y.clone()));
+        let doubled = items.iter().cloned().chain(mirrored).collect();
+        Rows.batch(doubled, device)
+    }
+}
+
+/// The same two rows per example, stacked on a second axis: `[B, 2, ..]`.
+#[derive(Clone)]
+struct Stacked;
+impl Batcher<Item, (Tensor<3>, Tensor<3>)> for Stacked {
+    fn batch(&self, items: Vec<Item>, device: &Device) -> (Tensor<3>, Tensor<3>) {
+        let n = items.len();
+        let (x, y) = Augmented.batch(items, device);
+        let stack = |t: Tensor<2>| {
+            let d = t.dims()[1];
+            // Rows 0..n are the examples, n..2n their mirror images: [2, n, d] -> [n, 2, d].
+            t.reshape([2, n, d]).swap_dims(0, 1)
+        };
+        (stack(x), stack(y))
+    }
+}
+
+/// Defect 2: a batcher that emits two rows per example had each row clipped to C, a released
+/// sum of sensitivity 2C accounted as C. The step refuses such a batch (and says how to stack
+/// the rows); stacked on a second axis, an example's rows are one clipped contribution.
+#[test]
+fn should_refuse_several_rows_per_example_and_clip_stacked_rows_together() {
+    let mut dp = seeded(config(C, 0.0, 1.0), 1);
+    let batch = dp
+        .loader(rows(4), Arc::new(Augmented), dev())
+        .unwrap()
+        .next_batch()
+        .unwrap();
+    let err = dp.noisy_gradient(&model(), loss, batch).unwrap_err();
+    match &err {
+        PrivacyError::Batch { expected, got } => {
+            assert!(expected.contains("4 examples were sampled"), "{err}");
+            assert!(expected.contains("[4, k, ..]"), "{err}");
+            assert!(got.contains("8 rows"), "{err}");
+        }
+        other => panic!("{other}"),
+    }
+    // Stacked: the loss of one example sums over its two rows, whose gradients are clipped
+    // together, once per example (σ = 0: the released value is the clipped sum over B).
+    let m = model();
+    let mut dp = seeded(config(C, 0.0, 1.0), 1);
+    let batch = dp
+        .loader(rows(4), Arc::new(Stacked), dev())
+        .unwrap()
+        .next_batch()
+        .unwrap();
+    let stacked_loss = |m: &Linear, (x, y): (Tensor<3>, Tensor<3>)| {
+        let [_, k, d] = x.dims();
+        let out = m.forward(x.reshape([k, d]));
+        (out - y.reshape([k, 2])).powi_scalar(2).sum()
+    };
+    let (released, report) = dp.noisy_gradient(&m, stacked_loss, batch).unwrap();
+    assert_eq!(report.sampled, 4);
+    // By hand: per example, the sum of its two rows' gradients, clipped to C; summed; over B.
+    let (x, y) = Augmented.batch((0..4).map(|i| rows(4).get(i).unwrap()).collect(), &dev());
+    let per_example = (0..4).map(|i| {
+        let pick = Tensor::<1, Int>::from_ints([i as i64, i as i64 + 4], &dev());
+        let trained = m.clone().train();
+        let l = loss(
+            &trained,
+            (x.clone().select(0, pick.clone()), y.clone().select(0, pick)),
+        );
+        let g = GradientsParams::from_grads(l.backward(), &trained);
+        let mut v = floats(g.get::<2>(trained.weight.id).unwrap());
+        v.extend(floats(
+            g.get::<1>(trained.bias.as_ref().unwrap().id).unwrap(),
+        ));
+        let norm = v.iter().map(|a| a * a).sum::<f32>().sqrt();
+        let scale = (C as f32 / norm).min(1.0);
+        v.into_iter().map(|a| a * scale).collect::<Vec<_>>()
+    });
+    let expected = per_example.fold(vec![0.0; 8], |acc: Vec<f32>, v| {
+        acc.iter().zip(&v).map(|(a, b)| a + b).collect()
+    });
+    let expected: Vec<f32> = expected.iter().map(|v| v / B as f32).collect();
+    assert_close(&values(&released), &expected, 1e-5);
+}
+
+/// Defect 4: a step that failed after reading its batch was not accounted, although its error
+/// depends on the data and the caller sees it. Refusals of the model alone (BatchNorm) stay
+/// unaccounted (`should_refuse_batch_norm_naming_its_path`).
+#[test]
+fn should_account_a_step_that_fails_after_reading_its_batch() {
+    let mut dp = seeded(config(C, SIGMA, 1.0), 1);
+    let mut accountant = seeded(config(C, SIGMA, 1.0), 1);
+    for _ in 0..2 {
+        let b = mismatched(&dp);
+        assert!(dp.noisy_gradient(&model(), loss, b).is_err());
+        let b = next(&accountant, 4);
+        accountant.noisy_gradient(&model(), loss, b).unwrap();
+    }
+    assert_eq!(dp.steps(), 2);
+    assert_eq!(dp.epsilon().unwrap(), accountant.epsilon().unwrap());
+}
+
+/// `bytes` (a record's burnpack scalars) with `key` set to `value`, read back as a record.
+fn patched(bytes: Vec<u8>, key: &str, value: burn_pack::Scalar) -> Result<DpRecord, PrivacyError> {
+    let reader = burn_pack::Reader::from_bytes(burn_pack::Bytes::from_bytes_vec(bytes)).unwrap();
+    let mut scalars: Vec<(String, burn_pack::Scalar)> = reader
+        .scalars()
+        .iter()
+        .filter(|(k, _)| k.as_str() != key)
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    scalars.push((key.into(), value));
+    let writer = scalars
+        .into_iter()
+        .fold(burn_pack::Writer::new(Vec::new()), |w, (k, v)| {
+            w.with_scalar(&k, v)
+        });
+    DpRecord::from_bytes(&writer.into_bytes().unwrap())
+}
+
+/// Defect 5: `DpRecord`'s fields were public, so `record.seeded = false` relabelled a seeded run
+/// as private and `record.steps = 0` restarted ε on resume (the `compile_fail` example in
+/// `DpRecord`'s docs). A record read from bytes is checked as a configuration is.
+#[test]
+fn should_refuse_a_record_whose_settings_are_out_of_their_domain() {
+    let dp = seeded(config(C, SIGMA, Q), 1)
+        .with_budget(5.0, 1e-5)
+        .unwrap();
+    let bytes = dp.record().to_bytes().unwrap();
+    let record = DpRecord::from_bytes(&bytes).unwrap();
+    assert_eq!(
+        (record.steps(), record.is_seeded(), record.budget()),
+        (0, true, Some((5.0, 1e-5)))
+    );
+    assert_eq!(record.config(), dp.config());
+    use burn_pack::Scalar::Float;
+    for (key, value, argument) in [
+        ("dp.clip_norm", Float(-1.0), "clip_norm"),
+        ("dp.noise_multiplier", Float(f64::NAN), "noise_multiplier"),
+        ("dp.sampling_rate", Float(1.5), "sampling_rate"),
+        ("dp.budget.epsilon", Float(0.0), "epsilon"),
+        ("dp.budget.delta", Float(1.0), "delta"),
+    ] {
+        match patched(bytes.clone(), key, value) {
+            Err(PrivacyError::Argument { argument: a, .. }) => assert_eq!(a, argument, "{key}"),
+            other => panic!("{key}: {:?}", other.map(|_| ())),
+        }
+    }
 }

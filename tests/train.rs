@@ -335,8 +335,8 @@ fn should_resume_epsilon_from_the_mechanisms_record_beside_the_checkpoint() {
     assert_eq!(first.steps(), 20);
     for (epoch, steps) in [(1, 10), (2, 20)] {
         let record = DpRecord::load(record_path(&dir, epoch)).unwrap();
-        assert_eq!(record.steps, steps, "the record of epoch {epoch}");
-        assert!(record.seeded);
+        assert_eq!(record.steps(), steps, "the record of epoch {epoch}");
+        assert!(record.is_seeded());
         assert!(dir.join(format!("checkpoint/model-{epoch}.bpk")).exists());
     }
 
@@ -406,7 +406,7 @@ fn should_resume_epsilon_from_the_mechanisms_record_beside_the_checkpoint() {
     assert_eq!(eps.len(), 22, "{eps:?}");
     assert_eq!(eps[0], rdp(21));
     assert_eq!(*eps.last().unwrap(), rdp(40));
-    assert_eq!(DpRecord::load(record_path(&dir, 4)).unwrap().steps, 40);
+    assert_eq!(DpRecord::load(record_path(&dir, 4)).unwrap().steps(), 40);
 
     // An uninterrupted run of four epochs: the same steps, the same ε by PLD and by RDP.
     let whole = owner(14);

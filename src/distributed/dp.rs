@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::Dataset;
-use burn::module::Module;
+use burn::module::{Module, ModuleDisplay};
 use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
 use burn::store::ModuleRecord;
@@ -47,18 +47,20 @@ use crate::tree::Tree;
 pub enum DistributedError {
     /// This rank's part of the step failed (its batch, its budget, its per-example gradients);
     /// it still took part in the step's collectives, so the other ranks return
-    /// [`Peers`](Self::Peers) and nothing was released or accounted anywhere.
+    /// [`Peers`](Self::Peers). Nothing was released; the step was accounted on every rank when
+    /// a rank's failure came after reading its batch (as [`DpMechanism::noisy_gradient`]).
     #[error(transparent)]
     Privacy(#[from] PrivacyError),
     /// A collective failed: [`CollectiveError::Timeout`] when a peer is stalled or dead (stop
     /// the job and restart it from its last checkpoint).
     #[error(transparent)]
     Collective(#[from] CollectiveError),
-    /// The step failed on other ranks (each returns its own error); nothing was released or
-    /// accounted on any rank, and every rank's batch was consumed.
+    /// The step failed on other ranks (each returns its own error); nothing was released on
+    /// any rank, every rank's batch was consumed, and the step was accounted on every rank when
+    /// a failure came after reading a batch.
     #[error(
         "distributed DP: {operation} failed on rank(s) {ranks:?} (see their error); nothing was \
-         released or accounted on any rank"
+         released on any rank"
     )]
     Peers {
         /// The step, or the checkpoint's load.
@@ -194,14 +196,10 @@ impl<C: Collective> DistributedDp<C> {
         timeout: Duration,
     ) -> Result<Self, DistributedError> {
         let (rank, size) = (engine.rank(), engine.size());
-        let unseeded = |mut r: DpRecord| {
-            r.seeded = false;
-            r
-        };
-        let mine = unseeded(mechanism.record());
+        let mine = mechanism.record().unseeded();
         let root = share(&engine, 0, || Ok(Some(mine.to_bytes()?)), timeout)?;
         let differs = match root.as_deref().map(DpRecord::from_bytes) {
-            Some(Ok(r)) => unseeded(r) != mine,
+            Some(Ok(r)) => r.unseeded() != mine,
             _ => true,
         };
         // Per rank: [differs, seeded].
@@ -301,8 +299,9 @@ impl<C: Collective> DistributedDp<C> {
     /// # Errors
     /// - [`DistributedError::Privacy`]: this rank's batch, budget or gradients failed (as
     ///   [`DpMechanism::noisy_gradient`]); [`DistributedError::Peers`]: another rank's did.
-    ///   Either way nothing was released or accounted on any rank, and every rank's batch was
-    ///   consumed;
+    ///   Either way nothing was released on any rank and every rank's batch was consumed; the
+    ///   step was accounted on every rank when a failure came after reading a batch (it depends
+    ///   on the data, and every rank sees it);
     /// - [`DistributedError::Collective`]: a collective failed; [`CollectiveError::Timeout`]
     ///   within about `timeout` when a peer is stalled or dead. The step's collective is still
     ///   in flight: stop the job and restart it from the last checkpoint.
@@ -313,7 +312,7 @@ impl<C: Collective> DistributedDp<C> {
         batch: Sampled<A>,
     ) -> Result<(ParamGrads, StepReport), DistributedError>
     where
-        M: Module + 'static,
+        M: Module + ModuleDisplay + 'static,
         A: Tree + 'static,
         F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
     {
@@ -323,20 +322,33 @@ impl<C: Collective> DistributedDp<C> {
             // Takes part with zeros, so the peers learn of the failure instead of timing out.
             Err(e) => (self.mechanism.zeros(model)?, Err(e)),
         };
-        // The sum, then one slot per rank: 1 where that rank's part failed.
+        // The sum, then one slot per rank: 1 where that rank's part failed before reading its
+        // batch, 2 where it failed after.
         let mut flat = flatten_grads(&sum);
         let len = flat.len();
         flat.resize(len + size, 0.0);
-        flat[len + rank] = f32::from(u8::from(local.is_err()));
+        flat[len + rank] = match &local {
+            Ok(_) => 0.0,
+            Err(failure) if failure.read => 2.0,
+            Err(_) => 1.0,
+        };
         self.engine.all_reduce_sum(&mut flat, self.timeout)?;
         let failed: Vec<usize> = (0..size).filter(|r| flat[len + r] > 0.0).collect();
-        let report = local?;
         if !failed.is_empty() {
-            return Err(DistributedError::Peers {
-                operation: STEP,
-                ranks: failed,
+            // A failure that depends on a rank's data is seen by every rank: every rank
+            // accounts the step, so their accountants stay the one-process accountant.
+            if (0..size).any(|r| flat[len + r] > 1.5) {
+                self.mechanism.account_released()?;
+            }
+            return Err(match local {
+                Err(failure) => failure.error.into(),
+                Ok(_) => DistributedError::Peers {
+                    operation: STEP,
+                    ranks: failed,
+                },
             });
         }
+        let report = local.map_err(|f| f.error)?;
         flat.truncate(len);
 
         // Every rank noises its own slice of the total (every coordinate once, each rank's
@@ -361,6 +373,8 @@ impl<C: Collective> DistributedDp<C> {
         };
         self.engine.all_reduce_sum(&mut update, self.timeout)?;
         let failed: Vec<usize> = (0..size).filter(|r| update[len + r] > 0.0).collect();
+        // Every rank has read the total by now: the step is accounted, failed or not.
+        self.mechanism.account_released()?;
         noised?;
         if !failed.is_empty() {
             return Err(DistributedError::Peers {
@@ -368,7 +382,6 @@ impl<C: Collective> DistributedDp<C> {
                 ranks: failed,
             });
         }
-        self.mechanism.account_released()?;
         Ok((unflatten_grads(sum, &update[..len])?, report))
     }
 
@@ -388,7 +401,7 @@ impl<C: Collective> DistributedDp<C> {
         batch: Sampled<A>,
     ) -> Result<(M, StepReport), DistributedError>
     where
-        M: Module + 'static,
+        M: Module + ModuleDisplay + 'static,
         A: Tree + 'static,
         F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
     {

@@ -17,7 +17,7 @@
 use std::any::{Any, TypeId};
 use std::sync::Arc;
 
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::{Module, ModuleDisplay, ModuleVisitor, Param};
 use burn::tensor::Tensor;
 use burn_backend::ops::FloatTensorOps;
 use burn_dispatch::Dispatch;
@@ -148,7 +148,7 @@ impl ClippedSums {
         batch: A,
     ) -> Result<ClippedSum, VmapError>
     where
-        M: Module + 'static,
+        M: Module + ModuleDisplay + 'static,
         A: Tree + 'static,
         F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
     {
@@ -253,7 +253,7 @@ fn add(a: ParamGrads, b: ParamGrads) -> ParamGrads {
 /// The finder runs the loss once more with the non-finite flag as its `metrics_fn`.
 fn runners<M, A, F>(clipping: Clipping, loss_fn: F) -> Runners<M, A>
 where
-    M: Module + 'static,
+    M: Module + ModuleDisplay + 'static,
     A: Tree + 'static,
     F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
 {

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::Dataset;
-use burn::module::{Module, ParamId};
+use burn::module::{Module, ModuleDisplay, ParamId};
 use burn::tensor::{Device, Tensor, TensorData};
 use burn_backend::ops::FloatTensorOps;
 use burn_dispatch::Dispatch;
@@ -51,6 +51,40 @@ impl StepReport {
             self.clipped as f64 / self.sampled as f64
         }
     }
+}
+
+/// A step that failed after its batch was admitted, and whether it had read the batch then (a
+/// failure that has read it depends on the data, and is accounted).
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) error: PrivacyError,
+    pub(crate) read: bool,
+}
+
+/// `batch` when every leaf holds one row per sampled example (leading dimension `size`): the
+/// accountant counts one clipped contribution per example, and a batcher that emits several
+/// rows per example (augmentations, crops, packed sequences) would have each clipped on its own,
+/// the sensitivity `k·C` instead of `C`.
+///
+/// # Errors
+/// [`PrivacyError::Batch`] naming the first leaf whose leading dimension is not `size`.
+fn one_row_per_example<A: Tree>(batch: A, size: usize) -> Result<A, PrivacyError> {
+    let (leaves, def) = batch.flatten();
+    let rows = |leaf: &Leaf| leaf.shape().as_slice().first().copied();
+    if let Some(i) = leaves.iter().position(|l| rows(l) != Some(size)) {
+        let got = match rows(&leaves[i]) {
+            Some(r) => format!("{r} rows"),
+            None => "a rank-0 tensor".into(),
+        };
+        return Err(PrivacyError::Batch {
+            expected: format!(
+                "one row per sampled example in every leaf ({size} examples were sampled; \
+                 for several rows per example, stack them on a second axis: [{size}, k, ..])"
+            ),
+            got: format!("{got} in `{}`", def.leaf_path("batch", i)),
+        });
+    }
+    Ok(A::unflatten(&def, leaves)?)
 }
 
 /// A privacy budget: the steps it allows, computed once.
@@ -288,12 +322,19 @@ impl DpMechanism {
     ///
     /// # Errors
     /// - [`PrivacyError::Batch`]: the batch was sampled by another mechanism, or out of order
-    ///   (a batch skipped or stepped twice);
+    ///   (a batch skipped or stepped twice), or it does not hold one row per sampled example
+    ///   (a batcher that emits several rows per example: stack an example's rows on a second
+    ///   axis instead, `[B, k, ..]`, so that the loss sees `[1, k, ..]`);
     /// - [`PrivacyError::Budget`]: the step would exceed the budget;
     /// - [`PrivacyError::Vmap`]: the per-example gradients failed (a module with BatchNorm in
-    ///   training mode, inputs that do not fit the model).
+    ///   training mode, inputs that do not fit the model);
+    /// - [`PrivacyError::Argument`]: the noise cannot be drawn for this model (a grid too
+    ///   coarse or too fine), or a value of the clipped sum cannot be rounded to the grid.
     ///
-    /// A failed step releases nothing and is not accounted; its batch is consumed.
+    /// A failed step releases nothing; its batch is consumed. It is **accounted** when it
+    /// failed after reading the batch (the error depends on the data, and the caller sees it):
+    /// every failure but a refused ticket or budget and a refusal of the model itself (BatchNorm
+    /// in training mode, a noise grid that does not fit its size).
     pub fn noisy_gradient<M, A, F>(
         &mut self,
         model: &M,
@@ -301,43 +342,51 @@ impl DpMechanism {
         batch: Sampled<A>,
     ) -> Result<(ParamGrads, StepReport), PrivacyError>
     where
-        M: Module + 'static,
+        M: Module + ModuleDisplay + 'static,
         A: Tree + 'static,
         F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
     {
         let (batch, size) = self.admit(batch)?;
-        // The noise's random part does not depend on the gradient: it is drawn (hardened noise,
-        // on a thread of its own) while the clipped sum is computed.
+        // Checks of the model alone (public): a refusal here has not read the batch. The
+        // noise's random part does not depend on the gradient: it is drawn (hardened noise, on
+        // a thread of its own) while the clipped sum is computed.
         let dims = ParamGrads::trainable_dims(NAME, model)?;
         let noise = self.start_noise(dims, dims, true)?;
-        let (sum, report) = self.sum(model, loss_fn, batch, size)?;
-        let noisy = noise.add(sum, &mut self.noise)?;
+        let released = self
+            .sum(model, loss_fn, batch, size)
+            .and_then(|(sum, report)| Ok((noise.add(sum, &mut self.noise)?, report)));
+        // From the batch on, what the step returns depends on the data, an error too.
         self.account_released()?;
+        let (noisy, report) = released?;
         Ok((self.normalised(noisy), report))
     }
 
     /// The first half of a step: the batch's ticket and the budget checked, the batch consumed,
     /// and the clipped sum of its examples' gradients, without noise (zeros over every trainable
     /// parameter for an empty batch); the report numbers the step that
-    /// [`release`](Self::release) or [`account_released`](Self::account_released) will account.
-    /// A data-parallel step sums these over the processes, then each process noises its slice
-    /// of the total ([`noise_part`](Self::noise_part)).
+    /// [`account_released`](Self::account_released) will account. A data-parallel step sums
+    /// these over the processes, then each process noises its slice of the total
+    /// ([`noise_part`](Self::noise_part)).
     ///
     /// # Errors
-    /// As [`noisy_gradient`](Self::noisy_gradient); nothing is accounted.
+    /// As [`noisy_gradient`](Self::noisy_gradient), with whether the step read the batch before
+    /// it failed ([`Failure::read`]); nothing is accounted.
     pub(crate) fn clipped_sum<M, A, F>(
         &mut self,
         model: &M,
         loss_fn: F,
         batch: Sampled<A>,
-    ) -> Result<(ParamGrads, StepReport), PrivacyError>
+    ) -> Result<(ParamGrads, StepReport), Failure>
     where
-        M: Module + 'static,
+        M: Module + ModuleDisplay + 'static,
         A: Tree + 'static,
         F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
     {
-        let (batch, size) = self.admit(batch)?;
+        let unread = |error: PrivacyError| Failure { error, read: false };
+        let (batch, size) = self.admit(batch).map_err(unread)?;
+        ParamGrads::trainable_dims(NAME, model).map_err(|e| unread(e.into()))?;
         self.sum(model, loss_fn, batch, size)
+            .map_err(|error| Failure { error, read: true })
     }
 
     /// A step's admission of `batch`: its ticket checked and consumed, the budget checked; the
@@ -385,7 +434,7 @@ impl DpMechanism {
         size: usize,
     ) -> Result<(ParamGrads, StepReport), PrivacyError>
     where
-        M: Module + 'static,
+        M: Module + ModuleDisplay + 'static,
         A: Tree + 'static,
         F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
     {
@@ -397,6 +446,7 @@ impl DpMechanism {
         let (sum, non_finite, clipped) = match batch {
             None => (self.zeros(model)?, 0, 0),
             Some(batch) => {
+                let batch = one_row_per_example(batch, size)?;
                 let s = self.sums.sum(clipping, model, loss_fn, batch)?;
                 (s.sum, s.non_finite, s.clipped)
             }

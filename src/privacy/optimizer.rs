@@ -1,6 +1,6 @@
 //! [`DpSgd`]: DP-SGD around any Burn optimizer, and per-layer clipping.
 
-use burn::module::Module;
+use burn::module::{Module, ModuleDisplay};
 use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
 use burn::tensor::Tensor;
@@ -75,7 +75,7 @@ impl DpSgd {
         batch: Sampled<A>,
     ) -> Result<(M, StepReport), PrivacyError>
     where
-        M: Module + 'static,
+        M: Module + ModuleDisplay + 'static,
         A: Tree + 'static,
         F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
     {

@@ -16,7 +16,11 @@ const VERSION: u64 = 1;
 /// "not private" then). Never its generators: a resumed run draws fresh noise.
 ///
 /// Stored in Burn's burnpack format (named scalars), as Burn 0.22 stores optimizer and
-/// learning-rate scheduler state.
+/// learning-rate scheduler state. Its fields are read-only: a record comes from a mechanism
+/// ([`DpMechanism::record`](super::DpMechanism::record)) or from its bytes, whose settings are
+/// checked as [`DpMechanism::new`](super::DpMechanism::new) checks them, so no edit of a record
+/// in code can relabel a seeded run as private or restart ε (a file edited by hand is outside
+/// what any record can prevent: keep checkpoints where the training run alone writes).
 ///
 /// ```
 /// use burn_vmap::privacy::{DpConfig, DpMechanism, DpRecord, Neighbouring};
@@ -24,22 +28,86 @@ const VERSION: u64 = 1;
 /// let dp = DpMechanism::new(config)?;
 /// let path = std::env::temp_dir().join(format!("dp-record-doc-{}.bpk", std::process::id()));
 /// dp.record().save(&path)?;
-/// let resumed = DpMechanism::from_record(DpRecord::load(&path)?)?;
+/// let record = DpRecord::load(&path)?;
+/// assert_eq!((record.steps(), record.is_seeded()), (0, false));
+/// let resumed = DpMechanism::from_record(record)?;
 /// assert_eq!(resumed.steps(), dp.steps());
 /// assert_eq!(resumed.config(), dp.config());
 /// # std::fs::remove_file(path).ok();
 /// # Ok::<(), burn_vmap::privacy::PrivacyError>(())
 /// ```
+///
+/// A record cannot be edited: a seeded run stays "not private", and ε cannot restart.
+///
+/// ```compile_fail
+/// use burn_vmap::privacy::{DpConfig, DpMechanism, Neighbouring};
+/// let config = DpConfig::new(1.0, 1.1, 0.01, Neighbouring::ReplaceOne { dataset_size: 1000 });
+/// let mut record = DpMechanism::seeded(config, 7).unwrap().record();
+/// record.seeded = false; // private field
+/// record.steps = 0; // private field
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct DpRecord {
+    pub(super) config: DpConfig,
+    pub(super) steps: u64,
+    pub(super) budget: Option<(f64, f64)>,
+    pub(super) seeded: bool,
+}
+
+impl DpRecord {
     /// The settings.
-    pub config: DpConfig,
+    pub fn config(&self) -> &DpConfig {
+        &self.config
+    }
+
     /// Steps released and accounted.
-    pub steps: u64,
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
     /// The budget `(ε, δ)`, if any.
-    pub budget: Option<(f64, f64)>,
-    /// Whether a seeded generator was used at some point of the run.
-    pub seeded: bool,
+    pub fn budget(&self) -> Option<(f64, f64)> {
+        self.budget
+    }
+
+    /// Whether a seeded generator was used at some point of the run (then it is not private).
+    pub fn is_seeded(&self) -> bool {
+        self.seeded
+    }
+
+    /// The record with another microbatch size, the one setting that changes no released value
+    /// (a resumed run may bound its memory differently).
+    ///
+    /// # Errors
+    /// [`PrivacyError::Argument`] for a microbatch size of 0.
+    pub fn with_microbatch_size(mut self, size: Option<usize>) -> Result<Self, PrivacyError> {
+        self.config.microbatch_size = size;
+        self.config.validate()?;
+        Ok(self)
+    }
+
+    /// The record as a resumed data-parallel rank compares it with its peers': every field but
+    /// whether a generator was seeded (a peer's seeded generator marks every rank's run).
+    pub(crate) fn unseeded(mut self) -> Self {
+        self.seeded = false;
+        self
+    }
+
+    /// Every field in its domain, as [`DpMechanism::new`](super::DpMechanism::new) and
+    /// [`with_budget`](super::DpMechanism::with_budget) check them.
+    fn validated(self) -> Result<Self, PrivacyError> {
+        self.config.validate()?;
+        if let Some((epsilon, delta)) = self.budget {
+            super::config::check(
+                epsilon.is_finite() && epsilon > 0.0,
+                "epsilon",
+                "a finite budget ε > 0",
+                epsilon,
+            )?;
+            super::config::check(delta > 0.0 && delta < 1.0, "delta", "a δ in (0, 1)", delta)?;
+        }
+        Ok(self)
+    }
 }
 
 impl DpRecord {
@@ -132,7 +200,7 @@ impl DpRecord {
             (Ok(e), Ok(d)) => Some((e, d)),
             _ => None,
         };
-        Ok(Self {
+        Self {
             config: DpConfig {
                 clip_norm: float("dp.clip_norm")?,
                 noise_multiplier: float("dp.noise_multiplier")?,
@@ -149,7 +217,8 @@ impl DpRecord {
             steps: uint("dp.steps")?,
             budget,
             seeded: boolean("dp.seeded")?,
-        })
+        }
+        .validated()
     }
 
     /// Writes the record to a burnpack file at `path`.
@@ -167,7 +236,8 @@ impl DpRecord {
     /// Reads a record written by [`save`](Self::save).
     ///
     /// # Errors
-    /// [`PrivacyError::Record`] for a missing file, another format, or a missing field.
+    /// [`PrivacyError::Record`] for a missing file, another format, or a missing field;
+    /// [`PrivacyError::Argument`] for a setting out of its domain.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, PrivacyError> {
         Self::from_reader(&Reader::from_file(path).map_err(record_error)?)
     }

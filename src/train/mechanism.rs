@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::Dataset;
-use burn::module::Module;
+use burn::module::{Module, ModuleDisplay};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 
@@ -155,7 +155,7 @@ pub(super) struct Mechanism<M, O> {
 
 impl<M, O> Mechanism<M, O>
 where
-    M: Module + 'static,
+    M: Module + ModuleDisplay + 'static,
     O: Tree + Send + 'static,
 {
     /// The mechanism of `config` over `dataset`, batching with `batcher`. A replace-one
@@ -280,23 +280,17 @@ where
                 self.dp.steps()
             ));
         }
-        let record = DpRecord::load(path).map_err(|e| e.to_string())?;
         let ours = self.dp.config();
-        let theirs = DpConfig {
-            microbatch_size: ours.microbatch_size,
-            ..record.config.clone()
-        };
-        if theirs != *ours {
+        let record = DpRecord::load(path)
+            .and_then(|r| r.with_microbatch_size(ours.microbatch_size))
+            .map_err(|e| e.to_string())?;
+        if record.config() != ours {
             return Err(format!(
                 "its settings differ from this DpTraining's (saved {:?}, now {ours:?}): every step of a run is accounted with one setting; resume with the saved one",
-                record.config
+                record.config()
             ));
         }
-        let record = DpRecord {
-            config: ours.clone(),
-            ..record
-        };
-        let steps = record.steps;
+        let steps = record.steps();
         self.dp = match self.seed {
             // Not the first run's noise again: the seed moves on with the steps.
             Some(seed) => DpMechanism::from_record_seeded(

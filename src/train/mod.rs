@@ -144,7 +144,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use burn::data::dataloader::DataLoader;
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::Dataset;
-use burn::module::Module;
+use burn::module::{Module, ModuleDisplay};
 use burn::tensor::{Device, Tensor};
 use burn_train::{InferenceStep, SupervisedTraining, TrainOutput, TrainingStrategy};
 
@@ -291,7 +291,7 @@ impl<M, O> std::fmt::Debug for DpTraining<M, O> {
 
 impl<M, O> DpTraining<M, O>
 where
-    M: Module + 'static,
+    M: Module + ModuleDisplay + 'static,
     O: Tree + Send + 'static,
 {
     /// The mechanism of `config` over the training `dataset`, batched by your `batcher`, for

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
 use burn::data::dataset::DatasetError;
-use burn::module::{Devices, Module, ModuleMapper, ModuleVisitor, Param};
+use burn::module::{Devices, Module, ModuleDisplay, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
 use burn::optim::{GradientsParams, ModuleOptimizer, MultiGradientsParams};
 use burn::tensor::{Device, Tensor};
@@ -52,7 +52,7 @@ impl<M, O> DpModel<M, O> {
 
 impl<M, O> DpModel<M, O>
 where
-    M: Module + 'static,
+    M: Module + ModuleDisplay + 'static,
     O: Tree + Send + 'static,
 {
     /// The DP step on `batch`: the privatized gradient (every example's gradient clipped to
@@ -68,7 +68,7 @@ where
     }
 }
 
-impl<M: Module + 'static, O: Send + 'static> DpModel<M, O> {
+impl<M: Module + ModuleDisplay + 'static, O: Send + 'static> DpModel<M, O> {
     /// The model as Burn's optimizers step it: with autodiff parameters. The DP step itself
     /// differentiates per example and takes the model in either mode, so a model made on a
     /// plain device (forked to an autodiff device, which keeps its tensors plain) is turned to
@@ -115,7 +115,7 @@ impl<M: std::fmt::Display, O> std::fmt::Display for DpModel<M, O> {
 /// Every method is your model's; the owner handle rides along.
 impl<M, O> Module for DpModel<M, O>
 where
-    M: Module + 'static,
+    M: Module + ModuleDisplay + 'static,
     O: Send + 'static,
 {
     fn collect_devices(&self, devices: Devices) -> Devices {
@@ -153,7 +153,7 @@ where
 
 impl<M, O> TrainStep for DpModel<M, O>
 where
-    M: Module + 'static,
+    M: Module + ModuleDisplay + 'static,
     O: Tree + Send + 'static,
 {
     type Input = DpBatch<O>;
@@ -264,7 +264,7 @@ impl<M, O> DpLoader<M, O> {
 
 impl<M, O> DataLoader<DpBatch<O>> for DpLoader<M, O>
 where
-    M: Module + 'static,
+    M: Module + ModuleDisplay + 'static,
     O: Tree + Send + 'static,
 {
     fn iter<'a>(&'a self) -> Box<dyn DataLoaderIterator<DpBatch<O>> + 'a> {
@@ -304,7 +304,7 @@ struct DpLoaderIter<'a, M, O> {
 
 impl<M, O> Iterator for DpLoaderIter<'_, M, O>
 where
-    M: Module + 'static,
+    M: Module + ModuleDisplay + 'static,
     O: Tree + Send + 'static,
 {
     type Item = Result<DpBatch<O>, DatasetError>;
@@ -324,7 +324,7 @@ where
 
 impl<M, O> DataLoaderIterator<DpBatch<O>> for DpLoaderIter<'_, M, O>
 where
-    M: Module + 'static,
+    M: Module + ModuleDisplay + 'static,
     O: Tree + Send + 'static,
 {
     fn progress(&self) -> Progress {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use burn::data::dataloader::Progress;
-use burn::module::Module;
+use burn::module::{Module, ModuleDisplay};
 use burn_train::{
     EventProcessorTraining, InferenceStep, Interrupter, Learner, LearnerEvent,
     SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader, TrainingComponents,
@@ -51,7 +51,7 @@ fn fail(interrupter: &Interrupter, error: DpTrainError) {
 
 impl<M, O> SupervisedLearningStrategy<DpModel<M, O>> for DpStrategy<M, O>
 where
-    M: Module + InferenceStep + std::fmt::Display + 'static,
+    M: Module + ModuleDisplay + InferenceStep + std::fmt::Display + 'static,
     O: Tree + Send + 'static,
 {
     fn fit(
@@ -169,7 +169,7 @@ fn train_epoch<M, O>(
     processor: &mut SupervisedTrainingEventProcessor<DpModel<M, O>>,
     interrupter: &Interrupter,
 ) where
-    M: Module + InferenceStep + std::fmt::Display + 'static,
+    M: Module + ModuleDisplay + InferenceStep + std::fmt::Display + 'static,
     O: Tree + Send + 'static,
 {
     let mut iterator = loader.iter();
@@ -213,7 +213,7 @@ fn valid_epoch<M, O>(
     processor: &mut SupervisedTrainingEventProcessor<DpModel<M, O>>,
     interrupter: &Interrupter,
 ) where
-    M: Module + InferenceStep + std::fmt::Display + 'static,
+    M: Module + ModuleDisplay + InferenceStep + std::fmt::Display + 'static,
     O: Tree + Send + 'static,
 {
     let model = learner.model().valid();

@@ -6,8 +6,16 @@
 //! order); every run then feeds the module's current parameters, so an optimizer step needs no
 //! new recording. A parameter is differentiated when it is trainable (`Module::freeze` and
 //! `set_require_grad(false)` exclude it, as Burn's own `backward` would).
+//!
+//! Everything else the loss reads from the module is a constant of the recording: a
+//! `Dropout`'s probability, a plain `f64` field (a temperature, a loss weight), a
+//! `#[module(skip)]` or `Ignored<T>` value, a non-parameter tensor field. A kept recording is
+//! reused only for a module whose [`constants`] (Burn's rendering of every such field) are the
+//! ones it was recorded with; any change records the loss again.
 
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::module::{
+    DisplaySettings, Module, ModuleDisplay, ModuleMapper, ModuleVisitor, Param, ParamId,
+};
 use burn::tensor::{Float, Tensor};
 
 use crate::VmapError;
@@ -27,11 +35,44 @@ pub(crate) struct ModuleParams {
 }
 
 /// What identifies a module for a recording: its parameters' ids and shapes, its flags (a
-/// `Dropout`'s training flag changes what is recorded).
+/// `Dropout`'s training flag changes what is recorded), and its [`constants`] once a transform
+/// that keeps recordings adds them ([`with_constants`](Self::with_constants)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ModuleKey {
     params: Vec<(ParamId, TensorSig, bool)>,
     flags: Vec<(ParamId, bool)>,
+    constants: Option<String>,
+}
+
+impl ModuleKey {
+    /// The key with the module's [`constants`]: a recording kept under it is reused only for a
+    /// module whose every non-parameter field is the same.
+    pub(crate) fn with_constants<M: ModuleDisplay>(mut self, module: &M) -> Self {
+        self.constants = Some(constants(module));
+        self
+    }
+}
+
+/// Everything of `module` that a function recorded over it may read besides its parameters'
+/// values and flags, as one string: Burn's rendering of the module with every attribute
+/// (`ModuleDisplay` with `show_all_attributes`, what `#[derive(Module)]` generates, custom
+/// displays bypassed). A field that is not a module is rendered by its `Debug` (a temperature,
+/// a `#[module(skip)]` or `Ignored<T>` value), a constant (`f64`, `usize`) by its value (`f64`
+/// in the shortest form that reads back to the same bits), a `Dropout` by its probability, a
+/// tensor that is not a parameter by its shape, a parameter by its shape.
+///
+/// Not covered: the *values* of a tensor field that is not a `Param` (Burn renders its shape
+/// only): they are read when the loss is recorded, like a tensor a jitted function closes
+/// over. Hold a tensor that changes as a `Param` (frozen with `set_require_grad(false)` if it
+/// is not trained).
+pub(crate) fn constants<M: ModuleDisplay>(module: &M) -> String {
+    let settings = DisplaySettings::new()
+        .with_show_all_attributes(true)
+        .with_show_param_id(false)
+        .with_show_num_parameters(false)
+        .with_new_line_after_attribute(false)
+        .with_indentation_size(0);
+    module.format(settings)
 }
 
 /// Layers whose training mode mixes the examples of a batch (batch statistics), and writes
@@ -160,6 +201,7 @@ impl ModuleParams {
                 })
                 .collect(),
             flags: collect.flags,
+            constants: None,
         };
         let params = Self {
             paths: collect.paths,

@@ -121,10 +121,15 @@ pub(crate) fn record_on<A: Tree, R: Tree>(
 }
 
 /// Recorded programs by signature: a transform records its function once per argument
-/// structure, per-example shapes and dtypes (never per batch size), and autodiff mode.
+/// structure, per-example shapes and dtypes (never per batch size), and autodiff mode (and,
+/// for a module, its parameters and constants: `module::ModuleKey`).
 ///
 /// Like `jax.jit`, the recording assumes the function depends only on its arguments: state it
 /// reads through a `Cell` or a global is read once, when it is recorded.
+///
+/// At most [`Cache::CAPACITY`] recordings are kept, the least recently used dropped first: a
+/// key that changes every epoch (a dropout schedule) records again instead of growing the cache
+/// without bound.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Cache {
     entries: Arc<Mutex<Vec<Entry>>>,
@@ -141,6 +146,9 @@ struct Key {
 }
 
 impl Cache {
+    /// The most recordings kept.
+    pub(crate) const CAPACITY: usize = 8;
+
     /// The recording for this signature, made by `record` on a miss.
     pub(crate) fn get_or_record(
         &self,
@@ -151,9 +159,15 @@ impl Cache {
     ) -> Result<Arc<Recorded>, VmapError> {
         let hit = |k: &Key| k.autodiff == autodiff && k.sigs == sigs && k.def.same_structure(def);
         {
-            let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((_, r)) = entries.iter().find(|(k, _)| hit(k)) {
-                return Ok(r.clone());
+            let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(i) = entries.iter().position(|(k, _)| hit(k)) {
+                // The most recently used last.
+                let last = entries.len() - 1;
+                if i != last {
+                    let entry = entries.remove(i);
+                    entries.push(entry);
+                }
+                return Ok(entries[last].1.clone());
             }
         }
         let recorded = Arc::new(record()?);
@@ -162,10 +176,11 @@ impl Cache {
             sigs: sigs.to_vec(),
             autodiff,
         };
-        self.entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((key, recorded.clone()));
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() >= Self::CAPACITY {
+            entries.remove(0);
+        }
+        entries.push((key, recorded.clone()));
         Ok(recorded)
     }
 }

@@ -1,6 +1,6 @@
 //! [`micro_grad_module`]: [`micro_grad`](super::micro_grad) over a Burn module's parameters.
 
-use burn::module::Module;
+use burn::module::{Module, ModuleDisplay};
 
 use super::batches::Microbatching;
 use super::grad_fn::{
@@ -34,7 +34,12 @@ const NAME: &str = "micro_grad_module";
 /// `loss_fn(model, args)` computes the loss with the unmodified model; the builder holds no
 /// model: [`call`](MicroGrad::call) takes the model as it is at that step, so one builder
 /// serves a whole training loop (the loss is recorded once, with the parameters as inputs, and
-/// every call feeds the current ones). `args` is a tuple whose entries are all batched on
+/// every call feeds the current ones). The rest of the model is part of the recording's key: a
+/// call with another value of a field that is not a parameter (a `Dropout`'s probability, a
+/// temperature, a `#[module(skip)]` value, read through Burn's `ModuleDisplay`, which
+/// `#[derive(Module)]` implements) records the loss again. The one thing read at recording
+/// only is the values of a tensor field that is not a `Param` (its shape is checked): hold a
+/// tensor that changes as a frozen `Param`. `args` is a tuple whose entries are all batched on
 /// axis 0 unless [`batch_argnums`](MicroGrad::batch_argnums) says otherwise. Everything else is
 /// as [`micro_grad`](crate::micro_grad): `keep_batch_dim` (default `true`: `loss_fn` sees a
 /// batch of one, so an existing batched forward pass works unchanged), microbatching,
@@ -113,7 +118,7 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
         args: I,
     ) -> MicroGradCall<S, T, M, ParamGrads, ModuleLossAux<F, Mod, A>>
     where
-        Mod: Module,
+        Mod: Module + ModuleDisplay,
         F: ModuleLossFn<Mod, A>,
         I: Tree,
         A: Tree,
@@ -149,7 +154,7 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
         num_real_microbatches: Option<usize>,
     ) -> MicroGradCall<S, T, M, ParamGrads, ModuleLossAux<F, Mod, A>>
     where
-        Mod: Module,
+        Mod: Module + ModuleDisplay,
         F: ModuleLossFn<Mod, A>,
         I: Tree,
         A: Tree,
@@ -189,7 +194,7 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
         args: I,
     ) -> Result<(G, MicroAux<MO, XO>), VmapError>
     where
-        Mod: Module,
+        Mod: Module + ModuleDisplay,
         F: ModuleLossFn<Mod, A>,
         I: Tree,
         A: Tree,
@@ -212,7 +217,7 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
         num_real_microbatches: Option<usize>,
     ) -> Result<(G, MicroAux<MO, XO>), VmapError>
     where
-        Mod: Module,
+        Mod: Module + ModuleDisplay,
         F: ModuleLossFn<Mod, A>,
         I: Tree,
         A: Tree,
@@ -224,11 +229,15 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
         XO: Tree,
     {
         let (params, key) = module::ModuleParams::of(NAME, model)?;
+        // A recording stands for the loss at this module's constants too (a temperature, a
+        // dropout probability): a change records again instead of replaying a stale graph.
+        let key = key.with_constants(model);
         let (leaves, def) = args.flatten();
         let plan = self.opts.plan(&leaves, &def)?;
         let mapped = map_inputs(leaves, def, &plan.in_axes)?;
         let sigs = with_unit_dims(example_sigs(&mapped.leaves, &mapped.axes), &plan.unit);
-        // One recording per module (parameter ids, shapes, flags) and argument signature.
+        // One recording per module (parameter ids, shapes, flags, constants) and argument
+        // signature.
         let key_def = TreeDef::Node {
             kind: NodeKind::Tuple,
             keys: vec![Key::Index(0), Key::Index(1)],

@@ -1,0 +1,348 @@
+//! A kept recording never goes stale: a kept `micro_grad_module` builder, and a DP mechanism
+//! across steps, give after a change of a field that is not a parameter (a temperature, a
+//! dropout probability, a `#[module(skip)]` value, an `Ignored<T>`) exactly what a fresh
+//! builder or a fresh mechanism gives, for the four burn-nn model families (an MLP, a CNN, a
+//! TransformerEncoder with an Embedding, an Lstm). Each case also checks that the change
+//! matters (the gradient before it differs), so no case passes by comparing equal things.
+
+#![allow(deprecated)] // `Ignored<T>`, still what models written for Burn 0.20 hold.
+
+use std::sync::Arc;
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::InMemDataset;
+use burn::module::{Ignored, Module};
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn::nn::transformer::{
+    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
+};
+use burn::nn::{
+    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfig,
+};
+use burn::tensor::activation::{log_softmax, relu};
+use burn::tensor::{Device, Distribution, Int, Tensor};
+use burn_vmap::Tree;
+use burn_vmap::privacy::{DpConfig, DpMechanism, Neighbouring};
+use burn_vmap::{ParamGrads, clip_by_global_norm, micro_grad_module};
+
+fn dev() -> Device {
+    Device::default()
+}
+
+/// Mean cross-entropy of logits `[1, K]` against the class `[1, 1]`.
+fn cross_entropy(logits: Tensor<2>, y: Tensor<2, Int>) -> Tensor<1> {
+    log_softmax(logits, 1).gather(1, y).mean().neg()
+}
+
+/// Every gradient's values, in the tree's order.
+fn values(g: &ParamGrads) -> Vec<Vec<f32>> {
+    g.iter()
+        .map(|(_, _, t)| t.to_data().convert::<f32>().to_vec::<f32>().unwrap())
+        .collect()
+}
+
+/// The clipped sum of `loss`'s per-example gradients by a kept builder, called on `before` and
+/// then on `after` (the same parameters, another non-parameter field), equals a fresh
+/// builder's on `after` bit for bit; and differs from the sum on `before` (the field matters).
+fn check_kept_builder<M, A>(before: &M, after: &M, batch: A, loss: fn(&M, A) -> Tensor<1>)
+where
+    M: Module + burn::module::ModuleDisplay,
+    A: Tree + Clone,
+{
+    let clipped = || {
+        micro_grad_module(move |m: &M, (a,): (A,)| loss(m, a))
+            .transform_fn(|g: ParamGrads| clip_by_global_norm(g, 1.0))
+    };
+    let kept = clipped();
+    let (first, _) = kept.call(before, (batch.clone(),)).unwrap();
+    let (kept_after, _) = kept.call(after, (batch.clone(),)).unwrap();
+    let (fresh_after, _) = clipped().call(after, (batch,)).unwrap();
+    assert_eq!(
+        values(&kept_after),
+        values(&fresh_after),
+        "the kept builder replayed a stale recording"
+    );
+    assert_ne!(
+        values(&first),
+        values(&fresh_after),
+        "the field's change must change the gradient"
+    );
+}
+
+/// Batches of the rows `indices` of `(x, y)`.
+#[derive(Clone)]
+struct Select<const D: usize, K: burn::tensor::kind::Numeric> {
+    x: Tensor<D, K>,
+    y: Tensor<2, Int>,
+}
+
+impl<const D: usize, K: burn::tensor::kind::Numeric> Batcher<usize, (Tensor<D, K>, Tensor<2, Int>)>
+    for Select<D, K>
+where
+    Tensor<D, K>: Clone,
+{
+    fn batch(&self, indices: Vec<usize>, device: &Device) -> (Tensor<D, K>, Tensor<2, Int>) {
+        let idx: Vec<i64> = indices.iter().map(|&i| i as i64).collect();
+        let idx = Tensor::<1, Int>::from_ints(idx.as_slice(), device);
+        (
+            self.x.clone().select(0, idx.clone()),
+            self.y.clone().select(0, idx),
+        )
+    }
+}
+
+/// A DP mechanism without noise (σ = 0, every example sampled: q = 1) kept across a step on
+/// `before` and a step on `after` releases on the second step exactly what a fresh mechanism's
+/// first step on `after` releases.
+fn check_kept_mechanism<M, const D: usize, K>(
+    before: &M,
+    after: &M,
+    data: Select<D, K>,
+    loss: fn(&M, (Tensor<D, K>, Tensor<2, Int>)) -> Tensor<1>,
+) where
+    M: Module + burn::module::ModuleDisplay + 'static,
+    K: burn::tensor::kind::Numeric + 'static,
+    Tensor<D, K>: Tree + Clone,
+{
+    let n = data.x.dims()[0];
+    let config = DpConfig::new(
+        1.0,
+        0.0,
+        1.0,
+        Neighbouring::AddRemove {
+            expected_batch_size: n as f64,
+        },
+    );
+    let release = |dp: &mut DpMechanism, model: &M| {
+        let mut loader = dp
+            .loader(
+                Arc::new(InMemDataset::new((0..n).collect())),
+                Arc::new(data.clone()),
+                dev(),
+            )
+            .unwrap();
+        let batch = loader.next_batch().unwrap();
+        values(&dp.noisy_gradient(model, loss, batch).unwrap().0)
+    };
+    let mut kept = DpMechanism::seeded(config.clone(), 1).unwrap();
+    let first = release(&mut kept, before);
+    let second = release(&mut kept, after);
+    let fresh = release(&mut DpMechanism::seeded(config, 1).unwrap(), after);
+    assert_eq!(second, fresh, "the mechanism replayed a stale recording");
+    assert_ne!(first, fresh, "the field's change must change the gradient");
+}
+
+// --- an MLP whose loss reads a temperature, a plain f64 field ---------------------------------
+
+#[derive(Module, Debug)]
+struct Mlp {
+    l1: Linear,
+    l2: Linear,
+    l3: Linear,
+    temperature: f64,
+}
+
+fn mlp_loss(m: &Mlp, (x, y): (Tensor<2>, Tensor<2, Int>)) -> Tensor<1> {
+    let h = relu(m.l2.forward(relu(m.l1.forward(x))));
+    cross_entropy(m.l3.forward(h) / m.temperature, y)
+}
+
+fn mlp() -> (Mlp, Select<2, burn::tensor::Float>) {
+    let model = Mlp {
+        l1: LinearConfig::new(12, 16).init(&dev()),
+        l2: LinearConfig::new(16, 16).init(&dev()),
+        l3: LinearConfig::new(16, 4).init(&dev()),
+        temperature: 1.0,
+    };
+    let x = Tensor::<2>::random([6, 12], Distribution::Normal(0.0, 1.0), &dev());
+    let y = Tensor::<2, Int>::from_ints([[0], [1], [2], [3], [1], [2]], &dev());
+    (model, Select { x, y })
+}
+
+#[test]
+fn should_record_an_mlp_again_when_its_temperature_changes() {
+    let (model, data) = mlp();
+    let hotter = Mlp {
+        temperature: 4.0,
+        ..model.clone()
+    };
+    check_kept_builder(&model, &hotter, (data.x.clone(), data.y.clone()), mlp_loss);
+    check_kept_mechanism(&model.clone().train(), &hotter.train(), data, mlp_loss);
+}
+
+// --- a CNN whose loss reads a #[module(skip)] value --------------------------------------------
+
+/// A loss weight the model carries outside its parameters.
+#[derive(Debug, Clone)]
+struct LossWeight(f32);
+
+#[derive(Module, Debug)]
+struct Cnn {
+    conv1: Conv2d,
+    conv2: Conv2d,
+    pool: MaxPool2d,
+    head: Linear,
+    #[module(skip)]
+    weight: LossWeight,
+}
+
+fn cnn_loss(m: &Cnn, (x, y): (Tensor<4>, Tensor<2, Int>)) -> Tensor<1> {
+    let h = m.pool.forward(relu(m.conv1.forward(x)));
+    let h = relu(m.conv2.forward(h));
+    let logits = m.head.forward(h.flatten(1, 3));
+    cross_entropy(logits, y) * m.weight.0
+}
+
+fn cnn() -> (Cnn, Select<4, burn::tensor::Float>) {
+    let model = Cnn {
+        conv1: Conv2dConfig::new([1, 4], [3, 3]).init(&dev()),
+        conv2: Conv2dConfig::new([4, 6], [3, 3]).init(&dev()),
+        pool: MaxPool2dConfig::new([2, 2]).init(),
+        head: LinearConfig::new(6 * 2 * 2, 3).init(&dev()),
+        weight: LossWeight(1.0),
+    };
+    let x = Tensor::<4>::random([5, 1, 10, 10], Distribution::Normal(0.0, 1.0), &dev());
+    let y = Tensor::<2, Int>::from_ints([[0], [1], [2], [1], [0]], &dev());
+    (model, Select { x, y })
+}
+
+#[test]
+fn should_record_a_cnn_again_when_a_skipped_field_changes() {
+    let (model, data) = cnn();
+    let heavier = Cnn {
+        weight: LossWeight(30.0),
+        ..model.clone()
+    };
+    check_kept_builder(&model, &heavier, (data.x.clone(), data.y.clone()), cnn_loss);
+    check_kept_mechanism(&model.clone().train(), &heavier.train(), data, cnn_loss);
+}
+
+// --- a transformer whose dropout is switched off by a new probability ---------------------------
+
+#[derive(Module, Debug)]
+struct Classifier {
+    embedding: Embedding,
+    dropout: Dropout,
+    encoder: TransformerEncoder,
+    head: Linear,
+}
+
+fn classifier_loss(m: &Classifier, (tokens, y): (Tensor<2, Int>, Tensor<2, Int>)) -> Tensor<1> {
+    let x = m.dropout.forward(m.embedding.forward(tokens)); // [1, T, d]
+    let h = m.encoder.forward(TransformerEncoderInput::new(x));
+    cross_entropy(m.head.forward(h.mean_dim(1).flatten(1, 2)), y)
+}
+
+fn classifier() -> (Classifier, Select<2, Int>) {
+    let (vocab, d, t) = (13, 8, 6);
+    let model = Classifier {
+        embedding: EmbeddingConfig::new(vocab, d).init(&dev()),
+        dropout: DropoutConfig::new(0.5).init(),
+        encoder: TransformerEncoderConfig::new(d, 16, 2, 2)
+            .with_dropout(0.0)
+            .init(&dev()),
+        head: LinearConfig::new(d, 3).init(&dev()),
+    };
+    let x = Tensor::<2, Int>::random([4, t], Distribution::Uniform(0.0, vocab as f64), &dev());
+    let y = Tensor::<2, Int>::from_ints([[0], [2], [1], [2]], &dev());
+    (model, Select { x, y })
+}
+
+#[test]
+fn should_record_a_transformer_again_when_its_dropout_probability_changes() {
+    let (model, data) = classifier();
+    // A dropout schedule that ends: the same parameters, the layer rebuilt with p = 0.
+    let without = Classifier {
+        dropout: DropoutConfig::new(0.0).init(),
+        ..model.clone()
+    };
+    // In training mode (dropout active): the mask of p = 0.5 is random, so the comparison is
+    // made after the change only, where the gradient is deterministic.
+    let (model, without) = (model.train(), without.train());
+    check_kept_builder(
+        &model,
+        &without,
+        (data.x.clone(), data.y.clone()),
+        classifier_loss,
+    );
+    check_kept_mechanism(&model, &without, data, classifier_loss);
+}
+
+// --- an LSTM whose loss reads an Ignored<T> value ----------------------------------------------
+
+#[derive(Module, Debug)]
+struct Recurrent {
+    embedding: Embedding,
+    lstm: Lstm,
+    head: Linear,
+    smoothing: Ignored<f32>,
+}
+
+fn recurrent_loss(m: &Recurrent, (tokens, y): (Tensor<2, Int>, Tensor<2, Int>)) -> Tensor<1> {
+    let (h, _) = m.lstm.forward(m.embedding.forward(tokens), None); // [1, T, h]
+    let [_, t, d] = h.dims();
+    let logits = m.head.forward(h.narrow(1, t - 1, 1).reshape([1, d]));
+    // Label smoothing: (1 - s) · cross-entropy + s · the mean negative log-likelihood.
+    let s = m.smoothing.0;
+    let uniform = log_softmax(logits.clone(), 1).mean().neg();
+    cross_entropy(logits, y) * (1.0 - s) + uniform * s
+}
+
+fn recurrent() -> (Recurrent, Select<2, Int>) {
+    let (vocab, d, hidden, t) = (11, 6, 5, 7);
+    let model = Recurrent {
+        embedding: EmbeddingConfig::new(vocab, d).init(&dev()),
+        lstm: LstmConfig::new(d, hidden, true).init(&dev()),
+        head: LinearConfig::new(hidden, 3).init(&dev()),
+        smoothing: Ignored(0.0),
+    };
+    let x = Tensor::<2, Int>::random([4, t], Distribution::Uniform(0.0, vocab as f64), &dev());
+    let y = Tensor::<2, Int>::from_ints([[2], [0], [1], [1]], &dev());
+    (model, Select { x, y })
+}
+
+#[test]
+fn should_record_an_lstm_again_when_an_ignored_field_changes() {
+    let (model, data) = recurrent();
+    let smoothed = Recurrent {
+        smoothing: Ignored(0.4),
+        ..model.clone()
+    };
+    check_kept_builder(
+        &model,
+        &smoothed,
+        (data.x.clone(), data.y.clone()),
+        recurrent_loss,
+    );
+    check_kept_mechanism(
+        &model.clone().train(),
+        &smoothed.train(),
+        data,
+        recurrent_loss,
+    );
+}
+
+/// Switching back and forth reuses the recordings kept for each value: equal to a fresh builder
+/// every time (the cache keeps several recordings, the least recently used dropped first).
+#[test]
+fn should_switch_between_kept_recordings() {
+    let (model, data) = mlp();
+    let batch = (data.x.clone(), data.y.clone());
+    let at = |t: f64| Mlp {
+        temperature: t,
+        ..model.clone()
+    };
+    let clipped = || {
+        micro_grad_module(|m: &Mlp, (a,): ((Tensor<2>, Tensor<2, Int>),)| mlp_loss(m, a))
+            .transform_fn(|g: ParamGrads| clip_by_global_norm(g, 1.0))
+    };
+    let kept = clipped();
+    // Twenty values: more than the cache keeps, so the first ones are recorded again.
+    let temperatures: Vec<f64> = (0..20).map(|i| 0.5 + 0.25 * f64::from(i % 10)).collect();
+    for t in temperatures.iter().chain(temperatures.iter().rev()) {
+        let (g, _) = kept.call(&at(*t), (batch.clone(),)).unwrap();
+        let (fresh, _) = clipped().call(&at(*t), (batch.clone(),)).unwrap();
+        assert_eq!(values(&g), values(&fresh), "temperature {t}");
+    }
+}
