@@ -132,7 +132,7 @@ fn case<M, X>(
     example: fn(&X, usize) -> X,
 ) -> Case
 where
-    M: Module + 'static,
+    M: Module + burn::module::ModuleDisplay + 'static,
     X: Tree + Clone + 'static,
 {
     let trained = model.train();

@@ -72,7 +72,7 @@ fn budget() -> Duration {
 /// The DP step of `model` on `batch` against the standard step with `loss` of the batch.
 fn pair<M, X, L>(c: &mut Criterion, name: &str, init: M, batch: X, loss: L)
 where
-    M: Module + 'static,
+    M: Module + burn::module::ModuleDisplay + 'static,
     X: Tree + Clone + Send + Sync + 'static,
     L: Fn(&M, X) -> Tensor<1> + Copy + Send + Sync + 'static,
 {

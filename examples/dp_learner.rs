@@ -66,14 +66,16 @@ fn run() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().collect();
     let seed: u64 = common::flag(&args, "--seed")?.unwrap_or(7);
     let mut rng = SplitMix64(seed);
-    let (train, test) = common::load_digits()?.split(360, &mut rng);
-    let n = train.len();
+    let (train, test) = common::load_digits()?.split(common::DIGITS_TEST, &mut rng);
+    let n = train.len(); // the dataset of the loader (the mechanism never reads its size)
+    // q and δ from the published size of the training split: N itself is private.
+    let published = common::DIGITS;
     let epochs: usize = common::flag(&args, "--epochs")?.unwrap_or(30);
     let expected_batch: usize = common::flag(&args, "--expected-batch")?.unwrap_or(64);
     let lr: f64 = common::flag(&args, "--lr")?.unwrap_or(0.1);
     let clip: f64 = common::flag(&args, "--clip")?.unwrap_or(1.0);
     let sigma: f64 = common::flag(&args, "--sigma")?.unwrap_or(1.0);
-    let delta: f64 = common::flag(&args, "--delta")?.unwrap_or(1.0 / (10.0 * n as f64));
+    let delta: f64 = common::flag(&args, "--delta")?.unwrap_or(published.default_delta());
     let resume: Option<usize> = common::flag(&args, "--resume")?;
     let dir: PathBuf = match common::flag::<PathBuf>(&args, "--dir")? {
         Some(dir) => dir,
@@ -85,7 +87,7 @@ fn run() -> Result<(), Box<dyn Error>> {
             dir
         }
     };
-    let q = expected_batch as f64 / n as f64;
+    let q = published.sampling_rate(expected_batch);
 
     println!(
         "UCI digits: {n} training and {} validation images; MLP {}-64-10; {epochs} epochs of \

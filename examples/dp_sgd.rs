@@ -115,29 +115,32 @@ fn run() -> Result<(), Box<dyn Error>> {
     let mnist: Option<PathBuf> = common::flag(&args, "--mnist")?;
     let seed: u64 = common::flag(&args, "--seed")?.unwrap_or(7);
     let mut rng = SplitMix64(seed);
-    let (name, train, test) = match &mnist {
+    let (published, train, test) = match &mnist {
         Some(dir) => {
             let (train, test) = common::load_mnist(dir)?;
-            ("MNIST", train, test)
+            (common::MNIST, train, test)
         }
         None => {
             let digits = common::load_digits()?;
-            let (train, test) = digits.split(360, &mut rng);
-            ("UCI digits", train, test)
+            let (train, test) = digits.split(common::DIGITS_TEST, &mut rng);
+            (common::DIGITS, train, test)
         }
     };
+    let name = published.name;
     let big = mnist.is_some();
-    let n = train.len();
+    let n = published.train; // printed: the published size, as the settings use
     let epochs: usize = common::flag(&args, "--epochs")?.unwrap_or(if big { 1 } else { 30 });
     let expected_batch: usize =
         common::flag(&args, "--expected-batch")?.unwrap_or(if big { 256 } else { 64 });
     let lr: f64 = common::flag(&args, "--lr")?.unwrap_or(0.1);
     let clip: f64 = common::flag(&args, "--clip")?.unwrap_or(1.0);
-    let delta: f64 = common::flag(&args, "--delta")?.unwrap_or(1.0 / (10.0 * n as f64));
+    // q and δ from the published size of the training split: under add/remove neighbours the
+    // size of the set actually held, `n`, is private.
+    let delta: f64 = common::flag(&args, "--delta")?.unwrap_or(published.default_delta());
     let microbatch: Option<usize> = common::flag(&args, "--microbatch")?.or(big.then_some(64));
     let hidden = if big { 128 } else { 64 };
 
-    let q = expected_batch as f64 / n as f64;
+    let q = published.sampling_rate(expected_batch);
     let steps = epochs * (1.0 / q).ceil() as usize;
     let target: Option<f64> = common::flag(&args, "--target-epsilon")?;
     let sigma = match (target, common::flag::<f64>(&args, "--sigma")?) {

@@ -1,8 +1,10 @@
 //! Data-parallel DP-SGD across the processes of an MPI job (`burn_vmap::distributed`): every
 //! process holds the same MLP and a shard of the UCI digits; each samples its shard by Poisson
 //! sampling at the same `q` (together: Poisson sampling of the whole training set), their
-//! clipped gradient sums are summed, the noise is added once (by rank 0) and the same update is
-//! applied everywhere. Rank 0 prints the test accuracy, ε and the privacy statement.
+//! clipped gradient sums are summed, the noise is added once to the total (each process draws
+//! it for its own slice of the coordinates) and the same update is applied everywhere; the
+//! processes' models are compared by fingerprint at every step. Rank 0 prints the test
+//! accuracy, ε and the privacy statement.
 //!
 //! ```text
 //! mpirun -np 2 --oversubscribe cargo run --release --features mpi --example dp_sgd_distributed
@@ -12,7 +14,8 @@
 //! (As root, with `OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`.)
 //!
 //! Options: `--epochs N`, `--expected-batch B` (q·N over the whole training set), `--lr LR`,
-//! `--clip C`, `--sigma S`, `--seed S` (the data split and rank 0's initial weights), `--timeout
+//! `--clip C`, `--sigma S`, `--seed S` (rank 0's: the data split and the initial weights of
+//! every rank), `--timeout
 //! SECONDS` (of every collective), `--checkpoint DIR` with `--every K`: rank 0 saves the model,
 //! the optimizer and the mechanism every K steps, and a run started with the same DIR resumes
 //! from the last checkpoint (parameters and ε continue; the noise is fresh). When a process dies
@@ -95,14 +98,12 @@ fn run(mpi: &Mpi) -> Result<(), Box<dyn Error>> {
     let (rank, size) = (mpi.rank(), mpi.size());
     let lead = rank == 0;
 
-    // The same split on every rank; rank r trains on every size-th training example from r.
-    let digits = common::load_digits()?;
-    let (train, test) = digits.split(360, &mut SplitMix64(seed));
-    let n = train.len();
-    let shard: Vec<usize> = (rank..n).step_by(size).collect();
-    let q = expected_batch as f64 / n as f64;
+    // The DP settings come from what is published of the data set (its size, the size of the
+    // held-out split), never from the private training set itself: under add/remove
+    // neighbours its size N is private.
+    let q = common::DIGITS.sampling_rate(expected_batch);
     let steps = (epochs as f64 * (1.0 / q).ceil()) as u64;
-    let delta = 1.0 / (10.0 * n as f64);
+    let delta = common::DIGITS.default_delta();
     let config = DpConfig::new(
         clip,
         sigma,
@@ -112,21 +113,10 @@ fn run(mpi: &Mpi) -> Result<(), Box<dyn Error>> {
         },
     )
     .with_delta(delta);
-    if lead {
-        println!(
-            "UCI digits: {n} training images in {size} shards, {} test images; MLP {}-64-10",
-            test.len(),
-            train.dim
-        );
-        println!(
-            "{steps} steps of DP-SGD (SGD, momentum 0.9, lr {lr}); Poisson sampling at q = {q:.4} \
-             on every shard (expected batch {expected_batch} in all), C = {clip}, σ = {sigma}"
-        );
-    }
 
     let device = Device::default();
     device.seed(seed);
-    let model = Mlp::new(&[train.dim, 64, 10], &device);
+    let model = Mlp::new(&[common::DIGITS.dim, 64, 10], &device);
     let (model, mut optimizer, mechanism) = match &checkpoint {
         None => (model, sgd(), DpMechanism::new(config)?),
         Some(dir) => {
@@ -148,6 +138,25 @@ fn run(mpi: &Mpi) -> Result<(), Box<dyn Error>> {
         }
     };
     let mut dp = DistributedDp::new(mechanism, mpi, timeout)?;
+    // The same split on every rank, from rank 0's seed (a rank started with another --seed
+    // would split otherwise: an example in two shards, test images in training); rank r
+    // trains on every size-th training example from r.
+    let split_seed = dp.shared_seed(seed)?;
+    let digits = common::load_digits()?;
+    let (train, test) = digits.split(common::DIGITS_TEST, &mut SplitMix64(split_seed));
+    let shard: Vec<usize> = (rank..train.len()).step_by(size).collect();
+    if lead {
+        println!(
+            "UCI digits: {} training images in {size} shards, {} test images; MLP {}-64-10",
+            train.len(),
+            test.len(),
+            train.dim
+        );
+        println!(
+            "{steps} steps of DP-SGD (SGD, momentum 0.9, lr {lr}); Poisson sampling at q = {q:.4} \
+             on every shard (expected batch {expected_batch} in all), C = {clip}, σ = {sigma}"
+        );
+    }
     let mut loader = dp.loader(
         Arc::new(Shard(shard)),
         Arc::new(Rows(Arc::new(train))),

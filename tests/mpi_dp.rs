@@ -548,3 +548,118 @@ fn should_restart_from_the_last_checkpoint() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+// -------------------------------------------------------------------------------------------
+// Issue 43, item 10: what the ranks must agree on is checked, not assumed.
+// -------------------------------------------------------------------------------------------
+
+/// Ranks started with other seeds get rank 0's: the data split cannot differ between ranks.
+#[test]
+fn should_agree_on_rank_0s_seed() {
+    on_ranks(
+        "should_agree_on_rank_0s_seed",
+        |mpi| {
+            let config = DpConfig::new(1.0, 1.0, 0.5, Neighbouring::ReplaceOne { dataset_size: 8 });
+            let dp = DistributedDp::new(DpMechanism::new(config).unwrap(), mpi, TIMEOUT).unwrap();
+            let seed = dp.shared_seed(1000 + mpi.rank() as u64).unwrap();
+            assert_eq!(seed, 1000);
+            say(format!("SEED rank={} seed={seed}", mpi.rank()));
+        },
+        |np, out| assert_same_on_every_rank(np, out, "SEED"),
+    );
+}
+
+/// A rank stepped with another learning rate, or started from its own parameters, fails every
+/// rank's next step with `Diverged` naming it; nothing is accounted.
+#[test]
+fn should_fail_every_rank_when_the_models_diverge() {
+    on_ranks(
+        "should_fail_every_rank_when_the_models_diverge",
+        |mpi| {
+            let device = Device::default();
+            let config =
+                DpConfig::new(1.0, 0.0, 1.0, Neighbouring::ReplaceOne { dataset_size: 12 });
+            let last = mpi.size() - 1;
+            // Another learning rate on the last rank: the first step agrees, the second not.
+            let (mut dp, mut loader) = distributed(
+                mpi,
+                DpMechanism::new(config.clone()).unwrap(),
+                shard(12, mpi.rank(), mpi.size()),
+            );
+            let mut model = dp.sync_module(linear(mpi.rank(), &device)).unwrap();
+            let lr = if mpi.rank() == last { 0.2 } else { 0.1 };
+            let mut optimizer = sgd();
+            let batch = loader.next_batch().unwrap();
+            (model, _) = dp.step(&mut optimizer, lr, model, loss, batch).unwrap();
+            let batch = loader.next_batch().unwrap();
+            match dp.step(&mut optimizer, lr, model, loss, batch) {
+                Err(DistributedError::Diverged { ranks, step }) => {
+                    assert_eq!((ranks, step), (vec![last], 2));
+                }
+                other => panic!("rank {}: {:?}", mpi.rank(), other.map(|_| ())),
+            }
+            assert_eq!(
+                dp.mechanism().steps(),
+                1,
+                "the refused step is not accounted"
+            );
+            // No sync_module: every rank but 0 starts from its own parameters.
+            let (mut dp, mut loader) = distributed(
+                mpi,
+                DpMechanism::new(config).unwrap(),
+                shard(12, mpi.rank(), mpi.size()),
+            );
+            let batch = loader.next_batch().unwrap();
+            let err = dp
+                .noisy_gradient(&linear(mpi.rank(), &device), loss, batch)
+                .unwrap_err();
+            let DistributedError::Diverged { ranks, step } = &err else {
+                panic!("rank {}: {err}", mpi.rank());
+            };
+            assert_eq!((ranks.clone(), *step), ((1..mpi.size()).collect(), 1));
+            assert!(err.to_string().contains("sync_module"), "{err}");
+            say(format!("DIVERGED rank={} {err}", mpi.rank()));
+        },
+        |np, out| assert_same_on_every_rank(np, out, "DIVERGED"),
+    );
+}
+
+/// Ranks whose mechanisms are seeded alike draw independent noise: each rank's slice of a
+/// noise-only update differs from the others' (the same stream on every rank gave every slice
+/// the same values).
+#[test]
+fn should_draw_independent_noise_on_ranks_seeded_alike() {
+    on_ranks(
+        "should_draw_independent_noise_on_ranks_seeded_alike",
+        |mpi| {
+            let device = Device::default();
+            let config = DpConfig::new(
+                1.0,
+                1.0,
+                0.1,
+                Neighbouring::AddRemove {
+                    expected_batch_size: 10.0,
+                },
+            );
+            let mechanism = DpMechanism::seeded(config, 7).unwrap();
+            let (mut dp, mut loader) = distributed(mpi, mechanism, Vec::new());
+            let model = dp
+                .sync_module(LinearConfig::new(1000, 100).init(&device))
+                .unwrap();
+            let batch = loader.next_batch().unwrap();
+            let update = flatten_grads(&dp.noisy_gradient(&model, loss_wide, batch).unwrap().0);
+            let (len, size) = (update.len(), mpi.size());
+            let slice = |r: usize| &update[len * r / size..len * r / size + 64];
+            for r in 1..size {
+                let same = (0..64).filter(|&i| slice(r)[i] == slice(0)[i]).count();
+                assert!(same < 4, "slice {r} repeats slice 0's noise ({same} of 64)");
+            }
+            say(format!(
+                "SEEDED rank={} fingerprint={:016x}",
+                mpi.rank(),
+                fingerprint(&update)
+            ));
+        },
+        |np, out| assert_same_on_every_rank(np, out, "SEEDED"),
+    );
+}

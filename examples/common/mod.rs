@@ -25,6 +25,51 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// manifest. No download.
 pub const DIGITS_PATH: &str = "data/digits.csv.gz";
 
+/// What is published of a data set, the only sizes a DP run may be configured from: under
+/// add/remove neighbours the number of examples actually held, `N`, is private (a neighbouring
+/// data set has one more or one fewer), so the sampling rate `q` and `δ` come from the
+/// published size of the training split, never from `train.len()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    /// The data set's name.
+    pub name: &'static str,
+    /// The published size of the training split.
+    pub train: usize,
+    /// Pixels per image.
+    pub dim: usize,
+}
+
+/// The UCI digits as published: 1,797 images of 8×8 pixels, of which the examples hold out
+/// [`DIGITS_TEST`] for testing.
+pub const DIGITS: Published = Published {
+    name: "UCI digits",
+    train: 1797 - DIGITS_TEST,
+    dim: 64,
+};
+
+/// The images of the UCI digits the examples hold out for testing.
+pub const DIGITS_TEST: usize = 360;
+
+/// MNIST as published: 60,000 training images of 28×28 pixels.
+pub const MNIST: Published = Published {
+    name: "MNIST",
+    train: 60_000,
+    dim: 784,
+};
+
+impl Published {
+    /// DP-SGD's sampling rate for an expected batch of `expected_batch` examples, `B / N` with
+    /// the published `N`.
+    pub fn sampling_rate(&self, expected_batch: usize) -> f64 {
+        expected_batch as f64 / self.train as f64
+    }
+
+    /// The default `δ`, `1 / (10 N)` with the published `N`.
+    pub fn default_delta(&self) -> f64 {
+        1.0 / (10.0 * self.train as f64)
+    }
+}
+
 /// A batch: images `[n, dim]` in `[0, 1]` and their labels `[n]`.
 pub type Batch = (Tensor<2>, Tensor<1, Int>);
 

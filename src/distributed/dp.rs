@@ -34,7 +34,7 @@ use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
 use burn::store::ModuleRecord;
 use burn::tensor::{Bytes, Device, Tensor};
 
-use super::{Collective, CollectiveError, flatten_grads, unflatten_grads};
+use super::{Collective, CollectiveError, agree, flatten_grads, unflatten_grads};
 use crate::ParamGrads;
 use crate::privacy::{
     DpLoader, DpMechanism, DpRecord, DpStatement, PrivacyError, Sampled, StepReport,
@@ -67,6 +67,22 @@ pub enum DistributedError {
         operation: &'static str,
         /// The ranks whose part failed.
         ranks: Vec<usize>,
+    },
+    /// The ranks' models differ (parameters or constants, compared by fingerprint every
+    /// [`fingerprint_every`](DistributedDp::with_fingerprint_every) steps): a rank started from
+    /// its own initial parameters (no [`sync_module`](DistributedDp::sync_module)), or stepped
+    /// with another learning rate or optimizer. Nothing was released; the step is not accounted
+    /// (the models are public). Every rank returns it.
+    #[error(
+        "distributed DP: the models of rank(s) {ranks:?} differ from rank 0's at step {step} \
+         (parameters or constants): start every rank from rank 0's model (sync_module) and step \
+         every rank with the same optimizer and learning rate"
+    )]
+    Diverged {
+        /// The ranks whose model differs from rank 0's.
+        ranks: Vec<usize>,
+        /// The step (the number of steps accounted before it, plus one).
+        step: u64,
     },
     /// The ranks' mechanisms differ (settings, steps taken, budget): every rank must build its
     /// mechanism from the same configuration, or resume from the same record.
@@ -166,6 +182,8 @@ pub struct DistributedDp<C: Collective> {
     mechanism: DpMechanism,
     engine: C,
     timeout: Duration,
+    /// The models are compared every this many steps.
+    fingerprint_every: u64,
 }
 
 impl<C: Collective> std::fmt::Debug for DistributedDp<C> {
@@ -175,6 +193,7 @@ impl<C: Collective> std::fmt::Debug for DistributedDp<C> {
             .field("rank", &self.engine.rank())
             .field("size", &self.engine.size())
             .field("timeout", &self.timeout)
+            .field("fingerprint_every", &self.fingerprint_every)
             .finish()
     }
 }
@@ -183,9 +202,12 @@ impl<C: Collective> std::fmt::Debug for DistributedDp<C> {
 const STEP: &str = "the DP step";
 
 impl<C: Collective> DistributedDp<C> {
-    /// `mechanism` across the ranks of `engine`, every collective bounded by `timeout`.
+    /// `mechanism` across the ranks of `engine`, every collective bounded by `timeout`; the
+    /// models are compared every step ([`with_fingerprint_every`](Self::with_fingerprint_every)).
     /// **Collective**: the ranks check that their mechanisms agree (settings, steps, budget), and
-    /// when any rank's generator is seeded every rank's statement says "NOT PRIVATE".
+    /// when any rank's generator is seeded every rank's statement says "NOT PRIVATE". Each
+    /// rank's generators move to a stream of their own (the rank's), so ranks seeded alike
+    /// ([`DpMechanism::seeded`] with one seed) still draw independent noise and samples.
     ///
     /// # Errors
     /// [`DistributedError::Disagree`] naming the ranks whose mechanism differs from rank 0's;
@@ -214,11 +236,44 @@ impl<C: Collective> DistributedDp<C> {
         if (0..size).any(|r| flags[2 * r + 1] > 0.0) {
             mechanism.mark_seeded();
         }
+        mechanism.separate_rank(rank as u64);
         Ok(Self {
             mechanism,
             engine,
             timeout,
+            fingerprint_every: 1,
         })
+    }
+
+    /// Compares the ranks' models every `steps` steps (default: every step) instead: a
+    /// fingerprint of every parameter's values and of the model's constants, carried by the
+    /// step's first collective, read back from the device on the steps it is taken (a model's
+    /// size in host traffic). A rank whose model differs fails every rank's step with
+    /// [`DistributedError::Diverged`].
+    ///
+    /// # Errors
+    /// [`PrivacyError::Argument`] (as [`DistributedError::Privacy`]) for `steps = 0`.
+    pub fn with_fingerprint_every(mut self, steps: u64) -> Result<Self, DistributedError> {
+        if steps == 0 {
+            return Err(PrivacyError::Argument {
+                argument: "steps",
+                expected: "compare the models every k >= 1 steps",
+                got: "0".into(),
+            }
+            .into());
+        }
+        self.fingerprint_every = steps;
+        Ok(self)
+    }
+
+    /// Rank 0's `seed` on every rank: for what every rank must draw alike, first of all the
+    /// split of the data into shards (a rank started with another seed would split it otherwise,
+    /// and an example in two shards is sampled twice). **Collective.**
+    ///
+    /// # Errors
+    /// [`DistributedError::Collective`].
+    pub fn shared_seed(&self, seed: u64) -> Result<u64, DistributedError> {
+        agree::from_rank(&self.engine, 0, seed, self.timeout)
     }
 
     /// The mechanism (ε, the record, the configuration).
@@ -323,15 +378,22 @@ impl<C: Collective> DistributedDp<C> {
             Err(e) => (self.mechanism.zeros(model)?, Err(e)),
         };
         // The sum, then one slot per rank: 1 where that rank's part failed before reading its
-        // batch, 2 where it failed after.
+        // batch, 2 where it failed after; then, on the steps the models are compared, each
+        // rank's fingerprint of its model.
+        let step = self.mechanism.steps() + 1;
+        let compare = (step - 1) % self.fingerprint_every == 0;
         let mut flat = flatten_grads(&sum);
         let len = flat.len();
-        flat.resize(len + size, 0.0);
+        let prints = if compare { agree::LIMBS * size } else { 0 };
+        flat.resize(len + size + prints, 0.0);
         flat[len + rank] = match &local {
             Ok(_) => 0.0,
             Err(failure) if failure.read => 2.0,
             Err(_) => 1.0,
         };
+        if compare {
+            agree::write_limbs(&mut flat[len + size..], rank, agree::fingerprint(model));
+        }
         self.engine.all_reduce_sum(&mut flat, self.timeout)?;
         let failed: Vec<usize> = (0..size).filter(|r| flat[len + r] > 0.0).collect();
         if !failed.is_empty() {
@@ -349,6 +411,13 @@ impl<C: Collective> DistributedDp<C> {
             });
         }
         let report = local.map_err(|f| f.error)?;
+        let diverged = agree::differing(&flat[len + size..]);
+        if !diverged.is_empty() {
+            return Err(DistributedError::Diverged {
+                ranks: diverged,
+                step,
+            });
+        }
         flat.truncate(len);
 
         // Every rank noises its own slice of the total (every coordinate once, each rank's

@@ -38,6 +38,7 @@
 //! assert_eq!((engine.rank(), engine.size(), sum), (0, 1, vec![1.0, 2.0]));
 //! ```
 
+mod agree;
 mod checkpoint;
 mod dp;
 mod flat;

@@ -542,6 +542,19 @@ impl DpMechanism {
         Ok(())
     }
 
+    /// Moves the noise generator and the loaders' generator to rank `rank`'s stream
+    /// ([`PrivacyRng::use_stream`]): the ranks of a data-parallel job seeded alike still draw
+    /// independent noise for their slices and independent Poisson samples for their shards.
+    /// Loaders made before keep their generators.
+    pub(crate) fn separate_rank(&mut self, rank: u64) {
+        self.noise.use_stream(rank);
+        self.issuer
+            .rng
+            .lock()
+            .expect("the issuer's generator")
+            .use_stream(rank);
+    }
+
     /// Marks the run as seeded (a peer of a data-parallel job used a seeded generator).
     pub(crate) fn mark_seeded(&mut self) {
         self.seeded = true;

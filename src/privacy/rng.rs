@@ -64,6 +64,14 @@ impl PrivacyRng {
         }
     }
 
+    /// Moves the generator to stream `stream` of its key (ChaCha20's 64-bit stream number):
+    /// generators seeded alike on the ranks of a data-parallel job draw independent values, one
+    /// stream per rank (stream 0, every generator's own, keeps rank 0's values those of one
+    /// process).
+    pub(crate) fn use_stream(&mut self, stream: u64) {
+        self.rng.set_stream(stream);
+    }
+
     /// Whether the generator was seeded by the caller (no privacy guarantee).
     pub fn is_seeded(&self) -> bool {
         self.seeded

@@ -23,7 +23,7 @@ pub mod chunked;
 pub mod custom;
 pub mod grad;
 pub mod micro;
-mod module;
+pub(crate) mod module;
 mod run;
 pub mod scan;
 pub mod vmap;

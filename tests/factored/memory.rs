@@ -21,7 +21,7 @@ fn peaks<M, I, A>(
     mb: Option<usize>,
 ) -> [usize; 3]
 where
-    M: burn::module::Module,
+    M: burn::module::Module + burn::module::ModuleDisplay,
     I: Tree + Clone,
     A: Tree,
 {

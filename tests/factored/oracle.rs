@@ -158,7 +158,7 @@ pub fn check<M, I, A>(
     c: f64,
     mbs: &[Option<usize>],
 ) where
-    M: Module,
+    M: Module + burn::module::ModuleDisplay,
     I: Tree + Clone,
     A: Tree,
 {
