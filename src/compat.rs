@@ -167,6 +167,18 @@ pub(crate) fn reads_values<B: Backend>(device: &B::Device) -> bool {
     !flavor::<B>(device).capture
 }
 
+/// The widest float dtype `B` computes in on `device`: `f64` where it has general `f64`
+/// arithmetic (Flex, CUDA), else `f32` (wgpu's WGSL has no `f64`). [`WideSum`] sums in it.
+///
+/// [`WideSum`]: crate::accumulate::WideSum
+pub(crate) fn widest_float<B: Backend>(device: &B::Device) -> burn_backend::FloatDType {
+    if B::supports_dtype(device, burn_backend::DType::F64) {
+        burn_backend::FloatDType::F64
+    } else {
+        burn_backend::FloatDType::F32
+    }
+}
+
 // =================================================================================================
 // Flex: copies of broadcast views
 // =================================================================================================

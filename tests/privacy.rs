@@ -1045,3 +1045,67 @@ fn should_refuse_a_record_whose_settings_are_out_of_their_domain() {
         }
     }
 }
+
+/// Defect 7: the README said that with `clip_and_flag` as a `transform_fn` a non-finite example
+/// contributes zero; the sum is NaN (no scaling zeroes a NaN) and the flags count the example,
+/// as its documentation now says; the mechanism's step zeroes it
+/// (`should_keep_the_model_finite_with_a_nan_example`).
+#[test]
+fn should_flag_a_nan_example_without_zeroing_it_in_clip_and_flag() {
+    let (x, y) = batch(4);
+    let x = x.slice_assign([1..2, 0..1], Tensor::from_floats([[f32::NAN]], &dev()));
+    let clipped = micro_grad_module(|m: &Linear, (x, y): Batch| loss(m, (x, y)))
+        .transform_fn(|g: ParamGrads| burn_vmap::privacy::clip_and_flag(g, C));
+    let ((sum, flags), _) = clipped.call(&model(), (x, y)).unwrap();
+    assert!(values(&sum).iter().all(|v| v.is_nan()), "a NaN example makes the sum NaN");
+    assert_eq!(floats(flags)[0], 1.0, "and is counted as non-finite");
+}
+
+/// Defect 3: the clipped sum was accumulated in f32, whose rounding grows with the batch (an
+/// example's contribution can vanish: `0.5 + 1e-9` is `0.5` in f32). It is accumulated in the
+/// widest float (f64 on Flex): the released value is the f32 rounding of the f64 sum, where a
+/// plain f32 sum loses the small examples.
+#[test]
+fn should_accumulate_the_clipped_sum_in_f64() {
+    use burn_vmap::accumulate::Sum;
+    const N: usize = 2001;
+    // Linear 1 -> 1, loss W·x + b: the weight's gradient is x, the bias's 1; norms below C = 2,
+    // so no example is scaled (the factor is exactly 1).
+    let items: Vec<Item> = (0..N)
+        .map(|i| (vec![if i == 0 { 0.5 } else { 1e-9 }], vec![0.0]))
+        .collect();
+    #[derive(Clone)]
+    struct One;
+    impl Batcher<Item, Tensor<2>> for One {
+        fn batch(&self, items: Vec<Item>, device: &Device) -> Tensor<2> {
+            let x: Vec<f32> = items.iter().map(|(x, _)| x[0]).collect();
+            Tensor::from_data(TensorData::new(x, [items.len(), 1]), device)
+        }
+    }
+    let model: Linear = LinearConfig::new(1, 1).init(&dev());
+    let loss = |m: &Linear, x: Tensor<2>| m.forward(x).sum();
+    let public = Neighbouring::AddRemove {
+        expected_batch_size: 1.0,
+    };
+    // σ = 0, plain noise (no grid): the release is the sum itself, cast to the model's f32.
+    let config = DpConfig::new(2.0, 0.0, 1.0, public).with_noise(NoiseKind::Plain);
+    let mut dp = DpMechanism::seeded(config, 1).unwrap();
+    let batch = dp
+        .loader(Arc::new(InMemDataset::new(items.clone())), Arc::new(One), dev())
+        .unwrap()
+        .next_batch()
+        .unwrap();
+    let (released, _) = dp.noisy_gradient(&model, loss, batch).unwrap();
+    let w = floats(released.get::<2>("weight").unwrap())[0];
+    let exact: f64 = items.iter().map(|(x, _)| f64::from(x[0])).sum();
+    if dev().supports_dtype(burn::tensor::DType::F64) {
+        assert_eq!(w, exact as f32, "the f32 rounding of the f64 sum");
+    }
+    // A plain f32 sum of the same per-example gradients loses the small examples.
+    let (plain, _) = micro_grad_module(move |m: &Linear, (x,): (Tensor<2>,)| loss(m, x))
+        .accumulator(Sum)
+        .call(&model, (One.batch(items, &dev()),))
+        .unwrap();
+    let narrow = floats(plain.get::<2>("weight").unwrap())[0];
+    assert_ne!(narrow, exact as f32, "the f32 sum rounds the examples away");
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use burn::tensor::{Bool, Int, Tensor};
 
-use super::{AccContext, Accumulator, Concat, Custom, Mean, RowOp, RunningMean, Sum};
+use super::{AccContext, Accumulator, Concat, Custom, Mean, RowOp, RunningMean, Sum, WideSum};
 use crate::VmapError;
 use crate::tree::{Key, Leaf, Leaves, Spec, Tree, TreeDef};
 
@@ -259,7 +259,7 @@ macro_rules! acc_tree {
         }
     )*};
 }
-acc_tree!(Sum, Mean, RunningMean, Concat);
+acc_tree!(Sum, WideSum, Mean, RunningMean, Concat);
 
 impl<A: Accumulator + Clone> Tree for Custom<A> {
     fn flatten_into(self, _: &mut Vec<Leaf>) -> TreeDef {
@@ -297,7 +297,7 @@ pub(crate) fn accumulator_spec(def: &TreeDef) -> Result<Spec<Acc>, VmapError> {
             TreeDef::Leaf => Err(VmapError::TreeMismatch {
                 what: "accumulator".into(),
                 path: path.clone(),
-                why: "a tensor stands where an accumulator (Sum, Mean, RunningMean, Concat, \
+                why: "a tensor stands where an accumulator (Sum, WideSum, Mean, RunningMean, Concat, \
                       Custom(..)) or a tree of accumulators was expected"
                     .into(),
             }),

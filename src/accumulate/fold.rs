@@ -18,6 +18,8 @@ use crate::tree::Leaf;
 pub(crate) enum Reduce {
     /// Summed over the examples on the batching engine: `[1, example...]`.
     Sum,
+    /// Cast to the backend's widest float, then summed as [`Reduce::Sum`] ([`super::WideSum`]).
+    WideSum,
     /// Averaged over the examples on the batching engine: `[1, example...]`.
     Mean,
     /// Every example's row: `[m, example...]`.
@@ -34,6 +36,7 @@ pub(crate) fn reduce_plan(accs: &[Acc], sigs: &[TensorSig], size: usize) -> Vec<
         .map(|(acc, sig)| match acc.row_op() {
             _ if size == 0 || !sig.dtype.is_float() => Reduce::Rows,
             RowOp::Sum => Reduce::Sum,
+            RowOp::WideSum => Reduce::WideSum,
             RowOp::Mean => Reduce::Mean,
             RowOp::Identity | RowOp::Other => Reduce::Rows,
         })
@@ -62,7 +65,7 @@ fn aggregated(acc: &Acc, leaf: Leaf, reduce: Reduce) -> Flat {
     let (flat, _, _) = Flat::of_leaf(leaf);
     match reduce {
         Reduce::Rows => acc.aggregate(flat),
-        Reduce::Sum | Reduce::Mean => flat,
+        Reduce::Sum | Reduce::WideSum | Reduce::Mean => flat,
     }
 }
 

@@ -204,6 +204,8 @@ pub enum RowOp {
     Identity,
     /// The sum of the rows.
     Sum,
+    /// The sum of the rows in the widest float dtype of the backend (see [`WideSum`]).
+    WideSum,
     /// The mean of the rows.
     Mean,
     /// Anything else: the library calls `aggregate` on the flattened rows.
@@ -221,6 +223,31 @@ pub enum RowOp {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sum;
+
+/// Sums over the batch in the widest float dtype the backend has: `f64` on Flex and CUDA,
+/// `f32` on wgpu (WGSL has no `f64`). Float results are of that dtype; int results are summed
+/// as ints. Each example's float output is cast (exactly) before the sum over the examples and
+/// the sum across microbatches, so the rounding of the sum does not grow with the batch as an
+/// `f32` sum's does (at most `B·2⁻⁵³` relative, against `B·2⁻²⁴`); a factored per-example weight
+/// gradient stays factored (its factors are cast, and summed as one `f64` matrix product).
+///
+/// What the DP mechanism sums its clipped per-example gradients with (the sensitivity of the
+/// released sum is their clipping norm up to that rounding).
+///
+/// ```
+/// use burn::tensor::{DType, Device, Tensor};
+/// use burn_vmap::{accumulate::WideSum, micro_vmap};
+/// let xs = Tensor::<2>::from_floats([[1.0], [2.0], [3.0], [4.0]], &Device::default());
+/// let s: Tensor<1> = micro_vmap(|x: Tensor<1>| x * 1e-8)
+///     .microbatch_size(2)
+///     .accumulator(WideSum)
+///     .call_as(xs)
+///     .unwrap();
+/// assert_eq!(s.dtype(), DType::F64); // on Flex
+/// assert_eq!(s.into_data().to_vec::<f64>().unwrap(), vec![(1e-8f32 + 2e-8 + 3e-8 + 4e-8) as f64]);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WideSum;
 
 /// Averages over the batch (optax's `MEAN`). With microbatching, the sum of the microbatch means
 /// is divided by the TOTAL number of microbatches, even when fewer are run
@@ -290,6 +317,21 @@ impl Accumulator for Sum {
         rows.sum_dim(0)
     }
     // `init` and `update`: the default running sum.
+}
+
+impl Accumulator for WideSum {
+    fn name(&self) -> String {
+        "wide_sum".into()
+    }
+    fn row_op(&self) -> RowOp {
+        RowOp::WideSum
+    }
+    /// The rows summed (a float leaf reaches this only as `f64` rows, on a backend whose widest
+    /// float is the leaf's own; the engine sums float leaves itself).
+    fn aggregate<K: AccKind>(&self, rows: Tensor<2, K>) -> Tensor<2, K> {
+        rows.sum_dim(0)
+    }
+    // `init` and `update`: the default running sum, in the dtype of the aggregated values.
 }
 
 impl Accumulator for Mean {

@@ -1,6 +1,6 @@
 //! [`AccOutput`]: the type an accumulator tree makes of a transform's per-example output type.
 
-use super::{Concat, Mean, RunningMean, Sum};
+use super::{Concat, Mean, RunningMean, Sum, WideSum};
 use crate::tree::{Lift, Tree};
 
 /// The result type of accumulating per-example outputs of type `T` with the accumulator tree
@@ -40,7 +40,7 @@ macro_rules! reducing_output {
         }
     )*};
 }
-reducing_output!(Sum, Mean, RunningMean);
+reducing_output!(Sum, WideSum, Mean, RunningMean);
 
 impl<T: Lift> AccOutput<T> for Concat {
     type Output = T::Lifted;

@@ -451,7 +451,9 @@ impl<C: Collective> DistributedDp<C> {
                 ranks: failed,
             });
         }
-        Ok((unflatten_grads(sum, &update[..len])?, report))
+        // In the parameters' dtype (the local sum was taken wider; the ranks exchange f32).
+        let update = unflatten_grads(sum, &update[..len])?;
+        Ok((update.cast_like(STEP, model).map_err(PrivacyError::from)?, report))
     }
 
     /// One data-parallel DP-SGD step: [`noisy_gradient`](Self::noisy_gradient), then

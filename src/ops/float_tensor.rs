@@ -26,6 +26,13 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
     }
 
     // --- casts -----------------------------------------------------------------------------
+    // A factored product stays factored (its factors cast: `rules::factored::cast`); otherwise
+    // the unary rule.
+    fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        factored::cast::<B>(tensor, dtype)
+            .unwrap_or_else(|t| elementwise::unary(t, |t| B::float_cast(t, dtype)))
+    }
+
     fn float_into_int(tensor: FloatTensor<Self>, out_dtype: IntDType) -> IntTensor<Self> {
         elementwise::unary(tensor, |t| B::float_into_int(t, out_dtype))
     }

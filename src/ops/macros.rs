@@ -123,7 +123,7 @@ macro_rules! shared_ops {
             create        float_zeros        int_zeros         bool_zeros;
             create        float_ones         int_ones          bool_ones;
             random        float_random       int_random        -;
-            cast          float_cast         int_cast          -;
+            cast          -                  int_cast          -;
             from_data     float_from_data    int_from_data     bool_from_data;
             into_data     float_into_data    int_into_data     bool_into_data;
             to_device     float_to_device    int_to_device     bool_to_device;

@@ -22,6 +22,7 @@ use burn::tensor::Tensor;
 use burn_backend::ops::FloatTensorOps;
 use burn_dispatch::Dispatch;
 
+use crate::accumulate::WideSum;
 use crate::transform::grad::ParamGrads;
 use crate::transform::micro::{non_finite, scale_tree};
 use crate::tree::{Leaf, Tree, rows};
@@ -75,6 +76,12 @@ fn flagged<T: Tree + Clone>(tree: &T, max_norm: f64) -> (Tensor<1>, Tensor<1>) {
 /// example; a factored weight gradient stays factored (its norm comes from its factors, the
 /// scaling multiplies one factor).
 ///
+/// **It does not make a sum finite.** An example whose gradient is NaN or infinite is flagged,
+/// not zeroed: no scaling can zero it (`0 · NaN` is NaN, inside a factored product too), so a
+/// `Sum` over a batch holding one is NaN. When the first flag's sum is not zero, drop the
+/// flagged examples and sum again: [`DpMechanism::noisy_gradient`] does exactly that (one more
+/// vectorized pass finds them), so that a non-finite example contributes zero there.
+///
 /// ```
 /// use burn::tensor::{Device, Tensor};
 /// use burn_vmap::privacy::clip_and_flag;
@@ -91,6 +98,7 @@ fn flagged<T: Tree + Clone>(tree: &T, max_norm: f64) -> (Tensor<1>, Tensor<1>) {
 /// If the tree has no float leaf.
 ///
 /// [`clip_by_global_norm`]: crate::clip_by_global_norm
+/// [`DpMechanism::noisy_gradient`]: super::DpMechanism::noisy_gradient
 pub fn clip_and_flag<T: Tree + Clone>(tree: T, max_norm: f64) -> (T, Tensor<1>) {
     let (norm, flags) = flagged(&tree, max_norm);
     let factor = norm.clamp_min(max_norm).recip() * max_norm;
@@ -264,7 +272,11 @@ where
     let finder = micro_grad_module(loss.clone())
         .metrics_fn(|g: ParamGrads| non_finite(&g))
         .microbatch_size(clipping.microbatch_size);
-    let whole = micro_grad_module(loss).transform_fn(move |g: ParamGrads| clipping.apply(g));
+    // Summed in the backend's widest float (f64 on Flex and CUDA): the sum's rounding does not
+    // grow with the batch as an f32 sum's does (the statement says what remains).
+    let whole = micro_grad_module(loss)
+        .accumulator(WideSum)
+        .transform_fn(move |g: ParamGrads| clipping.apply(g));
     let micro = clipping
         .microbatch_size
         .map(|m| (m, whole.clone().microbatch_size(m)));

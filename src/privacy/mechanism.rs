@@ -358,7 +358,8 @@ impl DpMechanism {
         // From the batch on, what the step returns depends on the data, an error too.
         self.account_released()?;
         let (noisy, report) = released?;
-        Ok((self.normalised(noisy), report))
+        // In the parameters' dtype for the optimizer (the sum was taken wider): post-processing.
+        Ok((self.normalised(noisy).cast_like(NAME, model)?, report))
     }
 
     /// The first half of a step: the batch's ticket and the budget checked, the batch consumed,

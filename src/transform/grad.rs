@@ -81,6 +81,42 @@ impl ParamGrads {
             .sum())
     }
 
+    /// The gradients cast to the dtypes of their parameters in `module` (a sum taken in a wider
+    /// float, `WideSum`, returned in the parameters' own for an optimizer); gradients of
+    /// parameters `module` does not hold keep theirs.
+    ///
+    /// # Errors
+    /// As [`zeros`](Self::zeros).
+    pub(crate) fn cast_like<M: Module>(
+        self,
+        transform: &'static str,
+        module: &M,
+    ) -> Result<Self, VmapError> {
+        let (params, _) = ModuleParams::of(transform, module)?;
+        let entries = self
+            .entries
+            .into_iter()
+            .map(|(path, id, g)| {
+                let target = params
+                    .ids
+                    .iter()
+                    .position(|p| *p == id)
+                    .map(|i| params.tensors[i].dtype());
+                let g = match target {
+                    Some(dtype) if dtype != g.dtype() && dtype.is_float() => {
+                        Leaf(burn_dispatch::Dispatch::float_cast(
+                            g.into_dispatch(),
+                            dtype.into(),
+                        ))
+                    }
+                    _ => g,
+                };
+                (path, id, g)
+            })
+            .collect();
+        Ok(Self { entries })
+    }
+
     /// Number of parameters with a gradient.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -263,3 +263,43 @@ fn should_give_zero_gradients_for_an_empty_batch() {
         assert_eq!(per.get::<3>("a.weight").unwrap().dims(), [0, 4, 5]);
     }
 }
+
+/// `WideSum` sums the examples' gradients in `f64` on Flex: a sum whose `f32` rounding loses
+/// the small examples (`1e8 + 1 + 1 + ...`: `f32` steps by 8 there) is exact, and a dense
+/// layer's factored gradient is summed from its cast factors (every product `x·g` exact in
+/// `f64`), also across microbatches.
+#[test]
+fn should_sum_in_f64_with_wide_sum() {
+    use burn::tensor::DType;
+    use burn_vmap::accumulate::{Sum, WideSum};
+    let n = 1001;
+    let mut x = vec![1.0f32; n * 2];
+    x[0] = 1e8;
+    x[1] = 3e-9;
+    let x = Tensor::<2>::from_data(burn::tensor::TensorData::new(x, [n, 2]), &dev());
+    let model: Linear = LinearConfig::new(2, 1).init(&dev());
+    // d(sum(W x + b))/dW = x: the weight's gradient summed over the examples is Σ x.
+    let loss = |m: &Linear, (x,): (Tensor<2>,)| m.forward(x).sum();
+    for mb in [None, Some(7)] {
+        let wide = micro_grad_module(loss)
+            .microbatch_size(mb)
+            .accumulator(WideSum);
+        let (g, _) = wide.call(&model, (x.clone(),)).unwrap();
+        let w: Tensor<2> = g.get("weight").unwrap();
+        if !dev().supports_dtype(DType::F64) {
+            // wgpu (WGSL has no f64): the widest float is f32.
+            assert_eq!(w.dtype(), DType::F32);
+            return;
+        }
+        assert_eq!(w.dtype(), DType::F64);
+        let w = w.into_data().to_vec::<f64>().unwrap();
+        assert_eq!(w, vec![1e8 + 1000.0, f64::from(3e-9f32) + 1000.0], "microbatch {mb:?}");
+        let (g, _) = micro_grad_module(loss)
+            .microbatch_size(mb)
+            .accumulator(Sum)
+            .call(&model, (x.clone(),))
+            .unwrap();
+        let narrow = floats(g.get::<2>("weight").unwrap());
+        assert_ne!(f64::from(narrow[0]), 1e8 + 1000.0, "f32 rounds the sum");
+    }
+}

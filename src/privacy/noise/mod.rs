@@ -364,7 +364,7 @@ fn plain(grads: ParamGrads, std: f64, rng: &mut PrivacyRng) -> ParamGrads {
             })
             .collect();
         let data = TensorData::new(values, [shape.num_elements()]).convert_dtype(g.dtype());
-        let noise = Tensor::<1>::from_data(data, &g.device());
+        let noise = Tensor::<1>::from_data(data, (&g.device(), g.dtype()));
         Leaf::new(flat(g) + noise).reshape(shape)
     })
 }
@@ -445,7 +445,7 @@ fn hardened(grads: ParamGrads, draw: Draw, k: i32) -> Result<ParamGrads, Privacy
         });
         let (n, shape) = (v.len(), g.shape());
         let data = TensorData::new(v, [n]).convert_dtype(g.dtype());
-        Leaf::new(Tensor::<1>::from_data(data, &g.device())).reshape(shape)
+        Leaf::new(Tensor::<1>::from_data(data, (&g.device(), g.dtype()))).reshape(shape)
     });
     match failure {
         Some(e) => Err(e),

@@ -19,6 +19,7 @@
 //! | `sum_dim`/`mean_dim` over a leading dim (the examples, once unbatched) | one matrix product over every example's rows (`Xᵀ G`), or a scatter-add of rows for an embedding |
 //! | leaving a vmap level | the same move on both factors |
 //! | `cat`, `select` (shared indices) along a leading dim | the same op on both factors |
+//! | `cast` to another float dtype | every factor cast (`WideSum`'s `f64` sum over the examples) |
 //!
 //! Equal factors: a layer rule tags each factor with the value it read (`crate::tensor::Tag`),
 //! and the Gram matrices of tagged factors are memoized at the current vmap level
@@ -42,7 +43,7 @@ mod layers;
 mod ops;
 
 pub(crate) use layers::{conv_weight, embedding_weight, linear_weight};
-pub(crate) use ops::{add, cat, div, mul, scalar, select, sum, sum_dim, unbatch};
+pub(crate) use ops::{add, cast, cat, div, mul, scalar, select, sum, sum_dim, unbatch};
 
 use burn_backend::backend::Backend;
 use burn_backend::tensor::IndexingUpdateOp;

@@ -175,6 +175,18 @@ pub(crate) fn scalar<B: Backend>(t: VT<B>, s: Scalar, divide: bool) -> Declined<
     Ok(make::<B>(f, bdims))
 }
 
+/// `Xᵀ G` cast to `dtype`: every factor cast (the product of the cast factors is the cast
+/// product of exact values; one-hot indices stay exact in any float dtype). A wide sum over the
+/// examples (`accumulate::WideSum`) casts the per-example gradients to `f64` this way before
+/// its matrix product.
+pub(crate) fn cast<B: Backend>(t: VT<B>, dtype: burn_backend::FloatDType) -> Declined<VT<B>> {
+    let (f, bdims) = factored::<B>(t).into_factors()?;
+    Ok(make::<B>(
+        map_factors::<B>(f, |x| B::float_cast(x, dtype)),
+        bdims,
+    ))
+}
+
 /// `sum` over every logical element, as `[1]` per example.
 ///
 /// Of `Xᵀ G`: `Σ_t sum(x_t) sum(g_t)` (a one-hot row sums to 1). Of the elementwise product

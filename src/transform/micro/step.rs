@@ -81,6 +81,11 @@ fn hand_back<B: UserBackend>(v: Value<Vmap<B>>, reduce: Reduce, level: Level, si
     let rows = unbatch::<Vmap<B>>(v, level, size, 0);
     let out = match (reduce, rows) {
         (Reduce::Sum, Value::Float(t)) => Value::Float(Vmap::<B>::float_sum_dim(t, 0)),
+        (Reduce::WideSum, Value::Float(t)) => {
+            let wide = crate::compat::widest_float::<B>(&t.device());
+            let t = Vmap::<B>::float_cast(t, wide);
+            Value::Float(Vmap::<B>::float_sum_dim(t, 0))
+        }
         (Reduce::Mean, Value::Float(t)) => Value::Float(Vmap::<B>::float_mean_dim(t, 0)),
         (_, rows) => rows,
     };
