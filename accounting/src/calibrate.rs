@@ -11,6 +11,9 @@ pub enum AccountantKind {
     Rdp,
     /// [`PldAccountant::new`] (Δ = 1e-4).
     Pld,
+    /// [`RdpAccountant::discrete_gaussian`]: the Poisson-subsampled discrete Gaussian (Zhu &
+    /// Wang's bound, integer orders).
+    RdpDiscreteGaussian,
 }
 
 /// The smallest noise multiplier σ (within `tolerance`) such that `steps` Poisson-subsampled
@@ -41,6 +44,7 @@ pub fn calibrate_noise_multiplier(
     match kind {
         AccountantKind::Rdp => calibration.run(&RdpAccountant::new()),
         AccountantKind::Pld => calibration.run(&PldAccountant::new()),
+        AccountantKind::RdpDiscreteGaussian => calibration.run(&RdpAccountant::discrete_gaussian()),
     }
 }
 

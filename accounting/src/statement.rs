@@ -28,6 +28,19 @@ pub enum AccountantDescription {
         /// The order giving the reported ε.
         optimal_order: Option<f64>,
     },
+    /// Rényi DP of the Poisson-subsampled *discrete* Gaussian: Zhu & Wang's (2019) general
+    /// upper bound for Poisson subsampling on the base RDP `α/(2σ²)` of Canonne, Kamath &
+    /// Steinke (2020), with the improved RDP → (ε, δ) conversion.
+    RdpDiscreteGaussian {
+        /// Smallest Rényi order evaluated.
+        min_order: f64,
+        /// Largest Rényi order evaluated.
+        max_order: f64,
+        /// Number of orders evaluated.
+        num_orders: usize,
+        /// The order giving the reported ε.
+        optimal_order: Option<f64>,
+    },
     /// Privacy loss distribution (connect-the-dots discretisation, FFT composition).
     Pld {
         /// Grid spacing of the privacy loss.
@@ -123,11 +136,17 @@ impl fmt::Display for PrivacyStatement {
         let c = self
             .clipping_norm
             .map_or_else(|| "C".to_string(), |c| format!("C = {}", sig(c, 6)));
+        let noise = match self.accountant {
+            AccountantDescription::RdpDiscreteGaussian { .. } => {
+                "discrete Gaussian noise (Canonne, Kamath & Steinke 2020) of scale σ·C"
+            }
+            _ => "Gaussian noise of standard deviation σ·C",
+        };
         writeln!(
             f,
             "  each step: Poisson subsampling (every example joins the batch independently with \
-             probability q), per-example gradients clipped to L2 norm {c}, Gaussian noise of \
-             standard deviation σ·C added to their sum"
+             probability q), per-example gradients clipped to L2 norm {c}, {noise} added to \
+             their sum"
         )?;
         if self.groups.is_empty() {
             writeln!(f, "  steps: none")?;
@@ -147,11 +166,22 @@ impl fmt::Display for PrivacyStatement {
                 max_order,
                 num_orders,
                 optimal_order,
+            }
+            | AccountantDescription::RdpDiscreteGaussian {
+                min_order,
+                max_order,
+                num_orders,
+                optimal_order,
             } => {
+                let what = if matches!(self.accountant, AccountantDescription::Rdp { .. }) {
+                    "Rényi DP of the subsampled Gaussian (Mironov, Talwar & Zhang 2019)"
+                } else {
+                    "Rényi DP of the Poisson-subsampled discrete Gaussian, Zhu & Wang's general \
+                     bound (ICML 2019, Thm 5; base RDP α/(2σ²), Canonne, Kamath & Steinke 2020)"
+                };
                 write!(
                     f,
-                    "  accountant: Rényi DP of the subsampled Gaussian (Mironov, Talwar & Zhang \
-                     2019), {num_orders} orders in [{}, {}]",
+                    "  accountant: {what}, {num_orders} orders in [{}, {}]",
                     sig(*min_order, 6),
                     sig(*max_order, 6)
                 )?;

@@ -128,7 +128,7 @@ impl SignedLogSum {
 }
 
 /// `ln(eᶜ − 1)` for `c ≥ 0`.
-fn log_expm1(c: f64) -> f64 {
+pub(crate) fn log_expm1(c: f64) -> f64 {
     if c == 0.0 {
         f64::NEG_INFINITY
     } else if c > 40.0 {
@@ -139,7 +139,7 @@ fn log_expm1(c: f64) -> f64 {
 }
 
 /// `ln k` for integers `k`, tabulated up to 2¹⁶.
-fn ln_int(k: u64) -> f64 {
+pub(crate) fn ln_int(k: u64) -> f64 {
     static TABLE: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();
     let table = TABLE.get_or_init(|| (0..1u64 << 16).map(|k| (k as f64).ln()).collect());
     table

@@ -3,12 +3,20 @@
 //! RDP composes additively: after `T` steps with per-step RDP `r(α)` the total is `T·r(α)`,
 //! and steps with different `(q, σ)` simply add their curves. The per-step curve is exact
 //! (see [`poisson_gaussian_rdp`]); the conversion to (ε, δ) is [`rdp_to_epsilon`].
+//!
+//! For the *discrete* Gaussian ([`NoiseDistribution::DiscreteGaussian`]) the per-step curve is
+//! an upper bound, Zhu & Wang's general bound for Poisson subsampling
+//! ([`poisson_subsampled_rdp_bound`], module `subsampled`), at integer orders.
 
 mod conversion;
 pub(crate) mod log_a;
 mod quad;
+mod subsampled;
 
 pub use conversion::{rdp_to_delta, rdp_to_epsilon, DeltaAt, EpsilonAt};
+pub use subsampled::{
+    poisson_discrete_gaussian_rdp, poisson_subsampled_rdp_bound, MAX_SUBSAMPLED_ORDER,
+};
 
 use std::sync::Arc;
 
@@ -88,12 +96,38 @@ pub fn poisson_gaussian_rdp(event: PoissonGaussian, orders: &[f64]) -> Result<Ve
         .collect())
 }
 
+/// The noise added to the sum of clipped gradients, which decides an [`RdpAccountant`]'s
+/// per-step RDP curve.
+///
+/// ```
+/// use burn_vmap_accounting::{NoiseDistribution, RdpAccountant};
+///
+/// assert_eq!(RdpAccountant::new().noise_distribution(), NoiseDistribution::Gaussian);
+/// let discrete = RdpAccountant::discrete_gaussian();
+/// assert_eq!(discrete.noise_distribution(), NoiseDistribution::DiscreteGaussian);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum NoiseDistribution {
+    /// The Gaussian `N(0, (σC)²)`: exact RDP, [`poisson_gaussian_rdp`].
+    #[default]
+    Gaussian,
+    /// The discrete Gaussian `N_ℤ(0, σ²)` on the integer lattice (Canonne, Kamath & Steinke
+    /// 2020), σ relative to the L2 sensitivity: Zhu & Wang's upper bound,
+    /// [`poisson_discrete_gaussian_rdp`].
+    DiscreteGaussian,
+}
+
 /// How many distinct events' per-step curves to keep (a training loop calls
 /// [`RdpAccountant::compose`] once per step, usually with one or two distinct events).
 const CACHE_SIZE: usize = 8;
 
 /// Rényi-DP accountant for DP-SGD (Poisson-subsampled Gaussian steps, add/remove-one
 /// neighbouring).
+///
+/// [`new`](Self::new) and [`with_orders`](Self::with_orders) account for Gaussian noise (exact
+/// RDP); [`discrete_gaussian`](Self::discrete_gaussian) for discrete Gaussian noise (Zhu &
+/// Wang's upper bound). The conversion to (ε, δ) ([`rdp_to_epsilon`]) holds for any mechanism.
 ///
 /// Composing costs one addition per order once an event's per-step curve is known (the last
 /// few distinct events' curves are cached), so calling [`compose`](Self::compose) once per
@@ -117,6 +151,7 @@ pub struct RdpAccountant {
     steps: u64,
     history: Vec<StepGroup>,
     cache: Vec<(PoissonGaussian, Arc<[f64]>)>,
+    noise: NoiseDistribution,
 }
 
 impl Default for RdpAccountant {
@@ -128,7 +163,51 @@ impl Default for RdpAccountant {
 impl RdpAccountant {
     /// An empty accountant on [`default_orders`].
     pub fn new() -> Self {
-        Self::from_checked_orders(default_orders())
+        Self::from_checked_orders(default_orders(), NoiseDistribution::Gaussian)
+    }
+
+    /// An empty accountant for the Poisson-subsampled **discrete** Gaussian
+    /// ([`NoiseDistribution::DiscreteGaussian`]) on the integer orders of [`default_orders`]
+    /// (2, 3, …, 63 and 64…4096: 111 orders), where its bound is proven. Events are
+    /// [`PoissonGaussian`]s as for the Gaussian: σ is the discrete Gaussian's scale over the L2
+    /// sensitivity of the (scaled, rounded, clipped) sum.
+    ///
+    /// ```
+    /// use burn_vmap_accounting::{PoissonGaussian, RdpAccountant};
+    ///
+    /// let step = PoissonGaussian::new(0.01, 1.1)?;
+    /// let (mut discrete, mut gaussian) = (RdpAccountant::discrete_gaussian(), RdpAccountant::new());
+    /// discrete.compose(step, 10_000)?;
+    /// gaussian.compose(step, 10_000)?;
+    /// let (eps_d, eps_g) = (discrete.epsilon(1e-5)?, gaussian.epsilon(1e-5)?);
+    /// assert_eq!(discrete.orders().len(), 111);
+    /// assert!(eps_d >= eps_g && eps_d < 1.1 * eps_g, "{eps_d} vs {eps_g}");
+    /// assert!(discrete.statement(1e-5)?.to_string().contains("discrete Gaussian"));
+    /// # Ok::<(), burn_vmap_accounting::AccountingError>(())
+    /// ```
+    pub fn discrete_gaussian() -> Self {
+        let orders = default_orders()
+            .into_iter()
+            .filter(|a| a.fract() == 0.0)
+            .collect();
+        Self::from_checked_orders(orders, NoiseDistribution::DiscreteGaussian)
+    }
+
+    /// An empty discrete-Gaussian accountant (see [`discrete_gaussian`](Self::discrete_gaussian))
+    /// on custom orders (each `> 1`; `+∞` allowed; at least one). A fractional order gets the
+    /// bound of the next integer (see [`poisson_discrete_gaussian_rdp`]), so integer orders are
+    /// the useful ones.
+    ///
+    /// ```
+    /// use burn_vmap_accounting::RdpAccountant;
+    ///
+    /// assert!(RdpAccountant::discrete_gaussian_with_orders(vec![2.0, 8.0, 32.0]).is_ok());
+    /// assert!(RdpAccountant::discrete_gaussian_with_orders(vec![1.0]).is_err());
+    /// ```
+    pub fn discrete_gaussian_with_orders(orders: impl Into<Vec<f64>>) -> Result<Self> {
+        let mut acc = Self::with_orders(orders)?;
+        acc.noise = NoiseDistribution::DiscreteGaussian;
+        Ok(acc)
     }
 
     /// An empty accountant on custom orders (each `> 1`; `+∞` allowed; at least one).
@@ -148,10 +227,13 @@ impl RdpAccountant {
         for &a in &orders {
             check_order(a)?;
         }
-        Ok(Self::from_checked_orders(orders))
+        Ok(Self::from_checked_orders(
+            orders,
+            NoiseDistribution::Gaussian,
+        ))
     }
 
-    fn from_checked_orders(orders: Vec<f64>) -> Self {
+    fn from_checked_orders(orders: Vec<f64>, noise: NoiseDistribution) -> Self {
         let n = orders.len();
         Self {
             orders,
@@ -159,7 +241,13 @@ impl RdpAccountant {
             steps: 0,
             history: Vec::new(),
             cache: Vec::new(),
+            noise,
         }
+    }
+
+    /// The noise whose RDP this accountant composes.
+    pub fn noise_distribution(&self) -> NoiseDistribution {
+        self.noise
     }
 
     /// The Rényi orders.
@@ -199,10 +287,14 @@ impl RdpAccountant {
             self.cache.push(hit.clone());
             return hit.1;
         }
+        let single = match self.noise {
+            NoiseDistribution::Gaussian => log_a::rdp_single,
+            NoiseDistribution::DiscreteGaussian => subsampled::discrete_rdp_single,
+        };
         let curve: Arc<[f64]> = self
             .orders
             .iter()
-            .map(|&a| log_a::rdp_single(event.sampling_rate, event.noise_multiplier, a))
+            .map(|&a| single(event.sampling_rate, event.noise_multiplier, a))
             .collect();
         if self.cache.len() == CACHE_SIZE {
             self.cache.remove(0);
@@ -235,18 +327,33 @@ impl RdpAccountant {
     pub fn statement(&self, delta: f64) -> Result<PrivacyStatement> {
         let at = self.epsilon_and_order(delta)?;
         let finite = || self.orders.iter().copied();
+        let (min_order, max_order, num_orders, optimal_order) = (
+            finite().fold(f64::INFINITY, f64::min),
+            finite().fold(f64::NEG_INFINITY, f64::max),
+            self.orders.len(),
+            at.order,
+        );
+        let accountant = match self.noise {
+            NoiseDistribution::Gaussian => AccountantDescription::Rdp {
+                min_order,
+                max_order,
+                num_orders,
+                optimal_order,
+            },
+            NoiseDistribution::DiscreteGaussian => AccountantDescription::RdpDiscreteGaussian {
+                min_order,
+                max_order,
+                num_orders,
+                optimal_order,
+            },
+        };
         Ok(PrivacyStatement {
             epsilon: at.epsilon,
             delta,
             steps: self.steps,
             groups: self.history.clone(),
             clipping_norm: None,
-            accountant: AccountantDescription::Rdp {
-                min_order: finite().fold(f64::INFINITY, f64::min),
-                max_order: finite().fold(f64::NEG_INFINITY, f64::max),
-                num_orders: self.orders.len(),
-                optimal_order: at.order,
-            },
+            accountant,
         })
     }
 }
