@@ -108,9 +108,10 @@ fn owner(seed: u64) -> DpTraining<Mlp, Batch> {
     seeded(config(), seed)
 }
 
-/// ε by RDP after `k` steps of (q, σ) = (0.1, 1) at δ = 1e-5.
+/// ε by RDP after `k` steps of (q, σ) = (0.1, 1) at δ = 1e-5, of the discrete Gaussian (the
+/// default hardened noise).
 fn rdp(k: u64) -> f64 {
-    let mut acc = RdpAccountant::new();
+    let mut acc = RdpAccountant::discrete_gaussian();
     acc.compose(PoissonGaussian::new(0.1, 1.0).unwrap(), k)
         .unwrap();
     acc.epsilon(1e-5).unwrap()

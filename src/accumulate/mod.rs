@@ -236,15 +236,20 @@ pub struct Sum;
 ///
 /// ```
 /// use burn::tensor::{DType, Device, Tensor};
-/// use burn_vmap::{accumulate::WideSum, micro_vmap};
-/// let xs = Tensor::<2>::from_floats([[1.0], [2.0], [3.0], [4.0]], &Device::default());
-/// let s: Tensor<1> = micro_vmap(|x: Tensor<1>| x * 1e-8)
+/// use burn_vmap::accumulate::{Sum, WideSum};
+/// use burn_vmap::micro_vmap;
+/// // f32 steps by 8 at 1e8: an f32 sum rounds the three ones away.
+/// let xs = Tensor::<2>::from_floats([[1e8], [1.0], [1.0], [1.0]], &Device::default());
+/// let wide: Tensor<1> = micro_vmap(|x: Tensor<1>| x)
 ///     .microbatch_size(2)
 ///     .accumulator(WideSum)
-///     .call_as(xs)
+///     .call_as(xs.clone())
 ///     .unwrap();
-/// assert_eq!(s.dtype(), DType::F64); // on Flex
-/// assert_eq!(s.into_data().to_vec::<f64>().unwrap(), vec![(1e-8f32 + 2e-8 + 3e-8 + 4e-8) as f64]);
+/// assert_eq!(wide.dtype(), DType::F64); // on Flex
+/// assert_eq!(wide.into_data().to_vec::<f64>().unwrap(), vec![100_000_003.0]);
+/// let narrow = micro_vmap(|x: Tensor<1>| x).accumulator(Sum).call(xs).unwrap();
+/// let narrow = narrow.into_data().to_vec::<f32>().unwrap()[0];
+/// assert_ne!(f64::from(narrow), 100_000_003.0);
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WideSum;

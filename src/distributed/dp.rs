@@ -453,7 +453,10 @@ impl<C: Collective> DistributedDp<C> {
         }
         // In the parameters' dtype (the local sum was taken wider; the ranks exchange f32).
         let update = unflatten_grads(sum, &update[..len])?;
-        Ok((update.cast_like(STEP, model).map_err(PrivacyError::from)?, report))
+        Ok((
+            update.cast_like(STEP, model).map_err(PrivacyError::from)?,
+            report,
+        ))
     }
 
     /// One data-parallel DP-SGD step: [`noisy_gradient`](Self::noisy_gradient), then
@@ -480,7 +483,7 @@ impl<C: Collective> DistributedDp<C> {
         Ok((crate::privacy::apply(optimizer, lr, model, grads), report))
     }
 
-    /// ε so far at the configured δ, by PLD (the same on every rank).
+    /// ε so far at the configured δ (as [`DpMechanism::epsilon`]; the same on every rank).
     ///
     /// # Errors
     /// [`PrivacyError::Accounting`].

@@ -1,18 +1,27 @@
-//! The mechanism's accounting: ε after a number of steps for its neighbouring relation, and
-//! the number of steps a budget allows.
+//! The mechanism's accounting: ε after a number of steps for its neighbouring relation and
+//! its noise, and the number of steps a budget allows.
 //!
-//! Every step of [`DpMechanism`](super::DpMechanism) is the same Poisson-subsampled Gaussian
-//! mechanism, so the state is the step count; ε comes from privacy loss distributions (the
-//! tightest accountant, [`PldAccountant`]), or from Rényi DP on request. Under replace-one
-//! neighbours ε is derived by group privacy (below).
+//! Every step of [`DpMechanism`](super::DpMechanism) is the same Poisson-subsampled mechanism,
+//! so the state is the step count. Which accountant holds depends on the noise the run draws:
+//!
+//! - [`NoiseKind::Hardened`](super::NoiseKind::Hardened), the exact discrete Gaussian on a
+//!   grid: Rényi DP of the Poisson-subsampled discrete Gaussian
+//!   ([`RdpAccountant::discrete_gaussian`]). One step satisfies `(α, α/(2σ²))`-RDP (Canonne,
+//!   Kamath & Steinke 2020, for the integer shifts of the grid, the sensitivity `C + γ·√d`), and
+//!   Zhu & Wang 2019's general bound covers its Poisson subsampling. The privacy-loss
+//!   distribution of the continuous Gaussian is *not* proven for it, and is not used.
+//! - [`NoiseKind::Plain`](super::NoiseKind::Plain): the continuous Gaussian's privacy-loss
+//!   distribution (the tightest, [`PldAccountant`]), or its exact RDP on request.
+//!
+//! Under replace-one neighbours ε is derived by group privacy (below).
 
-use super::Neighbouring;
 use super::PrivacyError;
 use super::accounting::{PldAccountant, PoissonGaussian, PrivacyStatement, RdpAccountant};
 use super::config::DpConfig;
+use super::{Neighbouring, NoiseKind};
 
 /// ε by RDP at the configuration's δ after `steps` steps of the mechanism of `config` (its
-/// neighbouring relation included): what [`DpMechanism::epsilon_rdp`](super::DpMechanism::epsilon_rdp)
+/// neighbouring relation and noise included): what [`DpMechanism::epsilon_rdp`](super::DpMechanism::epsilon_rdp)
 /// answers after that many steps, without a mechanism (burn-train's ε metric).
 #[cfg(feature = "train")]
 pub(crate) fn epsilon_rdp_after(config: &DpConfig, steps: u64) -> Result<f64, PrivacyError> {
@@ -21,13 +30,22 @@ pub(crate) fn epsilon_rdp_after(config: &DpConfig, steps: u64) -> Result<f64, Pr
     accountant.epsilon_rdp(config.delta)
 }
 
-/// ε of the steps so far, for the relation of a configuration.
+/// The composition: the continuous Gaussian's PLD kept step by step (plain noise), or the steps
+/// of the discrete Gaussian (hardened noise), whose RDP is composed at once when asked (one
+/// multiplication per order: the same value whether the steps came one by one or together).
+#[derive(Debug, Clone)]
+enum Composed {
+    Pld(PldAccountant),
+    DiscreteRdp { steps: u64 },
+}
+
+/// ε of the steps so far, for the relation and the noise of a configuration.
 #[derive(Debug, Clone)]
 pub(super) struct Accountant {
     event: PoissonGaussian,
     replace_one: bool,
     /// Composed incrementally (its queries are cached until the next step).
-    pld: PldAccountant,
+    composed: Composed,
 }
 
 impl Accountant {
@@ -35,38 +53,62 @@ impl Accountant {
         Ok(Self {
             event: PoissonGaussian::new(config.sampling_rate, config.noise_multiplier)?,
             replace_one: matches!(config.neighbouring, Neighbouring::ReplaceOne { .. }),
-            pld: PldAccountant::new(),
+            composed: Self::empty(config.noise),
         })
+    }
+
+    fn empty(noise: NoiseKind) -> Composed {
+        match noise {
+            NoiseKind::Hardened { .. } => Composed::DiscreteRdp { steps: 0 },
+            NoiseKind::Plain => Composed::Pld(PldAccountant::new()),
+        }
     }
 
     /// Steps accounted.
     pub(super) fn steps(&self) -> u64 {
-        self.pld.steps()
+        match &self.composed {
+            Composed::Pld(pld) => pld.steps(),
+            Composed::DiscreteRdp { steps } => *steps,
+        }
     }
 
     /// Accounts `count` more steps.
     pub(super) fn compose(&mut self, count: u64) -> Result<(), PrivacyError> {
         if count > 0 {
-            self.pld.compose(self.event, count)?;
+            match &mut self.composed {
+                Composed::Pld(pld) => pld.compose(self.event, count)?,
+                Composed::DiscreteRdp { steps } => *steps += count,
+            }
         }
         Ok(())
     }
 
-    /// ε at `delta` after the steps so far (PLD).
+    /// ε at `delta` after the steps so far, by the tightest accountant that holds for the noise
+    /// (PLD for plain noise, the discrete Gaussian's RDP for hardened noise).
     pub(super) fn epsilon(&self, delta: f64) -> Result<f64, PrivacyError> {
-        self.relation_epsilon(delta, |d| Ok(self.pld.epsilon(d)?))
+        self.relation_epsilon(delta, |d| {
+            Ok(match &self.composed {
+                Composed::Pld(pld) => pld.epsilon(d)?,
+                Composed::DiscreteRdp { .. } => self.rdp()?.epsilon(d)?,
+            })
+        })
     }
 
-    /// ε at `delta` after the steps so far, by RDP (looser than PLD).
+    /// ε at `delta` after the steps so far, by RDP (the continuous Gaussian's exact RDP for
+    /// plain noise, looser than its PLD; the discrete Gaussian's for hardened noise, the same as
+    /// [`epsilon`](Self::epsilon)).
     pub(super) fn epsilon_rdp(&self, delta: f64) -> Result<f64, PrivacyError> {
         let rdp = self.rdp()?;
         self.relation_epsilon(delta, |d| Ok(rdp.epsilon(d)?))
     }
 
-    /// The PLD statement of the add/remove accountant (the relation and what it assumes are
-    /// stated around it by [`DpStatement`](super::DpStatement)).
+    /// The statement of the add/remove accountant of [`epsilon`](Self::epsilon) (the relation
+    /// and what it assumes are stated around it by [`DpStatement`](super::DpStatement)).
     pub(super) fn statement(&self, delta: f64) -> Result<PrivacyStatement, PrivacyError> {
-        let mut statement = self.pld.statement(delta)?;
+        let mut statement = match &self.composed {
+            Composed::Pld(pld) => pld.statement(delta)?,
+            Composed::DiscreteRdp { .. } => self.rdp()?.statement(delta)?,
+        };
         statement.epsilon = self.epsilon(delta)?;
         Ok(statement)
     }
@@ -78,20 +120,28 @@ impl Accountant {
         Ok(statement)
     }
 
+    /// The RDP accountant of the steps so far.
     fn rdp(&self) -> Result<RdpAccountant, PrivacyError> {
-        let mut rdp = RdpAccountant::new();
+        let mut rdp = match self.composed {
+            Composed::DiscreteRdp { .. } => RdpAccountant::discrete_gaussian(),
+            Composed::Pld(_) => RdpAccountant::new(),
+        };
         if self.steps() > 0 {
             rdp.compose(self.event, self.steps())?;
         }
         Ok(rdp)
     }
 
-    /// The largest number of steps whose ε at `delta` stays within `epsilon` (PLD; `u64::MAX`
+    /// The largest number of steps whose ε at `delta` stays within `epsilon` (by
+    /// [`epsilon`](Self::epsilon); `u64::MAX`
     /// when no count exceeds it within 2⁴⁰ steps, as for a trivial mechanism).
     pub(super) fn max_steps(&self, epsilon: f64, delta: f64) -> Result<u64, PrivacyError> {
         let within = |steps: u64| -> Result<bool, PrivacyError> {
             let mut at = Self {
-                pld: PldAccountant::new(),
+                composed: match &self.composed {
+                    Composed::Pld(_) => Composed::Pld(PldAccountant::new()),
+                    Composed::DiscreteRdp { .. } => Composed::DiscreteRdp { steps: 0 },
+                },
                 ..self.clone()
             };
             at.compose(steps)?;

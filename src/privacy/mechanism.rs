@@ -214,7 +214,8 @@ impl DpMechanism {
 
     /// With a privacy budget: the step that would take ε at `delta` above `epsilon` fails with
     /// [`PrivacyError::Budget`] before it runs (nothing is released or accounted). The number
-    /// of steps the budget allows is computed here, once, by PLD.
+    /// of steps the budget allows is computed here, once, by the accountant of
+    /// [`epsilon`](Self::epsilon).
     ///
     /// # Errors
     /// [`PrivacyError::Argument`] for `epsilon` not finite and positive or `delta` outside
@@ -561,8 +562,11 @@ impl DpMechanism {
         self.seeded = true;
     }
 
-    /// ε so far at the configured δ, by privacy loss distributions (the tightest; the first
-    /// query after new steps runs the FFT composition).
+    /// ε so far at the configured δ, by the tightest accountant that holds for the noise the
+    /// run draws: for hardened noise (the default) the Rényi DP of the Poisson-subsampled
+    /// discrete Gaussian (Canonne, Kamath & Steinke 2020 for one step, Zhu & Wang 2019's general
+    /// bound for the sampling); for plain noise the continuous Gaussian's privacy loss
+    /// distributions (the first query after new steps runs the FFT composition).
     ///
     /// # Errors
     /// [`PrivacyError::Accounting`].
@@ -570,8 +574,9 @@ impl DpMechanism {
         self.accountant.epsilon(self.config.delta)
     }
 
-    /// ε so far at the configured δ, by Rényi DP (exact orders, the improved conversion):
-    /// looser than [`epsilon`](Self::epsilon).
+    /// ε so far at the configured δ, by Rényi DP (the improved conversion): for plain noise the
+    /// continuous Gaussian's exact RDP, looser than [`epsilon`](Self::epsilon); for hardened
+    /// noise the same as [`epsilon`](Self::epsilon).
     ///
     /// # Errors
     /// [`PrivacyError::Accounting`].
@@ -579,7 +584,8 @@ impl DpMechanism {
         self.accountant.epsilon_rdp(self.config.delta)
     }
 
-    /// What the run guarantees so far and what it assumes ([`DpStatement`]), by PLD.
+    /// What the run guarantees so far and what it assumes ([`DpStatement`]), by the accountant
+    /// of [`epsilon`](Self::epsilon).
     ///
     /// # Errors
     /// [`PrivacyError::Accounting`].
@@ -606,7 +612,8 @@ impl DpMechanism {
             noise: match self.config.noise {
                 NoiseKind::Hardened { granularity } => format!(
                     "hardened (the exact discrete Gaussian of Canonne, Kamath & Steinke on the \
-                     grid {granularity:e}, calibrated to C plus the grid's rounding, γ·√d)"
+                     grid {granularity:e}, calibrated to C plus the grid's rounding, γ·√d; \
+                     accounted by the Rényi DP of the Poisson-subsampled discrete Gaussian)"
                 ),
                 NoiseKind::Plain => {
                     "plain f32 Gaussian (open to floating-point attacks, Mironov 2012)".into()

@@ -123,10 +123,10 @@ impl fmt::Display for DpStatement {
             if self.seeded { " -- VIOLATED" } else { "" },
             match c.noise {
                 super::NoiseKind::Hardened { .. } => {
-                    "; the discrete Gaussian is accounted as the continuous Gaussian of the same \
-                     σ on the sensitivity C + γ·√d (proven for one step in Rényi DP by Canonne, \
-                     Kamath & Steinke 2020; under Poisson sampling an approximation whose error \
-                     vanishes with γ/σ, not proven here)"
+                    "; the discrete Gaussian on the grid γ is accounted by Rényi DP: one step \
+                     is (α, α/(2σ²))-RDP for the sensitivity C + γ·√d of the rounded sums \
+                     (Canonne, Kamath & Steinke 2020), Poisson sampling by Zhu & Wang 2019's \
+                     general bound, converted to (ε, δ) by Balle et al. 2020 (Thm 21)"
                 }
                 super::NoiseKind::Plain => "",
             }
@@ -135,9 +135,12 @@ impl fmt::Display for DpStatement {
             f,
             "  does not cover: hyper-parameter tuning or repeated runs on the same data (each \
              run spends its own ε), the per-step metrics (the counts of clipped and non-finite \
-             examples, the losses), timing side channels, floating-point rounding in the f32 \
-             clipping and sum (a clipped norm may exceed C by a few ulps), and anything computed \
-             from the data outside the mechanism"
+             examples, the losses), timing side channels, floating-point rounding in the \
+             clipping (each example's gradient and its norm are computed in f32: a clipped \
+             norm may exceed C by the rounding of that norm) and in the sum (accumulated in \
+             f64, at most about B·2⁻⁵³ of the sum of the clipped norms, on wgpu, which has no \
+             f64, B·2⁻²⁴; a data-parallel run exchanges each process's sum in f32, 2⁻²⁴ of \
+             it), and anything computed from the data outside the mechanism"
         )
     }
 }

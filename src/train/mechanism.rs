@@ -245,7 +245,7 @@ where
         self.dp.config().delta
     }
 
-    /// What the run guarantees so far and what it assumes, by PLD.
+    /// What the run guarantees so far and what it assumes.
     pub(super) fn statement(&self) -> Result<DpStatement, PrivacyError> {
         self.dp.statement()
     }

@@ -102,9 +102,10 @@ impl Adaptor<EpsilonInput> for DpStepOutput {
     }
 }
 
-/// ε so far, at the run's δ: the training split's privacy spent, after every step, by RDP
-/// (an upper bound a little above the PLD ε of the final statement). Its value for an epoch is
-/// the ε at the epoch's end (not a mean over its steps).
+/// ε so far, at the run's δ: the training split's privacy spent, after every step, by RDP (for
+/// the default hardened noise the statement's own ε, the discrete Gaussian's RDP; for plain
+/// noise an upper bound a little above the PLD ε of the final statement). Its value for an
+/// epoch is the ε at the epoch's end (not a mean over its steps).
 #[derive(Debug, Clone)]
 pub struct EpsilonMetric {
     name: MetricName,

@@ -415,7 +415,8 @@ where
             .metric_train_numeric(NonFiniteMetric::new())
     }
 
-    /// ε so far at the configured δ, by privacy loss distributions: the
+    /// ε so far at the configured δ, by the tightest accountant that holds for the noise
+    /// ([`DpMechanism::epsilon`](crate::privacy::DpMechanism::epsilon)): the
     /// [`statement`](Self::statement)'s.
     ///
     /// # Errors
@@ -424,8 +425,9 @@ where
         Ok(self.lock().mechanism.epsilon()?)
     }
 
-    /// ε so far at the configured δ, by Rényi DP (looser than [`epsilon`](Self::epsilon), and
-    /// quick): the [`EpsilonMetric`]'s value.
+    /// ε so far at the configured δ, by Rényi DP (for plain noise looser than
+    /// [`epsilon`](Self::epsilon); the same for hardened noise; quick): the [`EpsilonMetric`]'s
+    /// value.
     ///
     /// # Errors
     /// [`DpTrainError::Privacy`] from the accountant.

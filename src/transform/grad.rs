@@ -103,12 +103,9 @@ impl ParamGrads {
                     .position(|p| *p == id)
                     .map(|i| params.tensors[i].dtype());
                 let g = match target {
-                    Some(dtype) if dtype != g.dtype() && dtype.is_float() => {
-                        Leaf(burn_dispatch::Dispatch::float_cast(
-                            g.into_dispatch(),
-                            dtype.into(),
-                        ))
-                    }
+                    Some(dtype) if dtype != g.dtype() && dtype.is_float() => Leaf(
+                        burn_dispatch::Dispatch::float_cast(g.into_dispatch(), dtype.into()),
+                    ),
                     _ => g,
                 };
                 (path, id, g)

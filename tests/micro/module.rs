@@ -293,7 +293,11 @@ fn should_sum_in_f64_with_wide_sum() {
         }
         assert_eq!(w.dtype(), DType::F64);
         let w = w.into_data().to_vec::<f64>().unwrap();
-        assert_eq!(w, vec![1e8 + 1000.0, f64::from(3e-9f32) + 1000.0], "microbatch {mb:?}");
+        assert_eq!(
+            w,
+            vec![1e8 + 1000.0, f64::from(3e-9f32) + 1000.0],
+            "microbatch {mb:?}"
+        );
         let (g, _) = micro_grad_module(loss)
             .microbatch_size(mb)
             .accumulator(Sum)

@@ -147,6 +147,31 @@ impl NoiseKind {
     }
 }
 
+impl NoiseKind {
+    /// The accountant whose ε holds for this noise (the one [`DpMechanism`](super::DpMechanism)
+    /// reports): the Poisson-subsampled discrete Gaussian's Rényi DP for
+    /// [`Hardened`](Self::Hardened), the continuous Gaussian's privacy loss distribution for
+    /// [`Plain`](Self::Plain). Calibrate σ with it
+    /// ([`calibrate_noise_multiplier`](super::accounting::calibrate_noise_multiplier)).
+    ///
+    /// ```
+    /// use burn_vmap::privacy::NoiseKind;
+    /// use burn_vmap::privacy::accounting::{calibrate_noise_multiplier, AccountantKind};
+    /// let kind = NoiseKind::default().accountant();
+    /// assert_eq!(kind, AccountantKind::RdpDiscreteGaussian);
+    /// let sigma = calibrate_noise_multiplier(2.0, 1e-5, 0.01, 1000, kind, 1e-3)?;
+    /// assert!(sigma > 0.5 && sigma < 2.0, "{sigma}");
+    /// # Ok::<(), burn_vmap::privacy::accounting::AccountingError>(())
+    /// ```
+    pub fn accountant(self) -> super::accounting::AccountantKind {
+        use super::accounting::AccountantKind;
+        match self {
+            NoiseKind::Hardened { .. } => AccountantKind::RdpDiscreteGaussian,
+            NoiseKind::Plain => AccountantKind::Pld,
+        }
+    }
+}
+
 impl Default for NoiseKind {
     /// [`NoiseKind::Hardened`] on the grid [`NoiseKind::DEFAULT_GRANULARITY`].
     fn default() -> Self {
