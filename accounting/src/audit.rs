@@ -55,6 +55,22 @@
 //! by the union bound. Trying every (k₊, k₋) a posteriori without that correction — as
 //! tempting as it is — over-states ε.
 //!
+//! **Designing an audit that can catch a bug.** No run can give more than
+//! [`AuditConfig::max_epsilon`], the bound of r correct guesses out of r: about
+//! `ln(r / ln(1/β))` at δ = 0 and, once `2mδ` is above β, no more than about `ln(rβ / (2mδ))`
+//! (the run may reveal each canary with probability δ). To flag a run above a claimed ε, almost
+//! all guesses must be right (at ε = 4.38, fewer than 1.2% wrong, before the confidence margin):
+//! guess only on the most extreme scores, k far below m/2, with enough canaries that those are
+//! far out. For the white-box Gaussian scores `bᵢ + σZᵢ` of one DP-SGD step at q = 1 (canary i
+//! alone moves weight i), σ = 1 claims ε = 4.38 at δ = 1e-5; over 500 seeded runs
+//! (`examples/audit_design.rs`) **m = 100 000 canaries, k₊ = k₋ = 3000, δ = 1e-5** (whose
+//! [`max_epsilon`](AuditConfig::max_epsilon) is 5.31) flags σ = 0.5 in every run, σ = 0.55 in
+//! 98%, σ = 0.6 in 4%, and σ = 1 never (largest bound 2.53); 1000 canaries with k = 400 flag
+//! reliably only σ ≤ 0.2 (σ = 0.3 in 24%). Taking the best of several k costs ln n of room
+//! under the cap: at these settings it does worse than the one k. More steps do not help: T
+//! steps of σ at q = 1 are one step of σ/√T, for the accountant as for scores summed over the
+//! steps.
+//!
 //! ```
 //! use burn_vmap_accounting::audit::{audit, draw_inclusion, AuditConfig, Guesses};
 //! use rand::SeedableRng;
@@ -76,165 +92,17 @@ use crate::error::{check_delta, check_epsilon, AccountingError, Result};
 use crate::special::log_add_exp;
 
 mod binomial;
+mod config;
 mod report;
 
 use binomial::LogBinomial;
+pub use config::{AuditConfig, GuessCount, Guesses};
 pub use report::AuditReport;
 
 /// A p-value is inflated by this much (in log units, a relative 1e-9) before it is compared
 /// with β: far more than the rounding error of the log-space sums (~1e-14 relative), so that
 /// rounding can never make a bound larger than the exact one.
 const ROUNDING_SLACK: f64 = 1e-9;
-
-/// How many canaries are guessed "included" (the highest scores) and "excluded" (the lowest).
-///
-/// ```
-/// use burn_vmap_accounting::audit::Guesses;
-///
-/// let g = Guesses::symmetric(100);
-/// assert_eq!((g.included, g.excluded, g.total()), (100, 100, 200));
-/// assert_eq!(Guesses::new(50, 0).total(), 50); // only "included" guesses
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Guesses {
-    /// k₊: the number of highest-scoring canaries guessed "included".
-    pub included: usize,
-    /// k₋: the number of lowest-scoring canaries guessed "excluded".
-    pub excluded: usize,
-}
-
-impl Guesses {
-    /// `included` guesses "included" (highest scores) and `excluded` guesses "excluded" (lowest).
-    ///
-    /// ```
-    /// use burn_vmap_accounting::audit::Guesses;
-    /// assert_eq!(Guesses::new(30, 10).total(), 40);
-    /// ```
-    pub const fn new(included: usize, excluded: usize) -> Self {
-        Self { included, excluded }
-    }
-
-    /// `k` guesses on each side (k₊ = k₋ = k), the paper's choice.
-    ///
-    /// ```
-    /// use burn_vmap_accounting::audit::Guesses;
-    /// assert_eq!(Guesses::symmetric(25), Guesses::new(25, 25));
-    /// ```
-    pub const fn symmetric(k: usize) -> Self {
-        Self::new(k, k)
-    }
-
-    /// r = k₊ + k₋, the number of guesses (saturating).
-    ///
-    /// ```
-    /// use burn_vmap_accounting::audit::Guesses;
-    /// assert_eq!(Guesses::symmetric(25).total(), 50);
-    /// ```
-    pub const fn total(&self) -> usize {
-        self.included.saturating_add(self.excluded)
-    }
-}
-
-/// Which guess counts the audit uses.
-///
-/// ```
-/// use burn_vmap_accounting::audit::{GuessCount, Guesses};
-///
-/// let fixed: GuessCount = Guesses::symmetric(100).into();
-/// assert_eq!(fixed.candidates(), &[Guesses::symmetric(100)]);
-/// let best = GuessCount::BestOf([10, 100, 400].map(Guesses::symmetric).to_vec());
-/// assert_eq!(best.candidates().len(), 3); // each tested at β / 3
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum GuessCount {
-    /// One (k₊, k₋), fixed before the audit.
-    Fixed(Guesses),
-    /// Several (k₊, k₋), each tested at confidence `1 − β / n` (union bound over the n
-    /// candidates); the largest bound is reported and holds at `1 − β`.
-    BestOf(Vec<Guesses>),
-}
-
-impl GuessCount {
-    /// The candidate guess counts (one for [`GuessCount::Fixed`]).
-    ///
-    /// ```
-    /// use burn_vmap_accounting::audit::{GuessCount, Guesses};
-    /// assert_eq!(GuessCount::Fixed(Guesses::new(3, 4)).candidates(), &[Guesses::new(3, 4)]);
-    /// ```
-    pub fn candidates(&self) -> &[Guesses] {
-        match self {
-            Self::Fixed(g) => std::slice::from_ref(g),
-            Self::BestOf(gs) => gs,
-        }
-    }
-}
-
-impl From<Guesses> for GuessCount {
-    fn from(guesses: Guesses) -> Self {
-        Self::Fixed(guesses)
-    }
-}
-
-/// What [`audit`] tests: the confidence `1 − β`, the δ of the null hypothesis "the mechanism is
-/// (ε, δ)-DP", and the guess counts. Validated by [`audit`].
-///
-/// ```
-/// use burn_vmap_accounting::audit::{AuditConfig, Guesses};
-///
-/// let config = AuditConfig::new(Guesses::symmetric(100)).with_delta(1e-5).with_confidence(0.99);
-/// assert_eq!((config.confidence, config.delta), (0.99, 1e-5));
-/// assert_eq!(AuditConfig::new(Guesses::symmetric(100)).confidence, 0.95); // the default
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub struct AuditConfig {
-    /// `1 − β`, in (0, 1); 0.95 by default.
-    pub confidence: f64,
-    /// The δ at which ε is bounded, in [0, 1); 0 (pure DP) by default. Use the δ of the
-    /// accountant's claim to compare with it.
-    pub delta: f64,
-    /// The guess counts k₊, k₋ (fixed, or several with a union bound).
-    pub guesses: GuessCount,
-}
-
-impl AuditConfig {
-    /// Guess counts `guesses`, confidence 0.95, δ = 0.
-    ///
-    /// ```
-    /// use burn_vmap_accounting::audit::{AuditConfig, Guesses};
-    /// let config = AuditConfig::new(Guesses::new(200, 100));
-    /// assert_eq!(config.delta, 0.0);
-    /// ```
-    pub fn new(guesses: impl Into<GuessCount>) -> Self {
-        Self {
-            confidence: 0.95,
-            delta: 0.0,
-            guesses: guesses.into(),
-        }
-    }
-
-    /// Sets the confidence `1 − β` (checked by [`audit`]: in (0, 1)).
-    ///
-    /// ```
-    /// use burn_vmap_accounting::audit::{AuditConfig, Guesses};
-    /// assert_eq!(AuditConfig::new(Guesses::symmetric(1)).with_confidence(0.9).confidence, 0.9);
-    /// ```
-    pub fn with_confidence(mut self, confidence: f64) -> Self {
-        self.confidence = confidence;
-        self
-    }
-
-    /// Sets δ (checked by [`audit`]: in [0, 1)).
-    ///
-    /// ```
-    /// use burn_vmap_accounting::audit::{AuditConfig, Guesses};
-    /// assert_eq!(AuditConfig::new(Guesses::symmetric(1)).with_delta(1e-6).delta, 1e-6);
-    /// ```
-    pub fn with_delta(mut self, delta: f64) -> Self {
-        self.delta = delta;
-        self
-    }
-}
 
 /// The counts an audit's statistics need: m canaries, r guesses, v of them correct.
 ///
@@ -443,20 +311,7 @@ impl GuessTally {
 /// ```
 pub fn audit(scores: &[f64], included: &[bool], config: &AuditConfig) -> Result<AuditReport> {
     check_scores(scores, included)?;
-    let ln_beta = ln_beta(config.confidence)?;
-    let delta = check_delta(config.delta)?;
-    let candidates = config.guesses.candidates();
-    if candidates.is_empty() {
-        return Err(AccountingError::InvalidCount {
-            name: "guesses",
-            expected: "at least one candidate guess count",
-            actual: 0,
-        });
-    }
-    for g in candidates {
-        check_guesses(*g, scores.len())?;
-    }
-    let ln_beta_each = ln_beta - (candidates.len() as f64).ln();
+    let (ln_beta_each, delta, candidates) = config.checked(scores.len())?;
     let order = ranking(scores);
     let mut best: Option<(f64, usize, Guesses)> = None;
     for &g in candidates {
