@@ -30,14 +30,25 @@ pub fn mpirun(name: &str, np: usize) -> Output {
 
 /// As [`mpirun`], with environment variables `env` set on every rank.
 pub fn mpirun_with(name: &str, np: usize, env: &[(&str, &str)]) -> Output {
+    mpirun_over(name, np, env, TCP)
+}
+
+/// Loopback TCP between the ranks (every test's default: what a job across nodes uses).
+pub const TCP: &str = "self,tcp";
+/// Shared memory between the ranks (OpenMPI 4's `vader`; what a job on one node uses by
+/// default).
+pub const SHARED_MEMORY: &str = "self,vader";
+
+/// As [`mpirun_with`], over the byte transfer layers `btl` ([`TCP`] or [`SHARED_MEMORY`]).
+pub fn mpirun_over(name: &str, np: usize, env: &[(&str, &str)], btl: &str) -> Output {
     let _one_at_a_time = JOBS.lock().unwrap_or_else(|e| e.into_inner());
     let exe = std::env::current_exe().expect("the test binary's path");
     let started = Instant::now();
     let mut command = Command::new("mpirun");
     command
         .args(["-np", &np.to_string(), "--oversubscribe"])
-        // Loopback TCP between the ranks; a hung job is killed after a minute.
-        .args(["--mca", "btl", "self,tcp", "--timeout", "60"]);
+        // A hung job is killed after a minute.
+        .args(["--mca", "btl", btl, "--timeout", "60"]);
     for (key, value) in env {
         command.args(["-x", &format!("{key}={value}")]);
     }
@@ -49,7 +60,7 @@ pub fn mpirun_with(name: &str, np: usize, env: &[(&str, &str)]) -> Output {
         .output()
         .expect("mpirun: not found; install OpenMPI (.ci/install-mpi)");
     eprintln!(
-        "== {name} under mpirun -np {np} {env:?}: {} in {:.2?}\n{}{}",
+        "== {name} under mpirun -np {np} over {btl} {env:?}: {} in {:.2?}\n{}{}",
         out.status,
         started.elapsed(),
         String::from_utf8_lossy(&out.stdout),
