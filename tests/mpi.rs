@@ -143,30 +143,41 @@ const LATE_LENS: [usize; 2] = [1 << 19, 1 << 22];
 /// opening).
 const LATENESS: Duration = Duration::from_millis(400);
 
-/// One rank of the late-peer job: per length, an on-time all-reduce (timed), then one whose last
-/// rank arrives [`LATENESS`] late; each rank prints when it arrived and when it was done.
+/// One rank of the late-peer job: per length, the on-time all-reduce's time (the median of
+/// three), then two all-reduces whose last rank arrives [`LATENESS`] late; each rank prints, per
+/// late trial, when the last rank arrived and when it was done (timing noise only slows a run:
+/// the parent takes the better trial).
 fn late_peer_rank(mpi: &Mpi) {
     let last = mpi.size() - 1;
+    let mut sync = [0f32];
     for len in LATE_LENS {
         let mut values = contribution(mpi.rank(), len);
-        // Warm up (the shared-memory segments, the pages), then the on-time call.
+        // Warm up (the shared-memory segments, the pages), then the on-time calls.
         mpi.all_reduce_sum(&mut values.clone(), TIMEOUT).unwrap();
-        let mut sync = [0f32];
-        mpi.all_reduce_sum(&mut sync, TIMEOUT).unwrap();
-        let started = Instant::now();
-        mpi.all_reduce_sum(&mut values.clone(), TIMEOUT).unwrap();
-        let on_time = started.elapsed().as_nanos();
-        mpi.all_reduce_sum(&mut sync, TIMEOUT).unwrap();
-        if mpi.rank() == last {
-            std::thread::sleep(LATENESS);
+        let mut on_time: Vec<u128> = (0..3)
+            .map(|_| {
+                mpi.all_reduce_sum(&mut sync, TIMEOUT).unwrap();
+                let started = Instant::now();
+                mpi.all_reduce_sum(&mut values.clone(), TIMEOUT).unwrap();
+                started.elapsed().as_nanos()
+            })
+            .collect();
+        on_time.sort_unstable();
+        for trial in 0..2 {
+            mpi.all_reduce_sum(&mut sync, TIMEOUT).unwrap();
+            if mpi.rank() == last {
+                std::thread::sleep(LATENESS);
+            }
+            let arrived = now_ns();
+            mpi.all_reduce_sum(&mut values.clone(), TIMEOUT).unwrap();
+            let done = now_ns();
+            say(format!(
+                "LATEPEER rank={} len={len} trial={trial} on_time_ns={} arrived_ns={arrived} \
+                 done_ns={done}",
+                mpi.rank(),
+                on_time[1]
+            ));
         }
-        let arrived = now_ns();
-        mpi.all_reduce_sum(&mut values, TIMEOUT).unwrap();
-        let done = now_ns();
-        say(format!(
-            "LATEPEER rank={} len={len} on_time_ns={on_time} arrived_ns={arrived} done_ns={done}",
-            mpi.rank()
-        ));
     }
 }
 
@@ -185,28 +196,39 @@ fn should_finish_soon_after_a_late_peer_arrives_over_shared_memory() {
         let out = mpirun::mpirun_over(NAME, np, &[], mpirun::SHARED_MEMORY);
         assert!(out.status.success(), "mpirun -np {np} failed");
         let lines = tagged(&out, "LATEPEER");
-        assert_eq!(lines.len(), np * LATE_LENS.len(), "{lines:?}");
+        assert_eq!(lines.len(), np * LATE_LENS.len() * 2, "{lines:?}");
         let num = |l: &String, key: &str| -> u128 { mpirun::field(l, key).parse().unwrap() };
         for len in LATE_LENS {
-            let of_len: Vec<&String> = lines
-                .iter()
-                .filter(|l| num(l, "len") == len as u128)
-                .collect();
-            let arrival = of_len.iter().map(|l| num(l, "arrived_ns")).max().unwrap();
-            let on_time = of_len.iter().map(|l| num(l, "on_time_ns")).max().unwrap();
-            for line in &of_len {
-                let after = num(line, "done_ns").saturating_sub(arrival);
-                println!(
-                    "np {np}, {} MiB: done {:.1} ms after the last arrival, on time {:.1} ms",
-                    len * 4 >> 20,
-                    after as f64 / 1e6,
-                    on_time as f64 / 1e6
-                );
-                assert!(
-                    after as f64 <= 1.5 * on_time as f64,
-                    "np {np}, {len} floats: {after} ns after the last arrival, against {on_time} ns on time ({line})"
-                );
-            }
+            let of = |trial: u128| -> Vec<&String> {
+                lines
+                    .iter()
+                    .filter(|l| num(l, "len") == len as u128 && num(l, "trial") == trial)
+                    .collect()
+            };
+            let on_time = of(0).iter().map(|l| num(l, "on_time_ns")).max().unwrap();
+            // Per trial, the slowest rank's completion after the last arrival; the better trial.
+            let after = (0..2)
+                .map(|t| {
+                    let arrival = of(t).iter().map(|l| num(l, "arrived_ns")).max().unwrap();
+                    of(t)
+                        .iter()
+                        .map(|l| num(l, "done_ns").saturating_sub(arrival))
+                        .max()
+                        .unwrap()
+                })
+                .min()
+                .unwrap();
+            println!(
+                "np {np}, {} MiB: done {:.1} ms after the last arrival, on time {:.1} ms",
+                len * 4 >> 20,
+                after as f64 / 1e6,
+                on_time as f64 / 1e6
+            );
+            assert!(
+                after as f64 <= 1.5 * on_time as f64,
+                "np {np}, {len} floats: {after} ns after the last arrival, against {on_time} ns \
+                 on time: {lines:?}"
+            );
         }
     }
 }

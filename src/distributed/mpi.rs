@@ -4,10 +4,10 @@
 //! Every collective is non-blocking (`MPI_Iallgather`, `MPI_Ireduce`, `MPI_Ibcast`) and polled
 //! with `MPI_Test` until it completes or the timeout passes, so a stalled peer gives the others
 //! [`CollectiveError::Timeout`] instead of a hang. A collective opens with the ranks' lengths
-//! (an 8-byte all-gather, polled every millisecond after 200 ms, while a peer may be late); once
+//! (an 8-byte all-gather, polled every 100 µs after 200 ms, while a peer may be late); once
 //! that completes every rank is in the collective, and its data is polled without pause (MPI
-//! progresses a transfer only inside MPI calls), so a late peer costs at most a millisecond
-//! more than an on-time one.
+//! progresses a transfer only inside MPI calls), so a late peer costs at most `COLD_POLL`
+//! more than an on-time one (a tenth of a millisecond).
 //!
 //! # Bit-identical sums
 //! [`all_reduce_sum`](Collective::all_reduce_sum) is a reduction to rank 0 followed by a
@@ -47,14 +47,18 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use super::{Collective, CollectiveError, check_root};
 
 /// How long the opening of a collective (its ranks' lengths, gathered before anything else) is
-/// polled without pause before the engine polls it every millisecond, waiting for a late peer.
+/// polled without pause before the engine polls it every [`COLD_POLL`], waiting for a late peer.
 const HOT_POLL: Duration = Duration::from_millis(200);
+
+/// How often the opening of a collective is polled after [`HOT_POLL`]: a late peer's arrival is
+/// noticed within it (10 000 polls a second cost a stalled job's waiting ranks little).
+const COLD_POLL: Duration = Duration::from_micros(100);
 
 /// Who a wait may be waiting for, which sets how it polls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Peers {
     /// The opening of a collective: a peer may be late (or stalled) by any amount. Polled hot
-    /// for [`HOT_POLL`], then every millisecond (a late peer then costs at most a millisecond
+    /// for [`HOT_POLL`], then every [`COLD_POLL`] (a late peer then costs at most that much
     /// more: the opening moves 8 bytes).
     Arriving,
     /// Every rank has entered the collective (its opening completed): polled hot until it
@@ -190,12 +194,12 @@ impl Mpi {
             // MPI progresses a non-blocking collective only inside MPI calls (a large buffer
             // moves in fragments, each needing a call on both sides), so poll hot (yielding the
             // core to peers that outnumber the cores) while every rank is in the collective, and
-            // at its opening for a while; then every millisecond while waiting for a late or
+            // at its opening for a while; then every `COLD_POLL` while waiting for a late or
             // stalled peer to arrive.
             if peers == Peers::Present || entered.elapsed() < HOT_POLL {
                 std::thread::yield_now();
             } else {
-                std::thread::sleep((timeout - waited).min(Duration::from_millis(1)));
+                std::thread::sleep((timeout - waited).min(COLD_POLL));
             }
         }
     }
