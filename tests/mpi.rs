@@ -481,3 +481,50 @@ fn should_round_trip_param_grads_through_a_flat_buffer() {
     let total = all_reduce_grads(&Local, grads, TIMEOUT).unwrap();
     assert_eq!(flatten_grads(&total), flat);
 }
+
+/// Issue 46, item 3: MPI's start-up waits for every process of the job and cannot time out by
+/// itself. A rank that never reaches it (here: it sleeps past the others' deadline) makes the
+/// others end with `DEADLINE_EXIT_CODE` and a message at their `init_within` deadline, and
+/// mpirun stops the job, instead of a hang.
+#[test]
+fn should_end_a_job_whose_peer_never_starts_mpi() {
+    const NAME: &str = "should_end_a_job_whose_peer_never_starts_mpi";
+    const DEADLINE: Duration = Duration::from_millis(1500);
+    if under_mpirun() {
+        let rank: usize = std::env::var("OMPI_COMM_WORLD_RANK")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let size: usize = std::env::var("OMPI_COMM_WORLD_SIZE")
+            .unwrap()
+            .parse()
+            .unwrap();
+        if rank == size - 1 {
+            std::thread::sleep(DEADLINE * 20);
+            say(format!("LATESTART rank={rank} was not stopped"));
+        }
+        let mpi = Mpi::init_within(DEADLINE).unwrap();
+        say(format!("STARTED rank={}", mpi.rank()));
+        return;
+    }
+    for np in SIZES {
+        let started = Instant::now();
+        let out = mpirun(NAME, np);
+        let elapsed = started.elapsed();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "np {np}: the job must fail");
+        assert!(
+            stderr.contains("MPI's start-up (MPI_Init) did not complete within"),
+            "np {np}: {stderr}"
+        );
+        assert!(
+            tagged(&out, "STARTED").is_empty(),
+            "np {np}: no rank started"
+        );
+        assert!(
+            tagged(&out, "LATESTART").is_empty(),
+            "np {np}: the late rank was stopped"
+        );
+        assert!(elapsed < DEADLINE * 10, "np {np}: no hang ({elapsed:?})");
+    }
+}

@@ -169,14 +169,37 @@ const OPTIMIZER: &str = "optimizer.bpk";
 const MECHANISM: &str = "dp.bpk";
 const LATEST: &str = "latest";
 
-/// `bytes` written to `path` through a file beside it, renamed: `path` is the old file or the
-/// new one, never a part.
+/// `bytes` written to `path` through a file beside it, flushed to the disk (`fsync`), renamed,
+/// and the rename flushed (`fsync` of the directory): after a crash, or a power loss, `path` is
+/// the old file or the new one, never a part or an empty file (a rename can reach the disk
+/// before the data it names, without the first `fsync`).
 fn write_aside(path: &Path, bytes: &[u8]) -> Result<(), DistributedError> {
+    use std::io::Write;
     let mut aside = path.as_os_str().to_owned();
     aside.push(".tmp");
     let aside = PathBuf::from(aside);
-    std::fs::write(&aside, bytes).map_err(|e| io_error(&aside, e))?;
-    std::fs::rename(&aside, path).map_err(|e| io_error(path, e))
+    let mut file = std::fs::File::create(&aside).map_err(|e| io_error(&aside, e))?;
+    file.write_all(bytes).map_err(|e| io_error(&aside, e))?;
+    file.sync_all().map_err(|e| io_error(&aside, e))?;
+    drop(file);
+    std::fs::rename(&aside, path).map_err(|e| io_error(path, e))?;
+    sync_dir(path)
+}
+
+/// Flushes the directory holding `path` (its entries: a rename or a new file), where the
+/// platform can open a directory (Unix); elsewhere a no-op.
+fn sync_dir(path: &Path) -> Result<(), DistributedError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    #[cfg(unix)]
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_error(dir, e))?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
 }
 
 fn io_error(path: &Path, e: std::io::Error) -> DistributedError {

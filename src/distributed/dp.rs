@@ -1,15 +1,16 @@
 //! [`DistributedDp`]: DP-SGD's mechanism over the processes of a data-parallel job, and its
 //! checkpoints ([`DistributedDp::save_checkpoint`], [`load_checkpoint`](super::load_checkpoint), in `checkpoint.rs`).
 //!
-//! One step, on every rank `r` of `n`, over a gradient of `d` coordinates:
+//! One step, on every rank `r` of `n`, over a gradient of `d` coordinates in `n` slices
+//! (`exchange.rs` lays the blocks out):
 //!
 //! ```text
-//! sum = clipped_sum(model, my_batch)        # my shard's Poisson batch, no noise (zeros if empty)
-//! total = all_reduce_sum(sum ++ [failed?])  # the sum over every rank, the same bits on each
-//! slice = r·d/n .. (r+1)·d/n                # my coordinates
-//! mine = zeros(d); mine[slice] = (total[slice] + noise) / B   # my generator, std for all d
-//! update = all_reduce_sum(mine ++ [failed?])  # slices + zeros: exact, the same bits on each
-//! account one step                          # every rank's ε is the one-process ε
+//! sum = clipped_sum(model, my_batch)         # my shard's Poisson batch, no noise (zeros if empty)
+//! mine = reduce_scatter_sum(sum by slice ++ [failed?, fingerprint] in every block)
+//!                                            # the complete sum of MY slice, every rank's flags
+//! noised = (mine + noise) / B                # my generator, std calibrated to all d
+//! update = all_gather(noised ++ [failed?])   # every slice, copied: the same bits on each rank
+//! account one step                           # every rank's ε is the one-process ε
 //! ```
 //!
 //! Each rank samples its shard with Poisson sampling at the mechanism's `q`: every example of
@@ -20,7 +21,14 @@
 //! mechanism's noise, its cost split across the ranks. The noise goes on the total, never on a
 //! shard's sum: a floating-point addition of private values after the noise would undo the
 //! hardened noise's protection (a released value would no longer be a function of its noised
-//! grid point alone); adding the zeros of the other ranks' slices is exact.
+//! grid point alone).
+//!
+//! **What a rank sees.** With an engine whose reduce-scatter is its own (MPI,
+//! [`Collective::scatters`]) a rank receives the complete un-noised sum of its own slice only,
+//! `1/n` of it (the library's algorithm may route partial sums of other slices, of some ranks'
+//! contributions, through it); the two collectives move about half the data of two
+//! all-reduces. With the default reduce-scatter (an all-reduce) every rank sees the whole
+//! un-noised sum. The statement says which.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,6 +42,7 @@ use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
 use burn::store::ModuleRecord;
 use burn::tensor::{Bytes, Device, Tensor};
 
+use super::exchange::{Blocks, Flag};
 use super::{Collective, CollectiveError, agree, flatten_grads, unflatten_grads};
 use crate::ParamGrads;
 use crate::privacy::{
@@ -131,9 +140,10 @@ impl DistributedError {
 ///     if rank == 0 and step % k == 0: dp.save_checkpoint(dir, &model, &optimizer)
 /// ```
 ///
-/// **Trust model**: the peers are trusted. Each rank sees the step's clipped sum without noise
-/// (and its own shard); the guarantee ([`statement`](Self::statement)) is for the released
-/// parameters.
+/// **Trust model**: the peers are trusted. Each rank sees its own shard and, of the step's
+/// clipped sum without noise, the complete sum of its own slice of the coordinates when the
+/// engine has its own reduce-scatter (MPI; see the module docs), else the whole sum; the
+/// guarantee ([`statement`](Self::statement)) is for the released parameters.
 ///
 /// Every method that takes part in a collective says so: every rank calls it, in the same
 /// order. A rank whose own part of a step fails (its batch, its budget, its model) still takes
@@ -377,29 +387,30 @@ impl<C: Collective> DistributedDp<C> {
             // Takes part with zeros, so the peers learn of the failure instead of timing out.
             Err(e) => (self.mechanism.zeros(model)?, Err(e)),
         };
-        // The sum, then one slot per rank: 1 where that rank's part failed before reading its
-        // batch, 2 where it failed after; then, on the steps the models are compared, each
-        // rank's fingerprint of its model.
+        // This rank's flag (1: it failed before reading its batch, 2: after) and, on the steps
+        // the models are compared, its model's fingerprint, carried in every block.
         let step = self.mechanism.steps() + 1;
         let compare = (step - 1) % self.fingerprint_every == 0;
-        let mut flat = flatten_grads(&sum);
-        let len = flat.len();
-        let prints = if compare { agree::LIMBS * size } else { 0 };
-        flat.resize(len + size + prints, 0.0);
-        flat[len + rank] = match &local {
-            Ok(_) => 0.0,
-            Err(failure) if failure.read => 2.0,
-            Err(_) => 1.0,
+        let flag = Flag {
+            failed: match &local {
+                Ok(_) => 0.0,
+                Err(failure) if failure.read => 2.0,
+                Err(_) => 1.0,
+            },
+            print: compare.then(|| agree::fingerprint(model)),
         };
-        if compare {
-            agree::write_limbs(&mut flat[len + size..], rank, agree::fingerprint(model));
-        }
-        self.engine.all_reduce_sum(&mut flat, self.timeout)?;
-        let failed: Vec<usize> = (0..size).filter(|r| flat[len + r] > 0.0).collect();
+        let flat = flatten_grads(&sum);
+        let blocks = Blocks::new(flat.len(), size, compare);
+        let mut mine = vec![0f32; blocks.width()];
+        self.engine
+            .reduce_scatter_sum(&blocks.pack(&flat, rank, flag), &mut mine, self.timeout)?;
+        drop(flat);
+        let received = blocks.unpack(&mine, rank);
+        let failed: Vec<usize> = (0..size).filter(|&r| received.failed[r] > 0.0).collect();
         if !failed.is_empty() {
             // A failure that depends on a rank's data is seen by every rank: every rank
             // accounts the step, so their accountants stay the one-process accountant.
-            if (0..size).any(|r| flat[len + r] > 1.5) {
+            if received.failed.iter().any(|&f| f > 1.5) {
                 self.mechanism.account_released()?;
             }
             return Err(match local {
@@ -411,48 +422,40 @@ impl<C: Collective> DistributedDp<C> {
             });
         }
         let report = local.map_err(|f| f.error)?;
-        let diverged = agree::differing(&flat[len + size..]);
-        if !diverged.is_empty() {
+        if !received.diverged.is_empty() {
             return Err(DistributedError::Diverged {
-                ranks: diverged,
+                ranks: received.diverged,
                 step,
             });
         }
-        flat.truncate(len);
 
-        // Every rank noises its own slice of the total (every coordinate once, each rank's
-        // generator its own); the slices, with zeros elsewhere, add up exactly (x + 0 = x) to the
-        // noised update, the same bits on every rank.
-        let (lo, hi) = (len * rank / size, len * (rank + 1) / size);
+        // Every rank noises the complete sum of its own slice (every coordinate once, each
+        // rank's generator its own); the all-gather copies the noised slices, the same bits on
+        // every rank.
         let device = sum
             .iter()
             .next()
             .map_or_else(Device::default, |(_, _, g)| g.device());
-        let mut update = vec![0f32; len + size];
-        let noised = self.mechanism.noise_part(&flat[lo..hi], len, &device);
-        let noised = match noised {
-            Ok(part) => {
-                update[lo..hi].copy_from_slice(&part);
-                Ok(())
-            }
-            Err(e) => {
-                update[len + rank] = 1.0;
-                Err(e)
-            }
-        };
-        self.engine.all_reduce_sum(&mut update, self.timeout)?;
-        let failed: Vec<usize> = (0..size).filter(|r| update[len + r] > 0.0).collect();
-        // Every rank has read the total by now: the step is accounted, failed or not.
+        // The noise calibrated to every coordinate of the gradient, `blocks.len()`.
+        let noised = self
+            .mechanism
+            .noise_part(received.sum, blocks.len(), &device);
+        let block = blocks.gathered_block(noised.as_deref().ok());
+        let mut gathered = blocks.gathered_buffer();
+        self.engine
+            .all_gather(&block, &mut gathered, self.timeout)?;
+        // Every rank has read its slice of the total by now: the step is accounted, failed or
+        // not.
         self.mechanism.account_released()?;
         noised?;
-        if !failed.is_empty() {
-            return Err(DistributedError::Peers {
+        let update = blocks
+            .assemble(&gathered)
+            .map_err(|ranks| DistributedError::Peers {
                 operation: STEP,
-                ranks: failed,
-            });
-        }
+                ranks,
+            })?;
         // In the parameters' dtype (the local sum was taken wider; the ranks exchange f32).
-        let update = unflatten_grads(sum, &update[..len])?;
+        let update = unflatten_grads(sum, &update)?;
         Ok((
             update.cast_like(STEP, model).map_err(PrivacyError::from)?,
             report,
@@ -499,6 +502,7 @@ impl<C: Collective> DistributedDp<C> {
     pub fn statement(&self) -> Result<DpStatement, PrivacyError> {
         let mut statement = self.mechanism.statement()?;
         statement.processes = Some(self.engine.size());
+        statement.scattered = self.engine.scatters();
         Ok(statement)
     }
 }
@@ -579,28 +583,45 @@ pub(super) fn share<C: Collective + ?Sized>(
     }
 }
 
-/// The element-wise sums over every rank of `counts`, exactly: each count travels as four
-/// 16-bit limbs in `f32`, whose sums over up to 256 ranks stay below `2^24` (exact).
-/// **Collective.**
+/// The most ranks [`sum_counts`] sums exactly: a limb's sum, at most `ranks · 255`, stays below
+/// `2^24`, where every `f32` integer is exact.
+const MAX_COUNT_RANKS: usize = (1 << 24) / 255;
+
+/// The element-wise sums over every rank of `counts`, exactly: each count travels as eight
+/// 8-bit limbs in `f32`, whose sums over up to [`MAX_COUNT_RANKS`] (65 793) ranks stay below
+/// `2^24` (exact); a larger group, or a sum beyond `u64`, is an error. **Collective.**
 fn sum_counts<C: Collective + ?Sized>(
     engine: &C,
     counts: &[u64],
     timeout: Duration,
 ) -> Result<Vec<u64>, CollectiveError> {
+    const LIMBS: usize = 8;
+    if engine.size() > MAX_COUNT_RANKS {
+        return Err(CollectiveError::Engine(format!(
+            "counts are summed exactly over at most {MAX_COUNT_RANKS} ranks, this group has {}",
+            engine.size()
+        )));
+    }
     let mut limbs: Vec<f32> = counts
         .iter()
-        .flat_map(|&c| (0..4).map(move |i| ((c >> (16 * i)) & 0xFFFF) as f32))
+        .flat_map(|&c| (0..LIMBS).map(move |i| ((c >> (8 * i)) & 0xFF) as f32))
         .collect();
     engine.all_reduce_sum(&mut limbs, timeout)?;
-    Ok(limbs
-        .chunks(4)
+    limbs
+        .chunks(LIMBS)
         .map(|l| {
-            l.iter()
+            let total: u128 = l
+                .iter()
                 .enumerate()
-                .map(|(i, &v)| (v as u64) << (16 * i))
-                .sum()
+                .map(|(i, &v)| (v as u128) << (8 * i))
+                .sum();
+            u64::try_from(total).map_err(|_| {
+                CollectiveError::Engine(format!(
+                    "a count summed over the ranks, {total}, exceeds u64"
+                ))
+            })
         })
-        .collect())
+        .collect()
 }
 
 #[cfg(test)]
@@ -615,6 +636,46 @@ mod tests {
             sum_counts(&Local, &counts, Duration::ZERO).unwrap(),
             counts.to_vec()
         );
+    }
+
+    /// `n` ranks that all contribute what this one does (an all-reduce multiplies by `n`, in
+    /// `f32` as an engine sums).
+    struct Alike(usize);
+
+    impl Collective for Alike {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn size(&self) -> usize {
+            self.0
+        }
+        fn all_reduce_sum(&self, values: &mut [f32], _: Duration) -> Result<(), CollectiveError> {
+            for v in values {
+                *v = (0..self.0).fold(0f32, |s, _| s + *v);
+            }
+            Ok(())
+        }
+        fn broadcast(&self, _: &mut [f32], _: usize, _: Duration) -> Result<(), CollectiveError> {
+            Ok(())
+        }
+        fn broadcast_bytes(
+            &self,
+            _: &mut [u8],
+            _: usize,
+            _: Duration,
+        ) -> Result<(), CollectiveError> {
+            Ok(())
+        }
+    }
+
+    /// 16-bit limbs were exact to 256 ranks only (1000 ranks of 65 535 overflow f32's 2^24).
+    #[test]
+    fn should_sum_counts_exactly_over_many_ranks_and_refuse_too_many() {
+        let counts = [65_535, u32::MAX as u64, 12_345_678_901];
+        let sums = sum_counts(&Alike(1000), &counts, Duration::ZERO).unwrap();
+        assert_eq!(sums, counts.map(|c| c * 1000).to_vec());
+        let err = sum_counts(&Alike(MAX_COUNT_RANKS + 1), &[1], Duration::ZERO).unwrap_err();
+        assert!(matches!(err, CollectiveError::Engine(_)), "{err}");
     }
 
     #[test]

@@ -8,9 +8,10 @@
 //! | `nccl::Nccl` | `cuda` | CUDA devices of this process, through Burn's NCCL all-reduce | `nccl.rs` |
 //!
 //! [`DistributedDp`] is data-parallel DP-SGD over any of them: every rank samples its shard at the
-//! mechanism's `q`, the clipped sums are summed over the ranks, rank 0 adds the noise once and
-//! broadcasts the update, every rank accounts every step; [`DistributedDp::save_checkpoint`] and
-//! [`load_checkpoint`] restart a job that stopped.
+//! mechanism's `q`, the clipped sums are reduce-scattered over the ranks, each rank adds the
+//! noise to its own slice of the total and the noised slices are gathered, every rank accounts
+//! every step; [`DistributedDp::save_checkpoint`] and [`load_checkpoint`] restart a job that
+//! stopped.
 //!
 //! The sum flattens each rank's clipped gradient sum into one host buffer ([`flatten_grads`]),
 //! sums the buffers over the ranks in one collective ([`Collective::all_reduce_sum`]) and rebuilds
@@ -41,6 +42,7 @@
 mod agree;
 mod checkpoint;
 mod dp;
+mod exchange;
 mod flat;
 mod local;
 #[cfg(feature = "mpi")]
@@ -106,73 +108,153 @@ pub trait Collective {
         root: usize,
         timeout: Duration,
     ) -> Result<(), CollectiveError>;
+
+    /// `send` holds [`size`](Self::size) blocks of `recv.len()` values, block `r` for rank `r`:
+    /// each rank receives into `recv` the element-wise sum over every rank of its block. Each
+    /// block is summed once, by its rank, so [`all_gather`](Self::all_gather)ing the blocks gives
+    /// every rank the same bits.
+    ///
+    /// The default reduces the whole buffer on every rank ([`all_reduce_sum`](Self::all_reduce_sum))
+    /// and keeps the rank's block: every rank then sees every block's sum.
+    /// [`scatters`](Self::scatters) says whether an engine does better (MPI's reduce-scatter).
+    ///
+    /// # Errors
+    /// [`CollectiveError::Mismatch`] when `send` is not `size` blocks of `recv.len()`, and as
+    /// [`all_reduce_sum`](Self::all_reduce_sum).
+    fn reduce_scatter_sum(
+        &self,
+        send: &[f32],
+        recv: &mut [f32],
+        timeout: Duration,
+    ) -> Result<(), CollectiveError> {
+        let block = check_blocks("reduce_scatter_sum", send.len(), recv.len(), self.size())?;
+        let mut all = send.to_vec();
+        self.all_reduce_sum(&mut all, timeout)?;
+        let at = self.rank() * block;
+        recv.copy_from_slice(&all[at..at + block]);
+        Ok(())
+    }
+
+    /// Every rank's block `send`, in rank order, into `recv` (`size` blocks), the same bits on
+    /// every rank.
+    ///
+    /// The default sums the blocks, each amid the other ranks' zeros
+    /// ([`all_reduce_sum`](Self::all_reduce_sum): `x + 0` is `x`, exactly).
+    ///
+    /// # Errors
+    /// [`CollectiveError::Mismatch`] when `recv` is not `size` blocks of `send.len()`, and as
+    /// [`all_reduce_sum`](Self::all_reduce_sum).
+    fn all_gather(
+        &self,
+        send: &[f32],
+        recv: &mut [f32],
+        timeout: Duration,
+    ) -> Result<(), CollectiveError> {
+        let block = check_blocks("all_gather", recv.len(), send.len(), self.size())?;
+        recv.fill(0.0);
+        let at = self.rank() * block;
+        recv[at..at + block].copy_from_slice(send);
+        self.all_reduce_sum(recv, timeout)
+    }
+
+    /// Whether [`reduce_scatter_sum`](Self::reduce_scatter_sum) is the engine's own, so that a
+    /// rank receives the complete sum of its block only (the default reduces everything
+    /// everywhere).
+    fn scatters(&self) -> bool {
+        false
+    }
+}
+
+/// The block length of `whole` values in `size` blocks, checked against `block`.
+pub(crate) fn check_blocks(
+    operation: &'static str,
+    whole: usize,
+    block: usize,
+    size: usize,
+) -> Result<usize, CollectiveError> {
+    if whole == block * size {
+        Ok(block)
+    } else {
+        Err(CollectiveError::Mismatch {
+            operation,
+            expected: block * size,
+            got: whole,
+            rank: None,
+        })
+    }
+}
+
+/// Forwards every method of [`Collective`] to the engine behind `**self` (the borrowed and boxed
+/// engines), so that an engine's own collectives are used through them, not the defaults.
+macro_rules! forward_collective {
+    () => {
+        fn rank(&self) -> usize {
+            (**self).rank()
+        }
+
+        fn size(&self) -> usize {
+            (**self).size()
+        }
+
+        fn all_reduce_sum(
+            &self,
+            values: &mut [f32],
+            timeout: Duration,
+        ) -> Result<(), CollectiveError> {
+            (**self).all_reduce_sum(values, timeout)
+        }
+
+        fn broadcast(
+            &self,
+            values: &mut [f32],
+            root: usize,
+            timeout: Duration,
+        ) -> Result<(), CollectiveError> {
+            (**self).broadcast(values, root, timeout)
+        }
+
+        fn broadcast_bytes(
+            &self,
+            bytes: &mut [u8],
+            root: usize,
+            timeout: Duration,
+        ) -> Result<(), CollectiveError> {
+            (**self).broadcast_bytes(bytes, root, timeout)
+        }
+
+        fn reduce_scatter_sum(
+            &self,
+            send: &[f32],
+            recv: &mut [f32],
+            timeout: Duration,
+        ) -> Result<(), CollectiveError> {
+            (**self).reduce_scatter_sum(send, recv, timeout)
+        }
+
+        fn all_gather(
+            &self,
+            send: &[f32],
+            recv: &mut [f32],
+            timeout: Duration,
+        ) -> Result<(), CollectiveError> {
+            (**self).all_gather(send, recv, timeout)
+        }
+
+        fn scatters(&self) -> bool {
+            (**self).scatters()
+        }
+    };
 }
 
 /// A borrowed engine: a trainer can hold `&Mpi` and the application keep the engine (for
 /// `Mpi::abort`).
 impl<C: Collective + ?Sized> Collective for &C {
-    fn rank(&self) -> usize {
-        (**self).rank()
-    }
-
-    fn size(&self) -> usize {
-        (**self).size()
-    }
-
-    fn all_reduce_sum(&self, values: &mut [f32], timeout: Duration) -> Result<(), CollectiveError> {
-        (**self).all_reduce_sum(values, timeout)
-    }
-
-    fn broadcast(
-        &self,
-        values: &mut [f32],
-        root: usize,
-        timeout: Duration,
-    ) -> Result<(), CollectiveError> {
-        (**self).broadcast(values, root, timeout)
-    }
-
-    fn broadcast_bytes(
-        &self,
-        bytes: &mut [u8],
-        root: usize,
-        timeout: Duration,
-    ) -> Result<(), CollectiveError> {
-        (**self).broadcast_bytes(bytes, root, timeout)
-    }
+    forward_collective!();
 }
 
 /// A boxed engine (`Box<dyn Collective>`, chosen at run time).
 impl<C: Collective + ?Sized> Collective for Box<C> {
-    fn rank(&self) -> usize {
-        (**self).rank()
-    }
-
-    fn size(&self) -> usize {
-        (**self).size()
-    }
-
-    fn all_reduce_sum(&self, values: &mut [f32], timeout: Duration) -> Result<(), CollectiveError> {
-        (**self).all_reduce_sum(values, timeout)
-    }
-
-    fn broadcast(
-        &self,
-        values: &mut [f32],
-        root: usize,
-        timeout: Duration,
-    ) -> Result<(), CollectiveError> {
-        (**self).broadcast(values, root, timeout)
-    }
-
-    fn broadcast_bytes(
-        &self,
-        bytes: &mut [u8],
-        root: usize,
-        timeout: Duration,
-    ) -> Result<(), CollectiveError> {
-        (**self).broadcast_bytes(bytes, root, timeout)
-    }
+    forward_collective!();
 }
 
 /// Why a collective failed.

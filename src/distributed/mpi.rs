@@ -124,6 +124,28 @@ impl Mpi {
         Ok(Self::from_universe(universe))
     }
 
+    /// As [`init`](Self::init), ending the process if `MPI_Init` (and the communicator's
+    /// duplicate, a collective) has not returned `within` this long: MPI's start-up waits for
+    /// every process of the job and cannot time out by itself, so a peer that never starts
+    /// would hang this one. The process prints why and exits with [`DEADLINE_EXIT_CODE`];
+    /// `mpirun` then stops the job (a process exited without finalizing). Without it, bound the
+    /// job with the launcher (`mpirun --timeout SECONDS`).
+    ///
+    /// # Errors
+    /// As [`init`](Self::init).
+    pub fn init_within(within: Duration) -> Result<Self, CollectiveError> {
+        let _deadline = Deadline::arm("MPI's start-up (MPI_Init)", within);
+        Self::init()
+    }
+
+    /// Finalizes MPI (drops the engine), ending the process if `MPI_Finalize` has not returned
+    /// `within` this long (it may wait for peers; a dead one would hang this process), as
+    /// [`init_within`](Self::init_within) does.
+    pub fn finalize_within(self, within: Duration) {
+        let _deadline = Deadline::arm("MPI's shutdown (MPI_Finalize)", within);
+        drop(self);
+    }
+
     /// The engine over an MPI initialized by the application, which hands over its
     /// [`Universe`]: MPI is finalized when the engine is dropped.
     pub fn from_universe(universe: Universe) -> Self {
@@ -337,6 +359,75 @@ impl Collective for Mpi {
     ) -> Result<(), CollectiveError> {
         self.broadcast_slice("broadcast_bytes", bytes, root, timeout)
     }
+
+    /// `MPI_Ireduce_scatter_block`: each rank receives the complete sum of its block only (the
+    /// library's algorithm may route partial sums of other blocks through it).
+    fn reduce_scatter_sum(
+        &self,
+        send: &[f32],
+        recv: &mut [f32],
+        timeout: Duration,
+    ) -> Result<(), CollectiveError> {
+        const OP: &str = "reduce_scatter_sum";
+        let start = Instant::now();
+        self.usable(OP)?;
+        super::check_blocks(OP, send.len(), recv.len(), self.size)?;
+        self.agree_on_len(OP, send.len(), start, timeout)?;
+        if recv.is_empty() || self.size == 1 {
+            recv.copy_from_slice(&send[..recv.len()]);
+            return Ok(());
+        }
+        let mut sent = Heap::new(send.to_vec());
+        let mut block = Heap::new(vec![0f32; recv.len()]);
+        // SAFETY: as in `agree_on_len`.
+        let request = unsafe {
+            self.comm.immediate_reduce_scatter_block_into(
+                StaticScope,
+                sent.lend(),
+                block.lend(),
+                SystemOperation::sum(),
+            )
+        };
+        self.wait(OP, request, (start, timeout), Peers::Present)?;
+        // SAFETY: the request completed.
+        drop(unsafe { sent.free() });
+        recv.copy_from_slice(&unsafe { block.free() });
+        Ok(())
+    }
+
+    /// `MPI_Iallgather`: bytes copied, the same on every rank.
+    fn all_gather(
+        &self,
+        send: &[f32],
+        recv: &mut [f32],
+        timeout: Duration,
+    ) -> Result<(), CollectiveError> {
+        const OP: &str = "all_gather";
+        let start = Instant::now();
+        self.usable(OP)?;
+        super::check_blocks(OP, recv.len(), send.len(), self.size)?;
+        self.agree_on_len(OP, send.len(), start, timeout)?;
+        if send.is_empty() || self.size == 1 {
+            recv.copy_from_slice(send);
+            return Ok(());
+        }
+        let mut sent = Heap::new(send.to_vec());
+        let mut all = Heap::new(vec![0f32; recv.len()]);
+        // SAFETY: as in `agree_on_len`.
+        let request = unsafe {
+            self.comm
+                .immediate_all_gather_into(StaticScope, sent.lend(), all.lend())
+        };
+        self.wait(OP, request, (start, timeout), Peers::Present)?;
+        // SAFETY: the request completed.
+        drop(unsafe { sent.free() });
+        recv.copy_from_slice(&unsafe { all.free() });
+        Ok(())
+    }
+
+    fn scatters(&self) -> bool {
+        true
+    }
 }
 
 impl Drop for Mpi {
@@ -349,6 +440,47 @@ impl Drop for Mpi {
             // SAFETY: dropped once, here, before `universe` finalizes MPI.
             unsafe { ManuallyDrop::drop(&mut self.comm) };
         }
+    }
+}
+
+/// The exit code of a process whose MPI start-up or shutdown passed its deadline
+/// ([`Mpi::init_within`], [`Mpi::finalize_within`]), as `timeout(1)`'s.
+pub const DEADLINE_EXIT_CODE: i32 = 124;
+
+/// A deadline on a blocking call that cannot time out by itself: armed before the call,
+/// disarmed when dropped after it; if the call has not returned when the deadline passes, a
+/// thread of its own prints what hung and ends the process ([`DEADLINE_EXIT_CODE`]).
+struct Deadline {
+    done: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+}
+
+impl Deadline {
+    fn arm(what: &'static str, within: Duration) -> Self {
+        let done = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let watched = done.clone();
+        std::thread::spawn(move || {
+            let (lock, signal) = &*watched;
+            let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let (finished, _) = signal
+                .wait_timeout_while(guard, within, |finished| !*finished)
+                .unwrap_or_else(|e| e.into_inner());
+            if !*finished {
+                eprintln!(
+                    "burn-vmap: {what} did not complete within {within:?}: a peer of the job never \
+                     started, stopped, or died; exiting with code {DEADLINE_EXIT_CODE}"
+                );
+                std::process::exit(DEADLINE_EXIT_CODE);
+            }
+        });
+        Self { done }
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        let (lock, signal) = &*self.done;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        signal.notify_all();
     }
 }
 

@@ -620,6 +620,7 @@ impl DpMechanism {
                 }
             },
             processes: None,
+            scattered: false,
         })
     }
 

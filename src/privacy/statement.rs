@@ -22,10 +22,14 @@ pub struct DpStatement {
     pub noise: String,
     /// The number of processes of a data-parallel run (`None`: one process). Their shards,
     /// each sampled at `q`, are one Poisson sample of the union; their clipped sums are summed
-    /// and the noise is added once to the total (each process noises its own coordinates). The peers are trusted: each
-    /// sees the step's clipped sum without noise, and the guarantee is for the released
-    /// parameters.
+    /// and the noise is added once to the total (each process noises its own slice of the
+    /// coordinates). The peers are trusted, and the guarantee is for the released parameters;
+    /// what each peer sees of the un-noised sum is [`scattered`](Self::scattered).
     pub processes: Option<usize>,
+    /// In a data-parallel run, whether each process receives the complete un-noised sum of its
+    /// own slice of the coordinates only (an engine with its own reduce-scatter, MPI), rather
+    /// than the whole un-noised sum (every other engine).
+    pub scattered: bool,
 }
 
 impl DpStatement {
@@ -86,13 +90,19 @@ impl fmt::Display for DpStatement {
             writeln!(
                 f,
                 "  data-parallel over {n} process{}: each samples its shard with q (together: \
-                 Poisson sampling of the union); their clipped sums are summed across the \
-                 processes, and the noise is added once to the total (each process draws it for \
-                 its own slice of the coordinates); the noised update is the same on every \
-                 process. Trust model: the peers are trusted (each \
-                 sees a step's clipped sum without noise); the guarantee is for the released \
-                 parameters",
-                if n == 1 { "" } else { "es" }
+                 Poisson sampling of the union); their clipped sums are reduced across the \
+                 processes, each receiving the complete sum of its own slice of the coordinates, \
+                 which it noises (the noise is added once to the total) before the noised slices \
+                 are gathered: the same update on every process. Trust model: the peers are \
+                 trusted; {}; the guarantee is for the released parameters",
+                if n == 1 { "" } else { "es" },
+                if self.scattered {
+                    "each sees the un-noised sum of its own slice (1/n of it; the reduction may \
+                     route partial sums of other slices through it)"
+                } else {
+                    "each sees the whole un-noised sum (this engine reduces everything on every \
+                     process)"
+                }
             )?;
         }
         writeln!(f, "  neighbouring datasets: {}", c.neighbouring.describe())?;

@@ -92,13 +92,23 @@ pub fn field<'a>(line: &'a str, key: &str) -> &'a str {
 /// `mpirun` at every size of [`SIZES`], asserts the job succeeded and hands its output to
 /// `check`.
 pub fn on_ranks(name: &str, body: impl FnOnce(&Mpi), check: impl Fn(usize, &Output)) {
+    on_ranks_at(name, &SIZES, body, check);
+}
+
+/// As [`on_ranks`], at the job sizes `sizes`.
+pub fn on_ranks_at(
+    name: &str,
+    sizes: &[usize],
+    body: impl FnOnce(&Mpi),
+    check: impl Fn(usize, &Output),
+) {
     if under_mpirun() {
         let mpi = Mpi::init().expect("MPI initializes once per process");
         body(&mpi);
         std::io::stdout().flush().unwrap();
         return;
     }
-    for np in SIZES {
+    for &np in sizes {
         let out = mpirun(name, np);
         assert!(out.status.success(), "{name}: mpirun -np {np} failed");
         check(np, &out);
