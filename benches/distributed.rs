@@ -11,12 +11,18 @@
 //! Group `dp_step_mlp`, one data-parallel DP-SGD step (`DistributedDp::step`) of the MLP bench
 //! model (784-512-512-10, 669,706 parameters) on a global batch of 64 examples split across the
 //! processes (q = 1 on shards of 64/N: every step the same work), and its parts in the same run:
-//! - `step/npN`: the whole step (clip and sum on every rank, the all-reduce of the sums, every
-//!   rank's hardened noise on its 1/N of the coordinates, the all-reduce of the noised slices,
-//!   the optimizer);
-//! - `all_reduce/npN`: one of the step's two all-reduces alone (the gradient and one slot per
-//!   rank);
+//! - `step/npN`: the whole step (clip and sum on every rank, the reduce-scatter of the sums by
+//!   slice, every rank's hardened noise on its slice, the all-gather of the noised slices, the
+//!   optimizer);
+//! - `exchange/npN`: the step's two collectives alone, a reduce-scatter of the gradient's
+//!   slices (each with every rank's flags and fingerprint) and an all-gather of the slices;
+//! - `two_all_reduces/npN`: what the step exchanged before (issue 46): two all-reduces of the
+//!   gradient and one slot per rank, every rank seeing the whole un-noised sum;
 //! - `noise/npN`: the hardened noise of one rank's slice (every rank drawing its own at once).
+//!
+//! The values each rank moves per step are printed from the bandwidth-optimal cost model
+//! (an all-reduce of `L` values moves `2(N−1)/N·L` per rank, a reduce-scatter or an all-gather
+//! `(N−1)/N·L`), beside the measured times.
 //!
 //! Started without `mpirun`, the bench starts itself under `mpirun -np N --oversubscribe` for
 //! each N (loopback: OpenMPI's shared-memory transport). Rank 0 runs criterion and tells the
@@ -62,8 +68,9 @@ enum Op {
     Ours = 1,
     Baseline = 2,
     Step = 3,
-    StepReduce = 4,
+    Exchange = 4,
     Noise = 5,
+    TwoAllReduces = 6,
 }
 
 /// Sends (rank 0) or receives (the others) the next operation and its repetitions.
@@ -77,8 +84,9 @@ fn command(mpi: &Mpi, op: Op, iters: u64) -> (Op, u64) {
         1 => Op::Ours,
         2 => Op::Baseline,
         3 => Op::Step,
-        4 => Op::StepReduce,
-        _ => Op::Noise,
+        4 => Op::Exchange,
+        5 => Op::Noise,
+        _ => Op::TwoAllReduces,
     };
     (op, u64::from_le_bytes(msg[8..].try_into().unwrap()))
 }
@@ -116,7 +124,11 @@ struct DpBench<'a> {
     /// This rank's slice of the gradient (the noise's input), and the whole gradient's length.
     part: ParamGrads,
     len: usize,
-    /// The step's all-reduce buffer (the gradient and one slot per rank).
+    /// The step's reduce-scatter buffers (this rank's send, its block), its all-gather buffers
+    /// (its slice, every slice), and the all-reduce buffer of the step before (the gradient and
+    /// one slot per rank).
+    scatter: (Vec<f32>, Vec<f32>),
+    gather: (Vec<f32>, Vec<f32>),
     reduce: Vec<f32>,
     rng: PrivacyRng,
 }
@@ -157,8 +169,8 @@ impl<'a> DpBench<'a> {
         let batch = loader.next_batch().unwrap();
         let (grads, _) = dp.noisy_gradient(&model, loss, batch).unwrap();
         let len = flatten_grads(&grads).len();
-        // A gradient of this rank's slice's size: a bias-free Linear's weight, [slice, 1].
-        let slice = len * (rank + 1) / np - len * rank / np;
+        // A gradient of a slice's size: a bias-free Linear's weight, [slice, 1].
+        let slice = len.div_ceil(np);
         let linear: Linear = LinearConfig::new(slice, 1).with_bias(false).init(&device);
         let x = Tensor::<2>::ones([1, slice], &device);
         let part = per_example_grads(&linear, x, |m: &Linear, x: Tensor<1>| m.forward(x).sum())
@@ -171,6 +183,10 @@ impl<'a> DpBench<'a> {
             optimizer: SgdConfig::new().init(),
             part,
             len,
+            // As the step lays them out (`distributed/exchange.rs`): a slice, the failure flags
+            // and the fingerprints (4 limbs) per block; a slice and a flag per gathered block.
+            scatter: (vec![0.0; (slice + 5 * np) * np], vec![0.0; slice + 5 * np]),
+            gather: (vec![0.0; slice + 1], vec![0.0; (slice + 1) * np]),
             reduce: vec![0.0; len + np],
             rng: PrivacyRng::from_entropy(),
         }
@@ -187,11 +203,21 @@ impl<'a> DpBench<'a> {
                     .unwrap();
                 self.model = Some(model);
             }
-            Op::StepReduce => self
-                .dp
-                .engine()
-                .all_reduce_sum(&mut self.reduce, TIMEOUT)
-                .unwrap(),
+            Op::Exchange => {
+                let engine = self.dp.engine();
+                let (send, block) = &mut self.scatter;
+                engine.reduce_scatter_sum(send, block, TIMEOUT).unwrap();
+                let (slice, all) = &mut self.gather;
+                engine.all_gather(slice, all, TIMEOUT).unwrap();
+            }
+            Op::TwoAllReduces => {
+                for _ in 0..2 {
+                    self.dp
+                        .engine()
+                        .all_reduce_sum(&mut self.reduce, TIMEOUT)
+                        .unwrap();
+                }
+            }
             Op::Noise => {
                 let kind = NoiseKind::default();
                 let std = kind.calibrated_std(1.0, 1.0, self.len).unwrap();
@@ -255,7 +281,8 @@ fn rank_main() {
             DP_GROUP,
             &[
                 ("step", Op::Step),
-                ("all_reduce", Op::StepReduce),
+                ("exchange", Op::Exchange),
+                ("two_all_reduces", Op::TwoAllReduces),
                 ("noise", Op::Noise),
             ],
         ),
@@ -313,18 +340,33 @@ fn main() {
     println!(
         "\n== DP step of the MLP, global batch {GLOBAL_BATCH} split across the processes (same run) =="
     );
-    println!("np  step      2 all-reduces (share)  noise of a slice (share)");
+    // The gradient's length, for the cost model.
+    let len = MLP_SIZES
+        .windows(2)
+        .map(|w| w[0] * w[1] + w[1])
+        .sum::<usize>() as f64;
+    println!(
+        "np  step      exchange (values moved/rank)  before: 2 all-reduces (values)  step before  noise of a slice"
+    );
     for np in sizes {
         let ms = |id: &str| mean_ns(DP_GROUP, &format!("{id}/np{np}")).map(|ns| ns / 1e6);
-        if let (Some(step), Some(reduce), Some(noise)) = (ms("step"), ms("all_reduce"), ms("noise"))
-        {
-            let share = |t: f64| 100.0 * t / step;
-            println!(
-                "{np:<3} {step:>6.1} ms  {:>6.1} ms ({:>4.1}%)       {noise:>6.1} ms ({:>4.1}%)",
-                2.0 * reduce,
-                share(2.0 * reduce),
-                share(noise)
-            );
-        }
+        let (Some(step), Some(exchange), Some(before), Some(noise)) = (
+            ms("step"),
+            ms("exchange"),
+            ms("two_all_reduces"),
+            ms("noise"),
+        ) else {
+            continue;
+        };
+        let n = np as f64;
+        let moved_now = 2.0 * (n - 1.0) / n * len;
+        let moved_before = 2.0 * 2.0 * (n - 1.0) / n * len;
+        // The step before: the same step with its exchange replaced by the two all-reduces.
+        println!(
+            "{np:<3} {step:>6.1} ms  {exchange:>6.1} ms ({:>7.0})          {before:>6.1} ms ({:>7.0})          {:>6.1} ms    {noise:>6.1} ms",
+            moved_now,
+            moved_before,
+            step - exchange + before
+        );
     }
 }

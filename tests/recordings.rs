@@ -38,7 +38,7 @@ fn cross_entropy(logits: Tensor<2>, y: Tensor<2, Int>) -> Tensor<1> {
 /// Every gradient's values, in the tree's order.
 fn values(g: &ParamGrads) -> Vec<Vec<f32>> {
     g.iter()
-        .map(|(_, _, t)| t.to_data().convert::<f32>().to_vec::<f32>().unwrap())
+        .map(|(_, _, t)| t.to_data().convert::<f32>().try_to_vec::<f32>().unwrap())
         .collect()
 }
 

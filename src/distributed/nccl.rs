@@ -13,10 +13,11 @@
 //!   has the same bits, the broadcast makes it so;
 //! - lengths are compared first by an all-reduce of every rank's length (two exact `f32` halves
 //!   per rank, zeros elsewhere), so a mismatch is a typed error on every rank, not a hang;
-//! - the timeout bounds the read back of the result: it runs on a helper thread, and when the
-//!   timeout passes the call returns [`CollectiveError::Timeout`] while the helper stays blocked
-//!   on the device (the NCCL operation is in flight and Burn cannot abort it). The engine refuses
-//!   later collectives; stop the process.
+//! - the timeout bounds the whole call: the communicator's start-up (Burn creates it at the
+//!   group's first all-reduce), the length agreement, the enqueue and the read back run on a
+//!   helper thread, and when the timeout passes the call returns [`CollectiveError::Timeout`]
+//!   while the helper stays blocked (the NCCL operation is in flight and Burn cannot abort it).
+//!   The engine refuses later collectives; stop the process.
 //!
 //! Each rank's engine runs on its own thread, as NCCL requires of a group driven from one
 //! process (one thread issuing every rank's call in turn waits on the first one's peers, and
@@ -60,10 +61,16 @@ const HALF: usize = 1 << 24;
 /// ```
 #[derive(Debug)]
 pub struct Nccl {
-    devices: Arc<[Device]>,
-    rank: usize,
+    member: Member,
     /// The collective that timed out, if one did: the engine refuses work from then on.
     broken: Cell<Option<&'static str>>,
+}
+
+/// What a rank's collectives run with, moved to the helper thread that runs each of them.
+#[derive(Debug, Clone)]
+struct Member {
+    devices: Arc<[Device]>,
+    rank: usize,
 }
 
 impl Nccl {
@@ -76,8 +83,10 @@ impl Nccl {
         let devices: Arc<[Device]> = devices.into();
         (0..devices.len())
             .map(|rank| Nccl {
-                devices: devices.clone(),
-                rank,
+                member: Member {
+                    devices: devices.clone(),
+                    rank,
+                },
                 broken: Cell::new(None),
             })
             .collect()
@@ -85,7 +94,7 @@ impl Nccl {
 
     /// This rank's device.
     pub fn device(&self) -> &Device {
-        &self.devices[self.rank]
+        self.member.device()
     }
 
     fn usable(&self, operation: &'static str) -> Result<(), CollectiveError> {
@@ -94,9 +103,70 @@ impl Nccl {
             Some(earlier) => Err(CollectiveError::Engine(format!(
                 "{operation} refused on rank {}: {earlier} timed out earlier and is still in \
                  flight on the device; stop the process",
-                self.rank
+                self.member.rank
             ))),
         }
+    }
+
+    /// Runs `job` (a whole collective: the length agreement, the enqueue, the read back) on a
+    /// helper thread, and waits for it at most `timeout`. On a timeout the helper stays blocked
+    /// in the operation (Burn cannot abort it) and the engine refuses later work.
+    fn within<T: Send + 'static>(
+        &self,
+        operation: &'static str,
+        timeout: Duration,
+        job: impl FnOnce(&Member) -> Result<T, CollectiveError> + Send + 'static,
+    ) -> Result<T, CollectiveError> {
+        let start = Instant::now();
+        self.usable(operation)?;
+        let (tx, rx) = mpsc::channel();
+        let member = self.member.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(job(&member));
+        });
+        match rx.recv_timeout(timeout) {
+            Ok(result) => result,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                self.broken.set(Some(operation));
+                Err(CollectiveError::Timeout {
+                    operation,
+                    waited: start.elapsed(),
+                    rank: self.member.rank,
+                })
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(CollectiveError::Engine(format!(
+                "{operation}: the collective panicked on rank {}",
+                self.member.rank
+            ))),
+        }
+    }
+
+    fn broadcast_f32(
+        &self,
+        operation: &'static str,
+        values: Vec<f32>,
+        root: usize,
+        timeout: Duration,
+    ) -> Result<Vec<f32>, CollectiveError> {
+        check_root(operation, root, self.size())?;
+        self.within(operation, timeout, move |m| {
+            m.agree_on_len(operation, values.len())?;
+            if values.is_empty() || m.size() == 1 {
+                return Ok(values);
+            }
+            let out = m.root_values(m.upload(values), root);
+            m.read(operation, out)
+        })
+    }
+}
+
+impl Member {
+    fn device(&self) -> &Device {
+        &self.devices[self.rank]
+    }
+
+    fn size(&self) -> usize {
+        self.devices.len()
     }
 
     fn upload(&self, values: Vec<f32>) -> Tensor<1> {
@@ -119,51 +189,26 @@ impl Nccl {
         self.sum(contribution)
     }
 
-    /// Reads `tensor` back before `timeout` (from `start`) passes.
+    /// Reads `tensor` back (blocking: the caller bounds it, [`Nccl::within`]).
     fn read(
         &self,
         operation: &'static str,
         tensor: Tensor<1>,
-        start: Instant,
-        timeout: Duration,
     ) -> Result<Vec<f32>, CollectiveError> {
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(tensor.try_into_data());
-        });
-        let remaining = timeout.saturating_sub(start.elapsed());
-        match rx.recv_timeout(remaining) {
-            Ok(Ok(data)) => data
-                .try_into_vec_as::<f32>()
-                .map_err(|e| CollectiveError::Engine(format!("{operation}: {e:?}"))),
-            Ok(Err(e)) => Err(CollectiveError::Engine(format!("{operation}: {e:?}"))),
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                self.broken.set(Some(operation));
-                Err(CollectiveError::Timeout {
-                    operation,
-                    waited: start.elapsed(),
-                    rank: self.rank,
-                })
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => Err(CollectiveError::Engine(format!(
-                "{operation}: reading the result back panicked"
-            ))),
-        }
+        tensor
+            .try_into_data()
+            .map_err(|e| CollectiveError::Engine(format!("{operation}: {e:?}")))?
+            .try_into_vec_as::<f32>()
+            .map_err(|e| CollectiveError::Engine(format!("{operation}: {e:?}")))
     }
 
     /// Every rank's length, compared with rank 0's.
-    fn agree_on_len(
-        &self,
-        operation: &'static str,
-        len: usize,
-        start: Instant,
-        timeout: Duration,
-    ) -> Result<(), CollectiveError> {
-        let size = self.devices.len();
+    fn agree_on_len(&self, operation: &'static str, len: usize) -> Result<(), CollectiveError> {
+        let size = self.size();
         let mut lens = vec![0f32; 2 * size];
         lens[2 * self.rank] = (len % HALF) as f32;
         lens[2 * self.rank + 1] = (len / HALF) as f32;
-        let lens = self.read(operation, self.sum(self.upload(lens)), start, timeout)?;
+        let lens = self.read(operation, self.sum(self.upload(lens)))?;
         let lens: Vec<usize> = lens
             .chunks(2)
             .map(|c| c[0] as usize + c[1] as usize * HALF)
@@ -178,45 +223,28 @@ impl Nccl {
             }),
         }
     }
-
-    fn broadcast_f32(
-        &self,
-        operation: &'static str,
-        values: Vec<f32>,
-        root: usize,
-        timeout: Duration,
-    ) -> Result<Vec<f32>, CollectiveError> {
-        let start = Instant::now();
-        self.usable(operation)?;
-        check_root(operation, root, self.size())?;
-        self.agree_on_len(operation, values.len(), start, timeout)?;
-        if values.is_empty() || self.size() == 1 {
-            return Ok(values);
-        }
-        let out = self.root_values(self.upload(values), root);
-        self.read(operation, out, start, timeout)
-    }
 }
 
 impl Collective for Nccl {
     fn rank(&self) -> usize {
-        self.rank
+        self.member.rank
     }
 
     fn size(&self) -> usize {
-        self.devices.len()
+        self.member.size()
     }
 
     fn all_reduce_sum(&self, values: &mut [f32], timeout: Duration) -> Result<(), CollectiveError> {
         const OP: &str = "all_reduce_sum";
-        let start = Instant::now();
-        self.usable(OP)?;
-        self.agree_on_len(OP, values.len(), start, timeout)?;
-        if values.is_empty() || self.size() == 1 {
-            return Ok(());
-        }
-        let sum = self.sum(self.upload(values.to_vec()));
-        let sum = self.read(OP, self.root_values(sum, 0), start, timeout)?;
+        let input = values.to_vec();
+        let sum = self.within(OP, timeout, move |m| {
+            m.agree_on_len(OP, input.len())?;
+            if input.is_empty() || m.size() == 1 {
+                return Ok(input);
+            }
+            let sum = m.sum(m.upload(input));
+            m.read(OP, m.root_values(sum, 0))
+        })?;
         values.copy_from_slice(&sum);
         Ok(())
     }

@@ -292,7 +292,7 @@ fn should_sum_in_f64_with_wide_sum() {
             return;
         }
         assert_eq!(w.dtype(), DType::F64);
-        let w = w.into_data().to_vec::<f64>().unwrap();
+        let w = w.into_data().try_to_vec::<f64>().unwrap();
         assert_eq!(
             w,
             vec![1e8 + 1000.0, f64::from(3e-9f32) + 1000.0],
