@@ -5,8 +5,9 @@
 //!   mechanism's loader, per-example clipping, noise from the CSPRNG on the sum, the division,
 //!   the inner SGD step and the accountant) against the standard step (Burn's own backward of
 //!   the batch loss and the same SGD step), for the MLP, the CNN and the transformer bench
-//!   models at expected batch 64; beside it the same step with plain `f32` noise
-//!   (`NoiseKind::Plain`), whose difference from the whole step is the hardened noise's cost;
+//!   models at expected batch 64 (and the MLP at 1024, DP-SGD's usual size); beside it the same
+//!   step with plain `f32` noise (`NoiseKind::Plain`), whose difference from the whole step is
+//!   the hardened noise's cost;
 //! - `clip`: the mechanism's finite-safe clipping (`clip_and_flag`, which also counts
 //!   non-finite and clipped examples) against the plain `clip_by_global_norm`, each as the
 //!   `transform_fn` of the clipped sum, on the MLP and the transformer.
@@ -37,6 +38,8 @@ use common::paired::paired_ratio;
 use common::{Cnn, Mlp, Transformer, labels, mean_ns, tokens};
 
 const BATCH: usize = 64;
+/// The MLP's batch at DP-SGD's usual sizes.
+const BIG_BATCH: usize = 1024;
 
 /// The transformer's sequence length and width: (B, T, d) = (64, 16, 64).
 const T: usize = 16;
@@ -49,13 +52,14 @@ fn standard<M: Module>(model: M, optim: &mut ModuleOptimizer, loss: Tensor<1>) -
     optim.step(0.01, model, grads)
 }
 
-/// A batcher that hands over one batch made beforehand (every example is sampled).
+/// A batcher that hands over one batch of this many examples, made beforehand (every example
+/// is sampled).
 #[derive(Clone)]
-struct Ready<X: Clone>(X);
+struct Ready<X: Clone>(X, usize);
 
 impl<X: Clone + Send + Sync> Batcher<usize, X> for Ready<X> {
     fn batch(&self, items: Vec<usize>, _: &Device) -> X {
-        assert_eq!(items.len(), BATCH, "q = 1 samples every example");
+        assert_eq!(items.len(), self.1, "q = 1 samples every example");
         self.0.clone()
     }
 }
@@ -69,8 +73,9 @@ fn budget() -> Duration {
     Duration::from_secs(if quick { 3 } else { 10 })
 }
 
-/// The DP step of `model` on `batch` against the standard step with `loss` of the batch.
-fn pair<M, X, L>(c: &mut Criterion, name: &str, init: M, batch: X, loss: L)
+/// The DP step of `model` on `batch` (of `size` examples) against the standard step with
+/// `loss` of the batch.
+fn pair<M, X, L>(c: &mut Criterion, name: &str, init: M, (batch, size): (X, usize), loss: L)
 where
     M: Module + burn::module::ModuleDisplay + 'static,
     X: Tree + Clone + Send + Sync + 'static,
@@ -85,13 +90,13 @@ where
         model = standard(model.clone(), &mut optim, l);
     };
     group.bench_function(format!("{name}/standard"), |b| b.iter(&mut standard_step));
-    // C = 1, σ = 1.1, the public expected batch 64.
+    // C = 1, σ = 1.1, the public expected batch (the batch's size: q = 1).
     let config = DpConfig::new(
         1.0,
         1.1,
         1.0,
         Neighbouring::AddRemove {
-            expected_batch_size: BATCH as f64,
+            expected_batch_size: size as f64,
         },
     );
     // The default hardened noise, then plain `f32` noise: the difference is the noise's cost.
@@ -100,11 +105,11 @@ where
         ("dp_sgd_plain_noise", NoiseKind::Plain),
     ] {
         let mechanism = DpMechanism::new(config.clone().with_noise(noise)).expect("valid settings");
-        let items: Vec<usize> = (0..BATCH).collect();
+        let items: Vec<usize> = (0..size).collect();
         let mut loader = mechanism
             .loader(
                 Arc::new(InMemDataset::new(items)),
-                Arc::new(Ready(batch.clone())),
+                Arc::new(Ready(batch.clone(), size)),
                 Device::default(),
             )
             .expect("a loader");
@@ -151,18 +156,22 @@ fn dp(c: &mut Criterion) {
     let only = std::env::var("BURN_VMAP_BENCH_ONLY").unwrap_or_default();
     let wanted = |name: &str| name.contains(&only);
 
-    // MLP 784-512-512-10.
-    if wanted("mlp") {
-        let x = Tensor::<2>::random([BATCH, 784], Distribution::Default, &device);
-        let loss = |m: &Mlp, (x, y): (Tensor<2>, Tensor<1, Int>)| m.loss(x, y);
-        pair(c, "mlp", Mlp::new(&device), (x, y.clone()), loss);
+    // MLP 784-512-512-10, at batch 64 and at DP-SGD's usual 1024.
+    for size in [BATCH, BIG_BATCH] {
+        let name = if size == BATCH { "mlp".to_string() } else { format!("mlp_B{size}") };
+        if wanted(&name) {
+            let x = Tensor::<2>::random([size, 784], Distribution::Default, &device);
+            let y = labels(size, &device);
+            let loss = |m: &Mlp, (x, y): (Tensor<2>, Tensor<1, Int>)| m.loss(x, y);
+            pair(c, &name, Mlp::new(&device), ((x, y), size), loss);
+        }
     }
 
     // CNN: conv 3x3 1->16, conv 3x3 16->32, mean pool, linear 32->10, on 28x28.
     if wanted("cnn") {
         let x = Tensor::<4>::random([BATCH, 1, 28, 28], Distribution::Default, &device);
         let loss = |m: &Cnn, (x, y): (Tensor<4>, Tensor<1, Int>)| m.loss(x, y);
-        pair(c, "cnn", Cnn::new(&device), (x, y.clone()), loss);
+        pair(c, "cnn", Cnn::new(&device), ((x, y.clone()), BATCH), loss);
     }
 
     // Transformer encoder, (B, T, d) = (64, 16, 64).
@@ -173,7 +182,7 @@ fn dp(c: &mut Criterion) {
             c,
             "transformer",
             Transformer::new(T, D, &device),
-            (x, y),
+            ((x, y), BATCH),
             loss,
         );
     }
@@ -188,14 +197,14 @@ criterion_group! {
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
-    println!("\n== ratios (same run), batch {BATCH} ==");
+    println!("\n== ratios (same run), batch {BATCH} (the MLP also {BIG_BATCH}) ==");
     println!("timed in ABBA rounds of blocks (median [quartiles]; see common::paired):");
     for line in PAIRED.lock().unwrap().iter() {
         println!("- {line}");
     }
     println!("criterion's means:");
     // (A filtered run, `cargo bench --bench dp -- mlp`, prints the models it ran.)
-    for model in ["mlp", "cnn", "transformer"] {
+    for model in ["mlp", "mlp_B1024", "cnn", "transformer"] {
         // Criterion stores `a/b` function ids as `a_b`.
         let ratio = |group: &str, num: &str, den: &str| {
             let n = mean_ns(group, &format!("{model}_{num}"))?;
