@@ -158,7 +158,11 @@ fn dp(c: &mut Criterion) {
 
     // MLP 784-512-512-10, at batch 64 and at DP-SGD's usual 1024.
     for size in [BATCH, BIG_BATCH] {
-        let name = if size == BATCH { "mlp".to_string() } else { format!("mlp_B{size}") };
+        let name = if size == BATCH {
+            "mlp".to_string()
+        } else {
+            format!("mlp_B{size}")
+        };
         if wanted(&name) {
             let x = Tensor::<2>::random([size, 784], Distribution::Default, &device);
             let y = labels(size, &device);

@@ -318,13 +318,18 @@ fn should_refuse_bad_arguments() {
             "granularity"
         );
     }
-    // A std below the grid, or too many grid steps (σ/γ above 3.04·10⁹).
+    // A std below the grid, or too many grid steps (σ/γ at 2^47 or above).
     assert_eq!(
         refused(add_noise(g.clone(), 0.5, hardened(1.0), rng)),
         "std"
     );
     assert_eq!(
-        refused(add_noise(g.clone(), 4096.0, hardened(2f64.powi(-20)), rng)),
+        refused(add_noise(
+            g.clone(),
+            2f64.powi(27),
+            hardened(2f64.powi(-20)),
+            rng
+        )),
         "std"
     );
     // A gradient that cannot be rounded to the grid.
