@@ -55,6 +55,9 @@
 //! A requested scale `s ≥ 1` is rounded UP to `σ = ⌈s·D⌉/D` with the largest such `D`, so
 //! `s ≤ σ < s·(1 + 2^-45)`; scales up to `2^47 - 1` (1.4·10¹⁴) are accepted.
 //!
+//! Its running time depends on the draw (the rejections, the rare exact continuation of `k`):
+//! a timing side channel, outside the guarantee (the statement says so).
+//!
 //! The one departure from the exact law: an `i > 2^63 - 1` is rejected (it would not fit an
 //! `i64`), so the output is `N_Z(0, σ²)` conditioned on `|Z| < 2^63`, an event whose complement
 //! has probability below `exp(-2^31)` (`σ < 2^47`; below `exp(-2^61)` for `σ < 2^32`).
@@ -162,13 +165,13 @@ impl<'a, R: Rng + ?Sized> Bits<'a, R> {
         if b == 0 {
             return 0;
         }
-        let mask = !(u64::MAX >> b);
+        // The top `b` bits (`b = 64`: all of them; `u64::MAX >> 64` would not be defined).
+        let mask = u64::MAX.checked_shr(b).map_or(u64::MAX, |low| !low);
         loop {
             let x = self.peek64() & mask;
             self.skip(b);
-            let m = x as u128 * n as u128;
-            if m as u64 >= threshold {
-                return (m >> 64) as u64;
+            if let Some(v) = lemire(x, n, threshold) {
+                return v;
             }
         }
     }
@@ -186,13 +189,10 @@ impl<'a, R: Rng + ?Sized> Bits<'a, R> {
         let den = den as u128;
         let mut num = num as u128;
         loop {
-            let below = self.take(16) as u128 * den;
-            let target = num << 16;
-            let less = below < target;
-            if !less || below + den <= target {
-                return less;
+            match bernoulli_block(self.take(16) as u128, num, den) {
+                Ok(answer) => return answer,
+                Err(rest) => num = rest,
             }
-            num = target - below;
         }
     }
 
@@ -231,6 +231,29 @@ impl<'a, R: Rng + ?Sized> Bits<'a, R> {
         }
         let frac = (num % den as u128) as u64;
         self.alternating_series(|bits, k| bits.bernoulli_over(frac, den, k))
+    }
+}
+
+/// One try of Lemire's method (see [`Bits::uniform`]): `x` the next bits as the top of a word,
+/// the value when the low word of `x·n` is at least `threshold`, else `None` (redraw).
+#[inline(always)]
+fn lemire(x: u64, n: u64, threshold: u64) -> Option<u64> {
+    let m = x as u128 * n as u128;
+    (m as u64 >= threshold).then_some((m >> 64) as u64)
+}
+
+/// One 16-bit block `v` of [`Bits::bernoulli`]'s uniform against `num/den`: the answer when
+/// `[v, v + 1)·2^-16` lies on one side of `num/den`, else (one `v` in `2^16`) the numerator of
+/// what is left to compare, `num·2^16 - v·den` (over the same `den`).
+#[inline(always)]
+fn bernoulli_block(v: u128, num: u128, den: u128) -> Result<bool, u128> {
+    let below = v * den;
+    let target = num << 16;
+    let less = below < target;
+    if !less || below + den <= target {
+        Ok(less)
+    } else {
+        Err(target - below)
     }
 }
 

@@ -53,6 +53,66 @@ fn should_draw_uniform_below() {
     assert_eq!(Bits::new(&mut rng).uniform(1, 0, 0), 0);
 }
 
+/// Every value of Lemire's step, for every `x` of `b` bits: each output in `[0, n)` exactly as
+/// often as the others, the rest redrawn (a statistical test cannot see a bias of `2^-SPARE`).
+#[test]
+fn should_draw_every_uniform_value_equally_often_exhaustively() {
+    for n in 1u64..=300 {
+        for spare in [0, 1, 3] {
+            let b = u64::BITS - (n - 1).leading_zeros() + spare;
+            if b == 0 {
+                continue;
+            }
+            let threshold = (((1u128 << b) % n as u128) << (64 - b)) as u64;
+            let mut counts = vec![0u64; n as usize];
+            for x in 0..1u64 << b {
+                if let Some(v) = lemire(x << (64 - b), n, threshold) {
+                    counts[v as usize] += 1;
+                }
+            }
+            assert!(
+                counts.iter().all(|&c| c == counts[0] && c > 0),
+                "n = {n}, b = {b}: {counts:?}"
+            );
+        }
+    }
+    // All 64 bits: the mask keeps every bit (a shift by 64 is not defined).
+    let mut rng = Counter(0);
+    let mut bits = Bits::new(&mut rng);
+    let n = (1u64 << 63) + 5;
+    let threshold = ((1u128 << 64) % n as u128) as u64;
+    assert!(bits.uniform(n, 64, threshold) < n);
+}
+
+/// One block of the Bernoulli draw, exhaustively: of the `2^16` values, `⌊num·2^16/den⌋` answer
+/// true, at most one continues, with what is left of the fraction (`{num·2^16/den}·den`), and
+/// the rest answer false: by induction on the blocks, `P(true) = num/den` exactly.
+#[test]
+fn should_split_each_bernoulli_block_exactly() {
+    for den in 1u128..=40 {
+        for num in 0..den {
+            let (mut yes, mut no, mut rest) = (0u128, 0u128, Vec::new());
+            for v in 0..1u128 << 16 {
+                match bernoulli_block(v, num, den) {
+                    Ok(true) => yes += 1,
+                    Ok(false) => no += 1,
+                    Err(r) => rest.push((v, r)),
+                }
+            }
+            let scaled = num << 16;
+            assert_eq!(yes, scaled / den, "{num}/{den}");
+            match rest.as_slice() {
+                [] => assert_eq!(scaled % den, 0, "{num}/{den}"),
+                [(v, r)] => {
+                    assert_eq!((*v, *r), (scaled / den, scaled % den), "{num}/{den}");
+                }
+                more => panic!("{num}/{den}: {} blocks undecided", more.len()),
+            }
+            assert_eq!(yes + no + rest.len() as u128, 1 << 16);
+        }
+    }
+}
+
 #[test]
 fn should_draw_bernoulli_of_a_fraction() {
     for (num, den) in [
