@@ -434,44 +434,93 @@ fn hardened(grads: ParamGrads, draw: Draw, k: i32) -> Result<ParamGrads, Privacy
         });
     }
     let z = draw.finish();
-    let (up, down) = (2f64.powi(-k), 2f64.powi(k));
     let mut offset = 0;
     let mut failure = None;
     let noisy = grads.map(|path, g| {
         if failure.is_some() {
             return g;
         }
-        // The values as f64 (exact), one parameter at a time.
-        let mut v = g
-            .to_data()
-            .convert::<f64>()
-            .try_into_vec::<f64>()
-            .expect("f64 values after convert");
-        if let Some(i) = v.iter().position(|v| !v.is_finite()) {
-            failure = Some(PrivacyError::Argument {
-                argument: "grads",
-                expected: "finite gradient values (hardened noise rounds them to its grid)",
-                got: format!("{} at {path}[{i}] (flattened)", v[i]),
-            });
-            return g;
+        let n = g.shape().num_elements();
+        let z = &z[offset..offset + n];
+        offset += n;
+        // One pass over the values in their own dtype (f32 and f64 are read as they are, every
+        // value exact in f64), written in it; other dtypes through f64.
+        let data = g.to_data();
+        let released = match g.dtype() {
+            burn::tensor::DType::F32 => on_grid(data.as_slice::<f32>().expect("f32"), z, k)
+                .map(|v| TensorData::new(v, [n])),
+            burn::tensor::DType::F64 => on_grid(data.as_slice::<f64>().expect("f64"), z, k)
+                .map(|v| TensorData::new(v, [n])),
+            dtype => {
+                let wide = data.convert::<f64>();
+                on_grid(wide.as_slice::<f64>().expect("f64"), z, k)
+                    .map(|v| TensorData::new(v, [n]).convert_dtype(dtype))
+            }
+        };
+        match released {
+            Ok(data) => {
+                let shape = g.shape();
+                Leaf::new(Tensor::<1>::from_data(data, (&g.device(), g.dtype()))).reshape(shape)
+            }
+            Err((i, value)) => {
+                failure = Some(PrivacyError::Argument {
+                    argument: "grads",
+                    expected: "finite gradient values (hardened noise rounds them to its grid)",
+                    got: format!("{value} at {path}[{i}] (flattened)"),
+                });
+                g
+            }
         }
-        let z = &z[offset..offset + v.len()];
-        offset += v.len();
-        v.par_iter_mut().zip(z.par_iter()).for_each(|(x, &z)| {
-            // x·2^-k is exact; the clamp (1-Lipschitz: it cannot raise the sensitivity) acts
-            // only far beyond any gradient, and keeps m + z in range.
-            let m = (*x * up).round_ties_even().clamp(-M_MAX, M_MAX);
-            // A fixed function of the integer m + z: post-processing.
-            *x = grid_sum(m, z) * down;
-        });
-        let (n, shape) = (v.len(), g.shape());
-        let data = TensorData::new(v, [n]).convert_dtype(g.dtype());
-        Leaf::new(Tensor::<1>::from_data(data, (&g.device(), g.dtype()))).reshape(shape)
     });
     match failure {
         Some(e) => Err(e),
         None => Ok(noisy),
     }
+}
+
+/// A float dtype the grid is read from and written to: every value is exact in `f64`, and the
+/// released value is the nearest one to the grid point (post-processing).
+trait GridFloat: Copy + Send + Sync + 'static {
+    fn wide(self) -> f64;
+    fn narrow(v: f64) -> Self;
+}
+
+impl GridFloat for f32 {
+    fn wide(self) -> f64 {
+        f64::from(self)
+    }
+    fn narrow(v: f64) -> Self {
+        v as f32
+    }
+}
+
+impl GridFloat for f64 {
+    fn wide(self) -> f64 {
+        self
+    }
+    fn narrow(v: f64) -> Self {
+        v
+    }
+}
+
+/// `γ·(round(x/γ) + Z)` for every value `x` with its integer `Z`, `γ = 2^k`, in `x`'s type; the
+/// first value that is not finite (it has no grid point) as an error.
+fn on_grid<E: GridFloat>(values: &[E], z: &[i64], k: i32) -> Result<Vec<E>, (usize, f64)> {
+    if let Some(i) = values.par_iter().position_first(|x| !x.wide().is_finite()) {
+        return Err((i, values[i].wide()));
+    }
+    let (up, down) = (2f64.powi(-k), 2f64.powi(k));
+    Ok(values
+        .par_iter()
+        .zip(z.par_iter())
+        .map(|(&x, &z)| {
+            // x·2^-k is exact; the clamp (1-Lipschitz: it cannot raise the sensitivity) acts
+            // only far beyond any gradient, and keeps m + z in range.
+            let m = (x.wide() * up).round_ties_even().clamp(-M_MAX, M_MAX);
+            // A fixed function of the integer m + z: post-processing.
+            E::narrow(grid_sum(m, z) * down)
+        })
+        .collect())
 }
 
 #[cfg(test)]
