@@ -151,7 +151,7 @@ fn late_peer_rank(mpi: &Mpi) {
     let last = mpi.size() - 1;
     let mut sync = [0f32];
     for len in LATE_LENS {
-        let mut values = contribution(mpi.rank(), len);
+        let values = contribution(mpi.rank(), len);
         // Warm up (the shared-memory segments, the pages), then the on-time calls.
         mpi.all_reduce_sum(&mut values.clone(), TIMEOUT).unwrap();
         let mut on_time: Vec<u128> = (0..3)
@@ -220,7 +220,7 @@ fn should_finish_soon_after_a_late_peer_arrives_over_shared_memory() {
                 .unwrap();
             println!(
                 "np {np}, {} MiB: done {:.1} ms after the last arrival, on time {:.1} ms",
-                len * 4 >> 20,
+                (len * 4) >> 20,
                 after as f64 / 1e6,
                 on_time as f64 / 1e6
             );

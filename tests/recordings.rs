@@ -70,6 +70,9 @@ where
     );
 }
 
+/// A batch of examples `[B, ..]` and their classes `[B, 1]`.
+type Batch<const D: usize, K> = (Tensor<D, K>, Tensor<2, Int>);
+
 /// Batches of the rows `indices` of `(x, y)`.
 #[derive(Clone)]
 struct Select<const D: usize, K: burn::tensor::kind::Numeric> {
@@ -99,7 +102,7 @@ fn check_kept_mechanism<M, const D: usize, K>(
     before: &M,
     after: &M,
     data: Select<D, K>,
-    loss: fn(&M, (Tensor<D, K>, Tensor<2, Int>)) -> Tensor<1>,
+    loss: fn(&M, Batch<D, K>) -> Tensor<1>,
 ) where
     M: Module + burn::module::ModuleDisplay + 'static,
     K: burn::tensor::kind::Numeric + 'static,

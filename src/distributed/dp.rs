@@ -390,7 +390,7 @@ impl<C: Collective> DistributedDp<C> {
         // This rank's flag (1: it failed before reading its batch, 2: after) and, on the steps
         // the models are compared, its model's fingerprint, carried in every block.
         let step = self.mechanism.steps() + 1;
-        let compare = (step - 1) % self.fingerprint_every == 0;
+        let compare = (step - 1).is_multiple_of(self.fingerprint_every);
         let flag = Flag {
             failed: match &local {
                 Ok(_) => 0.0,
@@ -414,14 +414,14 @@ impl<C: Collective> DistributedDp<C> {
                 self.mechanism.account_released()?;
             }
             return Err(match local {
-                Err(failure) => failure.error.into(),
+                Err(failure) => (*failure.error).into(),
                 Ok(_) => DistributedError::Peers {
                     operation: STEP,
                     ranks: failed,
                 },
             });
         }
-        let report = local.map_err(|f| f.error)?;
+        let report = local.map_err(|f| *f.error)?;
         if !received.diverged.is_empty() {
             return Err(DistributedError::Diverged {
                 ranks: received.diverged,

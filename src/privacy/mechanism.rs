@@ -57,7 +57,8 @@ impl StepReport {
 /// failure that has read it depends on the data, and is accounted).
 #[derive(Debug)]
 pub(crate) struct Failure {
-    pub(crate) error: PrivacyError,
+    /// Boxed: a failed step is rare, and a successful one returns through the same `Result`.
+    pub(crate) error: Box<PrivacyError>,
     pub(crate) read: bool,
 }
 
@@ -384,11 +385,17 @@ impl DpMechanism {
         A: Tree + 'static,
         F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
     {
-        let unread = |error: PrivacyError| Failure { error, read: false };
+        let unread = |error: PrivacyError| Failure {
+            error: Box::new(error),
+            read: false,
+        };
         let (batch, size) = self.admit(batch).map_err(unread)?;
         ParamGrads::trainable_dims(NAME, model).map_err(|e| unread(e.into()))?;
         self.sum(model, loss_fn, batch, size)
-            .map_err(|error| Failure { error, read: true })
+            .map_err(|error| Failure {
+                error: Box::new(error),
+                read: true,
+            })
     }
 
     /// A step's admission of `batch`: its ticket checked and consumed, the budget checked; the

@@ -446,17 +446,18 @@ fn hardened(grads: ParamGrads, draw: Draw, k: i32) -> Result<ParamGrads, Privacy
         // One pass over the values in their own dtype (f32 and f64 are read as they are, every
         // value exact in f64), written in it; other dtypes through f64.
         let data = g.to_data();
-        let released = match g.dtype() {
-            burn::tensor::DType::F32 => on_grid(data.as_slice::<f32>().expect("f32"), z, k)
-                .map(|v| TensorData::new(v, [n])),
-            burn::tensor::DType::F64 => on_grid(data.as_slice::<f64>().expect("f64"), z, k)
-                .map(|v| TensorData::new(v, [n])),
-            dtype => {
-                let wide = data.convert::<f64>();
-                on_grid(wide.as_slice::<f64>().expect("f64"), z, k)
-                    .map(|v| TensorData::new(v, [n]).convert_dtype(dtype))
-            }
-        };
+        let released =
+            match g.dtype() {
+                burn::tensor::DType::F32 => on_grid(data.as_slice::<f32>().expect("f32"), z, k)
+                    .map(|v| TensorData::new(v, [n])),
+                burn::tensor::DType::F64 => on_grid(data.as_slice::<f64>().expect("f64"), z, k)
+                    .map(|v| TensorData::new(v, [n])),
+                dtype => {
+                    let wide = data.convert::<f64>();
+                    on_grid(wide.as_slice::<f64>().expect("f64"), z, k)
+                        .map(|v| TensorData::new(v, [n]).convert_dtype(dtype))
+                }
+            };
         match released {
             Ok(data) => {
                 let shape = g.shape();
