@@ -382,6 +382,11 @@ impl<C: Collective> DistributedDp<C> {
         F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
     {
         let (rank, size) = (self.engine.rank(), self.engine.size());
+        // This rank's noise, started before its clipped sum (hardened noise is drawn on a thread
+        // of its own meanwhile): the slice it noises is known from the model alone.
+        let dims = ParamGrads::trainable_dims(STEP, model).map_err(PrivacyError::from)?;
+        let mine = Blocks::new(dims, size, false).range(rank).len();
+        let noise = self.mechanism.start_part_noise(mine, dims)?;
         let (sum, local) = match self.mechanism.clipped_sum(model, loss_fn, batch) {
             Ok((sum, report)) => (sum, Ok(report)),
             // Takes part with zeros, so the peers learn of the failure instead of timing out.
@@ -437,9 +442,8 @@ impl<C: Collective> DistributedDp<C> {
             .next()
             .map_or_else(Device::default, |(_, _, g)| g.device());
         // The noise calibrated to every coordinate of the gradient, `blocks.len()`.
-        let noised = self
-            .mechanism
-            .noise_part(received.sum, blocks.len(), &device);
+        debug_assert_eq!(blocks.len(), dims);
+        let noised = self.mechanism.noise_part(noise, received.sum, &device);
         let block = blocks.gathered_block(noised.as_deref().ok());
         let mut gathered = blocks.gathered_buffer();
         self.engine

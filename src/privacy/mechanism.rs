@@ -506,20 +506,35 @@ impl DpMechanism {
         })
     }
 
+    /// The noise of this process's part of a data-parallel step, `count` of the `dims`
+    /// coordinates of the clipped sum of every process, started now (hardened noise is drawn on
+    /// a thread of its own while the step computes its clipped sum and exchanges it), for
+    /// [`noise_part`](Self::noise_part).
+    ///
+    /// # Errors
+    /// As [`noisy_gradient`](Self::noisy_gradient)'s noise.
+    pub(crate) fn start_part_noise(
+        &mut self,
+        count: usize,
+        dims: usize,
+    ) -> Result<PendingNoise, PrivacyError> {
+        self.start_noise(count, dims, true)
+    }
+
     /// A data-parallel step's release of this process's `part` of the clipped sum of every
-    /// process (`dims` coordinates in all): each process noises its own coordinates with its own
-    /// generator, so every coordinate is noised exactly once, as
-    /// [`noisy_gradient`](Self::noisy_gradient) would noise it, and the work is split across the
-    /// processes. The values come back noised and divided by the normaliser; nothing is
-    /// accounted (every process accounts the step once the parts are assembled:
+    /// process, with its `noise` ([`start_part_noise`](Self::start_part_noise)): each process
+    /// noises its own coordinates with its own generator, so every coordinate is noised exactly
+    /// once, as [`noisy_gradient`](Self::noisy_gradient) would noise it, and the work is split
+    /// across the processes. The values come back noised and divided by the normaliser; nothing
+    /// is accounted (every process accounts the step once the parts are assembled:
     /// [`account_released`](Self::account_released)).
     ///
     /// # Errors
     /// As [`noisy_gradient`](Self::noisy_gradient)'s noise.
     pub(crate) fn noise_part(
         &mut self,
+        noise: PendingNoise,
         part: &[f32],
-        dims: usize,
         device: &Device,
     ) -> Result<Vec<f32>, PrivacyError> {
         if part.is_empty() {
@@ -529,7 +544,6 @@ impl DpMechanism {
         let values = TensorData::new(part.to_vec(), [values_len]);
         let leaf = Leaf::new(Tensor::<1>::from_data(values, device));
         let part = ParamGrads::new(vec![("part".into(), ParamId::new(), leaf)]);
-        let noise = self.start_noise(values_len, dims, false)?;
         let noisy = noise.add(part, &mut self.noise)?;
         let noised = self.normalised(noisy);
         let (_, _, leaf) = noised.iter().next().expect("one part");
