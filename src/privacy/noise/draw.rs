@@ -41,19 +41,61 @@ struct Shared {
     keys: Vec<[u8; 32]>,
     /// The next chunk to claim (past the last: nothing left, or stopped).
     next: AtomicUsize,
-    chunks: Vec<OnceLock<Vec<i64>>>,
+    chunks: Vec<OnceLock<Ints>>,
+}
+
+/// One chunk's integers: as `i32` while they fit (at the DP scale, `σ ≈ 10⁶` grid steps, a
+/// value beyond `2^31` is thousands of `σ` out), else as `i64`. Half the memory, and a chunk's
+/// buffer (64 KiB) stays below the size from which glibc maps a buffer afresh for every chunk.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Ints {
+    Narrow(Vec<i32>),
+    Wide(Vec<i64>),
+}
+
+impl Ints {
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        match self {
+            Ints::Narrow(v) => v.len(),
+            Ints::Wide(v) => v.len(),
+        }
+    }
+
+    /// Integer `i` (tests).
+    #[cfg(test)]
+    fn get(&self, i: usize) -> i64 {
+        match self {
+            Ints::Narrow(v) => i64::from(v[i]),
+            Ints::Wide(v) => v[i],
+        }
+    }
 }
 
 impl Shared {
     /// The integers of chunk `i`, from its own stream.
-    fn chunk(&self, i: usize) -> Vec<i64> {
+    fn chunk(&self, i: usize) -> Ints {
         let len = CHUNK.min(self.dims - i * CHUNK);
         let Some(gaussian) = self.gaussian else {
-            return vec![0; len];
+            return Ints::Narrow(vec![0; len]);
         };
         let mut stream = ChaCha20Rng::from_seed(self.keys[i]);
         let mut bits = Bits::new(&mut stream);
-        (0..len).map(|_| gaussian.sample(&mut bits)).collect()
+        let mut narrow = Vec::with_capacity(len);
+        while narrow.len() < len {
+            let z = gaussian.sample(&mut bits);
+            match i32::try_from(z) {
+                Ok(z) => narrow.push(z),
+                Err(_) => {
+                    // The same draws, wide from here on.
+                    let mut wide: Vec<i64> = narrow.iter().map(|&z| i64::from(z)).collect();
+                    wide.push(z);
+                    wide.extend((wide.len()..len).map(|_| gaussian.sample(&mut bits)));
+                    return Ints::Wide(wide);
+                }
+            }
+        }
+        Ints::Narrow(narrow)
     }
 
     /// Claims and draws chunks until none is left.
@@ -113,7 +155,7 @@ impl Draw {
 
     /// Every coordinate's integer, in order: the chunks not yet claimed are drawn here (on
     /// rayon's threads), then the background thread's last chunk is waited for.
-    pub(super) fn finish(mut self) -> Vec<i64> {
+    pub(super) fn finish(mut self) -> Noise {
         let shared = Arc::clone(&self.shared);
         (0..rayon::current_num_threads())
             .into_par_iter()
@@ -123,29 +165,61 @@ impl Draw {
             let _ = worker.join();
         }
         // The worker's reference ended with its thread, and `self`'s ends here: the chunks are
-        // ours to move out one at a time (the integers are held once, plus a chunk).
+        // ours to move out.
         drop(self);
-        let mut z = Vec::with_capacity(shared.dims);
-        match Arc::try_unwrap(shared) {
-            Ok(mut shared) => {
-                let chunks = std::mem::take(&mut shared.chunks);
-                for (i, cell) in chunks.into_iter().enumerate() {
-                    match cell.into_inner() {
-                        Some(chunk) => z.extend(chunk),
-                        None => z.extend(shared.chunk(i)),
-                    }
-                }
-            }
-            Err(shared) => {
-                for (i, cell) in shared.chunks.iter().enumerate() {
-                    match cell.get() {
-                        Some(chunk) => z.extend_from_slice(chunk),
-                        None => z.extend(shared.chunk(i)),
-                    }
-                }
-            }
-        }
-        z
+        let chunks = match Arc::try_unwrap(shared) {
+            Ok(mut shared) => std::mem::take(&mut shared.chunks)
+                .into_iter()
+                .enumerate()
+                .map(|(i, cell)| cell.into_inner().unwrap_or_else(|| shared.chunk(i)))
+                .collect(),
+            Err(shared) => (0..shared.chunks.len())
+                .map(|i| {
+                    shared.chunks[i]
+                        .get()
+                        .cloned()
+                        .unwrap_or_else(|| shared.chunk(i))
+                })
+                .collect(),
+        };
+        Noise { chunks }
+    }
+}
+
+/// Every coordinate's integer `Z`, by chunk of [`CHUNK`].
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Noise {
+    chunks: Vec<Ints>,
+}
+
+impl Noise {
+    /// The coordinates `start..start + len` as pieces that each lie in one chunk: `(offset in
+    /// the range, chunk, offset in the chunk, length)`.
+    pub(super) fn pieces(
+        &self,
+        start: usize,
+        len: usize,
+    ) -> impl Iterator<Item = (usize, &Ints, usize, usize)> {
+        let end = start + len;
+        let mut at = start;
+        std::iter::from_fn(move || {
+            (at < end).then(|| {
+                let (chunk, within) = (at / CHUNK, at % CHUNK);
+                let n = (CHUNK - within).min(end - at);
+                let piece = (at - start, &self.chunks[chunk], within, n);
+                at += n;
+                piece
+            })
+        })
+    }
+
+    /// Every integer, in order (tests).
+    #[cfg(test)]
+    pub(super) fn to_vec(&self) -> Vec<i64> {
+        self.chunks
+            .iter()
+            .flat_map(|c| (0..c.len()).map(move |i| c.get(i)))
+            .collect()
     }
 }
 
@@ -166,10 +240,12 @@ mod tests {
     fn should_draw_the_same_integers_ahead_or_not() {
         let gaussian = DiscreteGaussian::new(3.5);
         let dims = 2 * CHUNK + 17;
-        let here = Draw::start(dims, gaussian, &mut PrivacyRng::seeded(5), false).finish();
+        let here = Draw::start(dims, gaussian, &mut PrivacyRng::seeded(5), false)
+            .finish()
+            .to_vec();
         let ahead = Draw::start(dims, gaussian, &mut PrivacyRng::seeded(5), true);
         std::thread::sleep(std::time::Duration::from_millis(5));
-        let ahead = ahead.finish();
+        let ahead = ahead.finish().to_vec();
         assert_eq!(here.len(), dims);
         assert_eq!(here, ahead);
         assert!(here.iter().any(|&z| z != 0));
@@ -179,16 +255,16 @@ mod tests {
     fn should_draw_fresh_integers_for_each_draw_of_one_generator() {
         let mut rng = PrivacyRng::seeded(5);
         let gaussian = DiscreteGaussian::new(3.5);
-        let first = Draw::start(100, gaussian, &mut rng, true).finish();
+        let first = Draw::start(100, gaussian, &mut rng, true).finish().to_vec();
         let dropped = Draw::start(100, gaussian, &mut rng, true);
         drop(dropped);
-        let second = Draw::start(100, gaussian, &mut rng, true).finish();
+        let second = Draw::start(100, gaussian, &mut rng, true).finish().to_vec();
         assert_ne!(first, second);
     }
 
     #[test]
     fn should_draw_zeros_without_a_gaussian() {
         let z = Draw::start(CHUNK + 1, None, &mut PrivacyRng::seeded(5), true).finish();
-        assert_eq!(z, vec![0; CHUNK + 1]);
+        assert_eq!(z.to_vec(), vec![0; CHUNK + 1]);
     }
 }
