@@ -114,8 +114,9 @@ pub trait Collective {
     /// block is summed once, by its rank, so [`all_gather`](Self::all_gather)ing the blocks gives
     /// every rank the same bits.
     ///
-    /// The default reduces the whole buffer on every rank ([`all_reduce_sum`](Self::all_reduce_sum))
-    /// and keeps the rank's block: every rank then sees every block's sum.
+    /// The default reduces the whole buffer on every rank
+    /// ([`all_reduce_sum`](Self::all_reduce_sum)) and keeps the rank's block: every rank then sees
+    /// every block's sum.
     /// [`scatters`](Self::scatters) says whether an engine does better (MPI's reduce-scatter).
     ///
     /// # Errors

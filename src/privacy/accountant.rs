@@ -21,8 +21,9 @@ use super::config::DpConfig;
 use super::{Neighbouring, NoiseKind};
 
 /// ε by RDP at the configuration's δ after `steps` steps of the mechanism of `config` (its
-/// neighbouring relation and noise included): what [`DpMechanism::epsilon_rdp`](super::DpMechanism::epsilon_rdp)
-/// answers after that many steps, without a mechanism (burn-train's ε metric).
+/// neighbouring relation and noise included): what
+/// [`DpMechanism::epsilon_rdp`](super::DpMechanism::epsilon_rdp) answers after that many steps,
+/// without a mechanism (burn-train's ε metric).
 #[cfg(feature = "train")]
 pub(crate) fn epsilon_rdp_after(config: &DpConfig, steps: u64) -> Result<f64, PrivacyError> {
     let mut accountant = Accountant::new(config)?;

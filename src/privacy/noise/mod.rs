@@ -53,10 +53,10 @@
 //! the memory, and a buffer small enough for the allocator to reuse), and the grid rounding and
 //! the noise applied a chunk at a time in one pass over the values in their own dtype: 15.6 ms
 //! per million coordinates on both cores, 1.9 times the plain sampler's 8.3 ms on one
-//! (`cargo bench --bench noise`, `add_noise` whole, read back and written). The integers do not depend
-//! on the gradient, so a DP step ([`DpMechanism`](super::DpMechanism)) starts drawing them on a
-//! thread of its own before it computes the clipped sum, and only what is left when the sum is
-//! done costs it time (`draw.rs`). OpenDP 0.16's sampler of the same law (arbitrary-precision
+//! (`cargo bench --bench noise`, `add_noise` whole, read back and written). The integers do not
+//! depend on the gradient, so a DP step ([`DpMechanism`](super::DpMechanism)) starts drawing
+//! them on a thread of its own before it computes the clipped sum, and only what is left when
+//! the sum is done costs it time (`draw.rs`). OpenDP 0.16's sampler of the same law (arbitrary-precision
 //! rationals) takes 3.6 s per million, and without its OpenSSL feature draws from
 //! `rand::thread_rng`, not from a generator the caller controls.
 //!
