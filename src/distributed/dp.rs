@@ -330,7 +330,7 @@ impl<C: Collective> DistributedDp<C> {
         batcher: Arc<dyn Batcher<I, O>>,
         device: Device,
     ) -> Result<DpLoader<I, O>, DistributedError> {
-        let total = sum_counts(&self.engine, &[shard.len() as u64], self.timeout)?[0];
+        let total = agree::sum_counts(&self.engine, &[shard.len() as u64], self.timeout)?[0];
         Ok(self
             .mechanism
             .shard_loader(shard, batcher, device, total as usize)?)
@@ -587,100 +587,10 @@ pub(super) fn share<C: Collective + ?Sized>(
     }
 }
 
-/// The most ranks [`sum_counts`] sums exactly: a limb's sum, at most `ranks · 255`, stays below
-/// `2^24`, where every `f32` integer is exact.
-const MAX_COUNT_RANKS: usize = (1 << 24) / 255;
-
-/// The element-wise sums over every rank of `counts`, exactly: each count travels as eight
-/// 8-bit limbs in `f32`, whose sums over up to [`MAX_COUNT_RANKS`] (65 793) ranks stay below
-/// `2^24` (exact); a larger group, or a sum beyond `u64`, is an error. **Collective.**
-fn sum_counts<C: Collective + ?Sized>(
-    engine: &C,
-    counts: &[u64],
-    timeout: Duration,
-) -> Result<Vec<u64>, CollectiveError> {
-    const LIMBS: usize = 8;
-    if engine.size() > MAX_COUNT_RANKS {
-        return Err(CollectiveError::Engine(format!(
-            "counts are summed exactly over at most {MAX_COUNT_RANKS} ranks, this group has {}",
-            engine.size()
-        )));
-    }
-    let mut limbs: Vec<f32> = counts
-        .iter()
-        .flat_map(|&c| (0..LIMBS).map(move |i| ((c >> (8 * i)) & 0xFF) as f32))
-        .collect();
-    engine.all_reduce_sum(&mut limbs, timeout)?;
-    limbs
-        .chunks(LIMBS)
-        .map(|l| {
-            let total: u128 = l
-                .iter()
-                .enumerate()
-                .map(|(i, &v)| (v as u128) << (8 * i))
-                .sum();
-            u64::try_from(total).map_err(|_| {
-                CollectiveError::Engine(format!(
-                    "a count summed over the ranks, {total}, exceeds u64"
-                ))
-            })
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::distributed::Local;
-
-    #[test]
-    fn should_sum_counts_exactly() {
-        let counts = [0, 1, 65_535, 65_536, u32::MAX as u64 + 7, 1 << 60];
-        assert_eq!(
-            sum_counts(&Local, &counts, Duration::ZERO).unwrap(),
-            counts.to_vec()
-        );
-    }
-
-    /// `n` ranks that all contribute what this one does (an all-reduce multiplies by `n`, in
-    /// `f32` as an engine sums).
-    struct Alike(usize);
-
-    impl Collective for Alike {
-        fn rank(&self) -> usize {
-            0
-        }
-        fn size(&self) -> usize {
-            self.0
-        }
-        fn all_reduce_sum(&self, values: &mut [f32], _: Duration) -> Result<(), CollectiveError> {
-            for v in values {
-                *v = (0..self.0).fold(0f32, |s, _| s + *v);
-            }
-            Ok(())
-        }
-        fn broadcast(&self, _: &mut [f32], _: usize, _: Duration) -> Result<(), CollectiveError> {
-            Ok(())
-        }
-        fn broadcast_bytes(
-            &self,
-            _: &mut [u8],
-            _: usize,
-            _: Duration,
-        ) -> Result<(), CollectiveError> {
-            Ok(())
-        }
-    }
-
-    /// 16-bit limbs were exact to 256 ranks only (1000 ranks of 65 535 overflow f32's 2^24).
-    #[test]
-    fn should_sum_counts_exactly_over_many_ranks_and_refuse_too_many() {
-        let counts = [65_535, u32::MAX as u64, 12_345_678_901];
-        let sums = sum_counts(&Alike(1000), &counts, Duration::ZERO).unwrap();
-        assert_eq!(sums, counts.map(|c| c * 1000).to_vec());
-        let err = sum_counts(&Alike(MAX_COUNT_RANKS + 1), &[1], Duration::ZERO).unwrap_err();
-        assert!(matches!(err, CollectiveError::Engine(_)), "{err}");
-    }
 
     #[test]
     fn should_share_nothing_or_a_failure() {
