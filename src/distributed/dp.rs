@@ -386,7 +386,8 @@ impl<C: Collective> DistributedDp<C> {
         // of its own meanwhile): the slice it noises is known from the model alone.
         let dims = ParamGrads::trainable_dims(STEP, model).map_err(PrivacyError::from)?;
         let mine = Blocks::new(dims, size, false).range(rank).len();
-        let noise = self.mechanism.start_part_noise(mine, dims)?;
+        let device = model.devices().into_iter().next().unwrap_or_default();
+        let noise = self.mechanism.start_part_noise(mine, dims, &device)?;
         let (sum, local) = match self.mechanism.clipped_sum(model, loss_fn, batch) {
             Ok((sum, report)) => (sum, Ok(report)),
             // Takes part with zeros, so the peers learn of the failure instead of timing out.
@@ -437,10 +438,6 @@ impl<C: Collective> DistributedDp<C> {
         // Every rank noises the complete sum of its own slice (every coordinate once, each
         // rank's generator its own); the all-gather copies the noised slices, the same bits on
         // every rank.
-        let device = sum
-            .iter()
-            .next()
-            .map_or_else(Device::default, |(_, _, g)| g.device());
         // The noise calibrated to every coordinate of the gradient, `blocks.len()`.
         debug_assert_eq!(blocks.len(), dims);
         let noised = self.mechanism.noise_part(noise, received.sum, &device);

@@ -353,7 +353,8 @@ impl DpMechanism {
         // noise's random part does not depend on the gradient: it is drawn (hardened noise, on
         // a thread of its own) while the clipped sum is computed.
         let dims = ParamGrads::trainable_dims(NAME, model)?;
-        let noise = self.start_noise(dims, dims, true)?;
+        let device = model.devices().into_iter().next().unwrap_or_default();
+        let noise = self.start_noise(dims, dims, true, &device)?;
         let released = self
             .sum(model, loss_fn, batch, size)
             .and_then(|(sum, report)| Ok((noise.add(sum, &mut self.noise)?, report)));
@@ -489,10 +490,11 @@ impl DpMechanism {
         count: usize,
         dims: usize,
         background: bool,
+        device: &Device,
     ) -> Result<PendingNoise, PrivacyError> {
         let kind = self.config.noise;
         let std = kind.calibrated_std(self.config.noise_multiplier, self.config.clip_norm, dims)?;
-        PendingNoise::start(count, std, kind, &mut self.noise, background)
+        PendingNoise::start(count, std, kind, &mut self.noise, background, device)
     }
 
     /// A noisy sum divided by the configuration's normaliser.
@@ -517,8 +519,9 @@ impl DpMechanism {
         &mut self,
         count: usize,
         dims: usize,
+        device: &Device,
     ) -> Result<PendingNoise, PrivacyError> {
-        self.start_noise(count, dims, true)
+        self.start_noise(count, dims, true, device)
     }
 
     /// A data-parallel step's release of this process's `part` of the clipped sum of every

@@ -1,6 +1,20 @@
-//! Gaussian noise for DP-SGD, drawn on the host from the [`PrivacyRng`] and uploaded: hardened
-//! against floating-point attacks by default ([`NoiseKind::Hardened`]), or textbook
-//! ([`NoiseKind::Plain`]).
+//! Gaussian noise for DP-SGD from the [`PrivacyRng`]: hardened against floating-point attacks
+//! by default ([`NoiseKind::Hardened`]), or textbook ([`NoiseKind::Plain`]).
+//!
+//! # Where the noise is drawn
+//! - **Hardened, on a wgpu or CUDA device**: where the gradient lives, by a cubecl kernel
+//!   (`keyed/`): a 256-bit key from the [`PrivacyRng`], fresh for every step, and each
+//!   coordinate's integer drawn from ChaCha20 words of that key and of the coordinate's index,
+//!   exactly from the discrete Gaussian at the integer scale `⌈s⌉` (never less noise than
+//!   asked). The gradient is not read back and no noise is uploaded; one flag is (are all
+//!   values finite). Burn's `fusion` on or off. The kernel has a CPU reference, bit for bit the
+//!   same, which the tests run it against on wgpu.
+//! - **Hardened, on any other device** (Flex): on the host's cores by the sampler below (the
+//!   gradient is read back and the release written), started before the clipped sum is.
+//! - **Plain**: `f32` normals on the host, uploaded and added where the gradient lives.
+//!
+//! Scales beyond `2^32 - 1` grid steps (`std/γ`; `2^20·std` at the default grid) take the
+//! host's sampler on every device.
 //!
 //! # Why plain noise leaks
 //! A floating-point sample `x + N` does not take every float value with the probability the
@@ -60,10 +74,14 @@
 //! rationals) takes 3.6 s per million, and without its OpenSSL feature draws from
 //! `rand::thread_rng`, not from a generator the caller controls.
 //!
+mod copies;
 mod discrete;
 mod draw;
+pub(crate) mod keyed;
+#[cfg(test)]
+mod law;
 
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Device, Tensor, TensorData};
 use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
 
@@ -256,7 +274,11 @@ pub fn add_noise(
     rng: &mut PrivacyRng,
 ) -> Result<ParamGrads, PrivacyError> {
     let dims = grads.iter().map(|(_, _, g)| g.shape().num_elements()).sum();
-    PendingNoise::start(dims, std, kind, rng, false)?.add(grads, rng)
+    let device = match grads.iter().next() {
+        Some((_, _, g)) => g.device(),
+        None => Device::default(),
+    };
+    PendingNoise::start(dims, std, kind, rng, false, &device)?.add(grads, rng)
 }
 
 /// Noise for `dims` coordinates whose random part is drawn before the gradient it goes on
@@ -266,13 +288,25 @@ pub fn add_noise(
 /// same generator gives the same noise either way.
 pub(crate) struct PendingNoise {
     std: f64,
-    /// Hardened noise: its integers, being drawn, and the grid's exponent `k` (`γ = 2^k`).
-    hardened: Option<(Draw, i32)>,
+    hardened: Option<Hardened>,
+}
+
+/// Hardened noise started.
+enum Hardened {
+    /// On the host: its integers, being drawn, and the grid's exponent `k` (`γ = 2^k`).
+    Host(Draw, i32),
+    /// Where the gradient lives (a wgpu or CUDA device): the key and the integer scale of the
+    /// keyed sampler, which draws each coordinate's integer from the key and its index when the
+    /// gradient is there (`keyed/`).
+    Keyed(keyed::Keyed, usize),
 }
 
 impl PendingNoise {
     /// Starts the noise of `kind` and standard deviation `std` (from
-    /// [`NoiseKind::calibrated_std`]) for `dims` coordinates.
+    /// [`NoiseKind::calibrated_std`]) for `dims` coordinates of a gradient that will live on
+    /// `device`: hardened noise for a wgpu or CUDA device is the keyed sampler's, drawn there
+    /// when the gradient is added (for a scale of at most `2^32 - 1` grid steps; the host's
+    /// sampler beyond); for any other device its integers are drawn on the host from now on.
     ///
     /// # Errors
     /// As [`add_noise`] for `std` and the granularity.
@@ -282,6 +316,7 @@ impl PendingNoise {
         kind: NoiseKind,
         rng: &mut PrivacyRng,
         background: bool,
+        device: &Device,
     ) -> Result<Self, PrivacyError> {
         if !(std.is_finite() && std >= 0.0) {
             return Err(argument("std", "a finite standard deviation >= 0", std));
@@ -291,7 +326,24 @@ impl PendingNoise {
             NoiseKind::Hardened { granularity } => {
                 let k = grid_exponent(granularity)?;
                 let gaussian = discrete_gaussian(std, granularity)?;
-                Some((Draw::start(dims, gaussian, rng, background), k))
+                // s = std/γ is exact; the kernel's scale is s rounded up to an integer.
+                let scale = (std / granularity).ceil();
+                Some(
+                    if gaussian.is_some()
+                        && scale <= keyed::MAX_SCALE as f64
+                        && keyed::on_device(device)
+                    {
+                        let noise = keyed::Keyed {
+                            key: keyed::Key::draw(rng),
+                            first: 0,
+                            scale: scale as u32,
+                            exponent: k,
+                        };
+                        Hardened::Keyed(noise, dims)
+                    } else {
+                        Hardened::Host(Draw::start(dims, gaussian, rng, background), k)
+                    },
+                )
             }
         };
         Ok(Self { std, hardened })
@@ -310,7 +362,8 @@ impl PendingNoise {
     ) -> Result<ParamGrads, PrivacyError> {
         match self.hardened {
             None => Ok(plain(grads, self.std, rng)),
-            Some((draw, k)) => hardened(grads, draw, k),
+            Some(Hardened::Host(draw, k)) => hardened(grads, draw, k),
+            Some(Hardened::Keyed(noise, dims)) => keyed::add_to(grads, noise, dims),
         }
     }
 }
@@ -394,7 +447,7 @@ fn plain(grads: ParamGrads, std: f64, rng: &mut PrivacyRng) -> ParamGrads {
             })
             .collect();
         let data = TensorData::new(values, [shape.num_elements()]).convert_dtype(g.dtype());
-        let noise = Tensor::<1>::from_data(data, (&g.device(), g.dtype()));
+        let noise = copies::to_device(data, &g.device(), g.dtype());
         Leaf::new(flat(g) + noise).reshape(shape)
     })
 }
@@ -449,7 +502,7 @@ fn hardened(grads: ParamGrads, draw: Draw, k: i32) -> Result<ParamGrads, Privacy
         let z = (&z, at);
         // One pass over the values in their own dtype (f32 and f64 are read as they are, every
         // value exact in f64), written in it; other dtypes through f64.
-        let data = g.to_data();
+        let data = copies::to_host(flat(g.clone()));
         let released =
             match g.dtype() {
                 burn::tensor::DType::F32 => on_grid(data.as_slice::<f32>().expect("f32"), z, k)
@@ -465,7 +518,7 @@ fn hardened(grads: ParamGrads, draw: Draw, k: i32) -> Result<ParamGrads, Privacy
         match released {
             Ok(data) => {
                 let shape = g.shape();
-                Leaf::new(Tensor::<1>::from_data(data, (&g.device(), g.dtype()))).reshape(shape)
+                Leaf::new(copies::to_device(data, &g.device(), g.dtype())).reshape(shape)
             }
             Err((i, value)) => {
                 failure = Some(PrivacyError::Argument {
