@@ -71,7 +71,14 @@ fn should_draw_the_exact_discrete_gaussian() {
         );
         let n = v.len() as f64;
         assert!(v.iter().all(|x| x.fract() == 0.0), "integers");
-        let p = pmf(sigma);
+        // The law drawn on this device: σ itself on the host, ⌈σ⌉ by the keyed kernel (wgpu,
+        // CUDA); never less.
+        let drawn = hardened(1.0).drawn_std(sigma, &dev()).unwrap();
+        assert!(
+            drawn >= sigma && drawn <= sigma.ceil(),
+            "σ {sigma}: drawn at {drawn}"
+        );
+        let p = pmf(drawn);
         // Mean 0 and the exact variance (slightly below σ² for small σ).
         let variance: f64 = (-(40.0 * sigma) as i64..=(40.0 * sigma) as i64)
             .map(|z| (z * z) as f64 * p(z))

@@ -11,7 +11,8 @@
 //!   same, which the tests run it against on wgpu.
 //! - **Hardened, on any other device** (Flex): on the host's cores by the sampler below (the
 //!   gradient is read back and the release written), started before the clipped sum is.
-//! - **Plain**: `f32` normals on the host, uploaded and added where the gradient lives.
+//! - **Plain**: on a wgpu or CUDA device, where the gradient lives, by a kernel of the same
+//!   keyed words (Box and Muller in `f32`); elsewhere `f32` normals on the host, uploaded.
 //!
 //! Scales beyond `2^32 - 1` grid steps (`std/γ`; `2^20·std` at the default grid) take the
 //! host's sampler on every device.
@@ -111,8 +112,9 @@ pub enum NoiseKind {
         /// inflate the sensitivity less; `std/γ` must stay below `1.4·10¹⁴` (`2^47`).
         granularity: f64,
     },
-    /// Textbook `f32` Gaussians (ziggurat) scaled by `std` and added on the device: fast, and
-    /// open to Mironov's attack on the least significant bits.
+    /// Textbook `f32` Gaussians scaled by `std` and added on the device (drawn on the host by
+    /// a ziggurat, or on wgpu and CUDA by a kernel): fast, and open to Mironov's attack on the
+    /// least significant bits.
     Plain,
 }
 
@@ -121,6 +123,41 @@ impl NoiseKind {
     /// the sensitivity inflation is `9.6·10⁻⁷·√d` (`6.7·10⁻⁴` for `d = 5·10⁵`, `0.03` for
     /// `d = 10⁹`: choose a finer grid for large models), and any `std` up to `2^27` is accepted.
     pub const DEFAULT_GRANULARITY: f64 = 1.0 / (1u64 << 20) as f64;
+
+    /// The scale at which [`add_noise`] draws the noise for `std` on `device`, in the
+    /// gradient's units: never below `std`. `std` for [`Plain`](Self::Plain); for
+    /// [`Hardened`](Self::Hardened) the discrete Gaussian's `σ` (`P(z) ∝ exp(-z²/(2σ²))` on the
+    /// grid `γ`): `γ·⌈std/γ⌉` where the keyed kernel draws it (a wgpu or CUDA device, up to
+    /// `2^32 - 1` grid steps), else `γ·⌈s·D⌉/D` for `s = std/γ` and a power of two `D`
+    /// (`s ≤ σ/γ < s·(1 + 2^-45)`). The accountant needs no change: more noise is as private.
+    ///
+    /// ```
+    /// use burn::tensor::Device;
+    /// use burn_vmap::privacy::NoiseKind;
+    /// let kind = NoiseKind::Hardened { granularity: 1.0 };
+    /// let drawn = kind.drawn_std(1.5, &Device::default())?;
+    /// assert!((1.5..=2.0).contains(&drawn)); // 2 on wgpu and CUDA, 1.5 on the host
+    /// assert_eq!(NoiseKind::Plain.drawn_std(1.5, &Device::default())?, 1.5);
+    /// # Ok::<(), burn_vmap::privacy::PrivacyError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`add_noise`] for `std` and the granularity.
+    pub fn drawn_std(self, std: f64, device: &Device) -> Result<f64, PrivacyError> {
+        if !(std.is_finite() && std >= 0.0) {
+            return Err(argument("std", "a finite standard deviation >= 0", std));
+        }
+        let NoiseKind::Hardened { granularity } = self else {
+            return Ok(std);
+        };
+        grid_exponent(granularity)?;
+        let gaussian = discrete_gaussian(std, granularity)?;
+        Ok(match (keyed::scale(std, granularity, device), gaussian) {
+            (Some(scale), _) => f64::from(scale) * granularity,
+            (None, Some(gaussian)) => gaussian.sigma() * granularity,
+            (None, None) => 0.0,
+        })
+    }
 
     /// The standard deviation to ask [`add_noise`] for, so that the noise has noise multiplier
     /// `noise_multiplier` relative to the sensitivity of a sum of `dims` coordinates whose L2
@@ -326,24 +363,18 @@ impl PendingNoise {
             NoiseKind::Hardened { granularity } => {
                 let k = grid_exponent(granularity)?;
                 let gaussian = discrete_gaussian(std, granularity)?;
-                // s = std/γ is exact; the kernel's scale is s rounded up to an integer.
-                let scale = (std / granularity).ceil();
-                Some(
-                    if gaussian.is_some()
-                        && scale <= keyed::MAX_SCALE as f64
-                        && keyed::on_device(device)
-                    {
+                Some(match keyed::scale(std, granularity, device) {
+                    Some(scale) => {
                         let noise = keyed::Keyed {
                             key: keyed::Key::draw(rng),
                             first: 0,
-                            scale: scale as u32,
+                            scale,
                             exponent: k,
                         };
                         Hardened::Keyed(noise, dims)
-                    } else {
-                        Hardened::Host(Draw::start(dims, gaussian, rng, background), k)
-                    },
-                )
+                    }
+                    None => Hardened::Host(Draw::start(dims, gaussian, rng, background), k),
+                })
             }
         };
         Ok(Self { std, hardened })
@@ -435,10 +466,25 @@ fn flat(leaf: Leaf) -> Tensor<1> {
         .expect("a float gradient")
 }
 
+/// Textbook noise of `std` on every coordinate: on a wgpu or CUDA device drawn there by the
+/// keyed normal kernel, elsewhere `f32` normals drawn on the host and uploaded.
 fn plain(grads: ParamGrads, std: f64, rng: &mut PrivacyRng) -> ParamGrads {
     let std = std as f32;
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    let (mut key, mut offset) = (None, 0u64);
     grads.map(|_, g| {
         let shape = g.shape();
+        // On a wgpu or CUDA device, drawn there by the keyed kernel (one key for the call).
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        {
+            let first = offset;
+            offset += shape.num_elements() as u64;
+            if keyed::on_device(&g.device()) {
+                let key = *key.get_or_insert_with(|| keyed::Key::draw(rng));
+                let noise = keyed::KeyedNormal { key, first, std };
+                return Leaf::new(keyed::normal(flat(g), noise)).reshape(shape);
+            }
+        }
         // Standard normals (ziggurat) scaled: f32, as the gradients are.
         let values: Vec<f32> = (0..shape.num_elements())
             .map(|_| {

@@ -418,6 +418,11 @@ impl DiscreteGaussian {
         Some(Self::with_parts(a, d_exp, best.0))
     }
 
+    /// The scale `σ = ⌈s·D⌉/D` (exact: `⌈s·D⌉ < 2^47` and `D` a power of two).
+    pub(super) fn sigma(&self) -> f64 {
+        self.a as f64 / (1u64 << self.d_exp) as f64
+    }
+
     #[cfg(test)]
     /// As [`new`](Self::new) with `m = 2^e` imposed, `e ≤` [`M_EXP_MAX`] (for tests and
     /// benchmarks).

@@ -1,7 +1,8 @@
 //! The keyed discrete Gaussian as a cubecl kernel (wgpu, CUDA): one unit a coordinate, each
 //! running the CPU reference's algorithm (`mod.rs`) on its own ChaCha20 words, the grid sum
 //! formed in 32-bit halves, the release written in the gradient's float type. Nothing is read
-//! back and nothing is uploaded but the launch's scalars (the key among them).
+//! back and nothing is uploaded but the launch's scalars (the key among them). A second kernel
+//! on the same words draws the plain noise ([`super::KeyedNormal`]).
 //!
 //! [`KeyedNoise`] is the backend operation: the kernel on [`CubeBackend`], and on
 //! `Fusion<B>` (Burn's `fusion` feature) an opaque custom operation queued in the fusion stream
@@ -15,6 +16,10 @@
 //! power of two, `floor`, a difference of neighbours, casts of integers below `2^32` that are
 //! exact), and, for the release, one conversion of each 32-bit half and one sum, rounded to
 //! nearest as on the host.
+
+// The kernel follows RFC 8439's pseudo-code and the CPU reference statement for statement
+// (`a = a + b`, rotations as two shifts), and spells its power-of-two constants in full.
+#![allow(clippy::assign_op_pattern, clippy::manual_rotate, clippy::excessive_precision)]
 
 use burn_backend::Shape;
 use burn_backend::cubecl::dtype_to_storage_type;
@@ -30,17 +35,26 @@ use burn_fusion::stream::{Operation, StreamId};
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
 
-use super::Keyed;
+use super::{DOMAIN, Keyed, KeyedNormal, NORMAL_DOMAIN};
+
+/// The noise one launch draws.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Noise {
+    /// The keyed discrete Gaussian, released on its grid (the CPU reference's bits).
+    Discrete(Keyed),
+    /// Textbook noise (`NoiseKind::Plain`): `x + std·Z`.
+    Normal(KeyedNormal),
+}
 
 /// A backend that draws the keyed noise where its tensors live.
 pub(crate) trait KeyedNoise: burn_backend::Backend {
-    /// `values` (rank 1, finite) with the keyed noise of `noise` released on its grid, in
-    /// `values`' dtype: the CPU reference's output bit for bit.
-    fn keyed_noise(values: FloatTensor<Self>, noise: Keyed) -> FloatTensor<Self>;
+    /// `values` (rank 1; finite for [`Noise::Discrete`]) with `noise` added, in `values`'
+    /// dtype.
+    fn keyed_noise(values: FloatTensor<Self>, noise: Noise) -> FloatTensor<Self>;
 }
 
 impl KeyedNoise for CubeBackend {
-    fn keyed_noise(values: FloatTensor<Self>, noise: Keyed) -> FloatTensor<Self> {
+    fn keyed_noise(values: FloatTensor<Self>, noise: Noise) -> FloatTensor<Self> {
         launch(values, noise)
     }
 }
@@ -53,7 +67,7 @@ const OP_ID: &str = "burn_vmap::keyed_noise";
 #[derive(Debug)]
 struct KeyedNoiseOp<B> {
     desc: CustomOpIr,
-    noise: Keyed,
+    noise: Noise,
     _backend: core::marker::PhantomData<B>,
 }
 
@@ -71,7 +85,7 @@ impl<B: FusionBackend + KeyedNoise> Operation<B::FusionRuntime> for KeyedNoiseOp
 }
 
 impl<B: FusionBackend + KeyedNoise> KeyedNoise for Fusion<B> {
-    fn keyed_noise(values: FloatTensor<Self>, noise: Keyed) -> FloatTensor<Self> {
+    fn keyed_noise(values: FloatTensor<Self>, noise: Noise) -> FloatTensor<Self> {
         let client = values.client.clone();
         let input = values.into_ir();
         let output = TensorIr::uninit(
@@ -93,8 +107,9 @@ impl<B: FusionBackend + KeyedNoise> KeyedNoise for Fusion<B> {
     }
 }
 
-/// The launch's scalars: the key, the first coordinate's index in halves, the integer scale,
-/// and the grid's factors `2^-k` and `2^k` (exact in `f32`: `|k| ≤ 64`).
+/// The launch's scalars: the key, the first coordinate's index in halves, the nonce's third
+/// word; for the discrete Gaussian the integer scale and the grid's factors `2^-k` and `2^k`
+/// (exact in `f32`: `|k| ≤ 64`), for the normal its standard deviation (the others unused, 0).
 #[derive(CubeLaunch, CubeType)]
 pub(crate) struct NoiseArgs {
     k0: u32,
@@ -107,13 +122,15 @@ pub(crate) struct NoiseArgs {
     k7: u32,
     first_lo: u32,
     first_hi: u32,
+    domain: u32,
     scale: u32,
     up: f32,
     down: f32,
+    std: f32,
 }
 
-/// Launches the kernel on `values` (flattened, made contiguous).
-fn launch(values: CubeTensor, noise: Keyed) -> CubeTensor {
+/// Launches the kernel of `noise` on `values` (flattened, made contiguous).
+fn launch(values: CubeTensor, noise: Noise) -> CubeTensor {
     let n = values.meta.num_elements();
     let dtype = values.dtype;
     let values = into_contiguous(CubeBackend::float_reshape(values, Shape::new([n])));
@@ -127,7 +144,19 @@ fn launch(values: CubeTensor, noise: Keyed) -> CubeTensor {
     if n == 0 {
         return output;
     }
-    let [k0, k1, k2, k3, k4, k5, k6, k7] = noise.key.0;
+    let (key, first, domain, scale, up, down, std) = match noise {
+        Noise::Discrete(d) => (
+            d.key,
+            d.first,
+            DOMAIN,
+            d.scale,
+            2f32.powi(-d.exponent),
+            2f32.powi(d.exponent),
+            0.0,
+        ),
+        Noise::Normal(d) => (d.key, d.first, NORMAL_DOMAIN, 0, 0.0, 0.0, d.std),
+    };
+    let [k0, k1, k2, k3, k4, k5, k6, k7] = key.0;
     let args = NoiseArgsLaunch::new(
         k0,
         k1,
@@ -137,24 +166,64 @@ fn launch(values: CubeTensor, noise: Keyed) -> CubeTensor {
         k5,
         k6,
         k7,
-        noise.first as u32,
-        (noise.first >> 32) as u32,
-        noise.scale,
-        2f32.powi(-noise.exponent),
-        2f32.powi(noise.exponent),
+        first as u32,
+        (first >> 32) as u32,
+        domain,
+        scale,
+        up,
+        down,
+        std,
     );
     let cube_dim = CubeDim::new(&client, n);
     let cube_count = cubecl::calculate_cube_count_elemwise(&client, n, cube_dim);
-    keyed_noise_kernel::launch(
-        &client,
-        cube_count,
-        cube_dim,
-        values.into_tensor_arg(),
-        output.clone().into_tensor_arg(),
-        args,
-        dtype_to_storage_type(dtype),
-    );
+    let (input, out) = (values.into_tensor_arg(), output.clone().into_tensor_arg());
+    let dtype = dtype_to_storage_type(dtype);
+    match noise {
+        Noise::Discrete(_) => {
+            keyed_noise_kernel::launch(&client, cube_count, cube_dim, input, out, args, dtype)
+        }
+        Noise::Normal(_) => {
+            keyed_normal_kernel::launch(&client, cube_count, cube_dim, input, out, args, dtype)
+        }
+    }
     output
+}
+
+/// The index of the coordinate at `pos`: `first + pos` from its halves.
+#[cube]
+fn coordinate(args: &NoiseArgs, pos: u32) -> Words {
+    let lo = args.first_lo + pos;
+    let mut hi = args.first_hi;
+    if lo < pos {
+        hi += 1u32;
+    }
+    Words::new(lo, hi)
+}
+
+/// `x + std·Z` with `Z` by Box and Muller from three words: `u1 ∈ (0, 1]` from two (48 bits
+/// where they matter, near 0: tails to 8.2 standard deviations), the angle from the third.
+/// In `f32`, as the host's plain noise; not bit for bit any CPU's (the transcendental
+/// functions are the target's).
+#[cube(launch)]
+fn keyed_normal_kernel<F: Float>(
+    values: &Tensor<F>,
+    output: &mut Tensor<F>,
+    args: NoiseArgs,
+    #[define(F)] _dtype: ElemType,
+) {
+    let pos = ABSOLUTE_POS;
+    if pos >= values.len() {
+        terminate!();
+    }
+    let mut words = coordinate(&args, pos as u32);
+    let a = f32::cast_from(words.next(&args) >> 8u32);
+    let b = f32::cast_from(words.next(&args) >> 8u32);
+    let c = f32::cast_from(words.next(&args) >> 8u32);
+    let step = 5.9604645e-8f32; // 2^-24
+    let u1 = (a + (b + 1.0f32) * step) * step;
+    let u2 = c * step;
+    let z = (-2.0f32 * u1.ln()).sqrt() * (6.2831855f32 * u2).cos();
+    output[pos] = values[pos] + F::cast_from(z * args.std);
 }
 
 #[cube(launch)]
@@ -168,13 +237,7 @@ fn keyed_noise_kernel<F: Float>(
     if pos >= values.len() {
         terminate!();
     }
-    let p = pos as u32;
-    let lo = args.first_lo + p;
-    let mut hi = args.first_hi;
-    if lo < p {
-        hi += 1u32;
-    }
-    let mut words = Words::new(lo, hi);
+    let mut words = coordinate(&args, pos as u32);
     let z = sample(&mut words, &args);
     output[pos] = release::<F>(values[pos], z, &args);
 }
@@ -235,8 +298,8 @@ fn quarter(
     s[b] = (y << 7u32) | (y >> 25u32);
 }
 
-/// ChaCha20's block function (RFC 8439) into `out`; the nonce's third word is `DOMAIN`
-/// ("dpsg" little-endian, `0x67737064`).
+/// ChaCha20's block function (RFC 8439) into `out`; the nonce's third word is the launch's
+/// domain.
 #[cube]
 fn chacha_block(out: &mut Array<u32>, args: &NoiseArgs, counter: u32, n0: u32, n1: u32) {
     let mut init = Array::<u32>::new(16usize);
@@ -255,7 +318,7 @@ fn chacha_block(out: &mut Array<u32>, args: &NoiseArgs, counter: u32, n0: u32, n
     init[12] = counter;
     init[13] = n0;
     init[14] = n1;
-    init[15] = 0x6773_7064u32;
+    init[15] = args.domain;
     let mut s = Array::<u32>::new(16usize);
     #[unroll]
     for i in 0..16usize {

@@ -66,6 +66,10 @@ use burn::tensor::Bool;
 /// The third word of every nonce: keeps this sampler's words apart from any other use of a key.
 pub(crate) const DOMAIN: u32 = u32::from_le_bytes(*b"dpsg");
 
+/// The third nonce word of the keyed normal's words ([`KeyedNormal`]).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) const NORMAL_DOMAIN: u32 = u32::from_le_bytes(*b"dpsp");
+
 /// Step 1's `k` stays below this (it starts again when it reaches it).
 pub(crate) const MAX_K: u32 = 1 << 16;
 
@@ -329,6 +333,15 @@ macro_rules! keyed_float {
 keyed_float!(f32);
 keyed_float!(f64);
 
+/// The kernel's integer scale `⌈std/γ⌉` when it draws the hardened noise of `std` (checked:
+/// finite, and 0 or between `γ` and `2^47·γ`) on `device`: a wgpu or CUDA device, at most
+/// `2^32 - 1` grid steps, `std > 0`; `None` for the host's sampler.
+pub(crate) fn scale(std: f64, granularity: f64, device: &Device) -> Option<u32> {
+    // s = std/γ is exact; the kernel's scale is s rounded up to an integer.
+    let scale = (std / granularity).ceil();
+    (std > 0.0 && scale <= MAX_SCALE as f64 && on_device(device)).then_some(scale as u32)
+}
+
 /// The settings of one keyed noise: its key, the index of the first coordinate, the integer
 /// scale `N` and the grid's exponent `k` (`γ = 2^k`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -352,6 +365,24 @@ impl Keyed {
     pub(crate) fn integer(&self, i: u64) -> i64 {
         sample(&mut Words::new(self.key, self.first + i), self.scale)
     }
+}
+
+/// Textbook noise drawn where the gradient lives ([`super::NoiseKind::Plain`] on a wgpu or
+/// CUDA device): `x + std·Z` for a standard normal `Z` from coordinate `first + i`'s words
+/// (of nonce `(i, NORMAL_DOMAIN)`), by Box and Muller in `f32` (`kernel.rs`). It has no CPU
+/// reference (the transcendental functions are the target's); its tests check its law.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyedNormal {
+    pub(crate) key: Key,
+    pub(crate) first: u64,
+    pub(crate) std: f32,
+}
+
+/// [`KeyedNormal`]'s noise on `values` (rank 1, on a device where [`on_device`] holds).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) fn normal(values: Tensor<1>, noise: KeyedNormal) -> Tensor<1> {
+    on_cube(values, kernel::Noise::Normal(noise))
 }
 
 /// The CPU reference of the kernel: `γ·v(round(x/γ) + Z_i)` for every `values[i]` (finite),
@@ -427,7 +458,7 @@ fn non_finite(grads: &ParamGrads) -> PrivacyError {
 pub(crate) fn add(values: Tensor<1>, noise: Keyed) -> Tensor<1> {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     if on_device(&values.device()) {
-        return on_cube(values, noise);
+        return on_cube(values, kernel::Noise::Discrete(noise));
     }
     on_host(values, noise)
 }
@@ -452,7 +483,7 @@ pub(crate) fn on_device(device: &Device) -> bool {
 /// [`add`] by the kernel: dispatch's `Cube` backend is `CubeBackend` or, with Burn's
 /// `fusion` feature, `Fusion<CubeBackend>`; [`kernel::KeyedNoise`] is implemented for both.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn on_cube(values: Tensor<1>, noise: Keyed) -> Tensor<1> {
+fn on_cube(values: Tensor<1>, noise: kernel::Noise) -> Tensor<1> {
     use crate::runtime::UserBackend;
     use crate::value::Value;
     use burn_dispatch::backends::Cube;

@@ -338,6 +338,64 @@ fn should_noise_the_gradient_where_it_lives() {
     assert_ne!(got, values.concat(), "noised");
 }
 
+/// Plain noise too is drawn where the gradient lives: on a wgpu or CUDA device by the keyed
+/// normal kernel, no copy either way, the same seed giving the same noise; on the host as `f32`
+/// normals uploaded, one copy to the device a leaf.
+#[test]
+fn should_add_plain_noise_where_the_gradient_lives() {
+    use crate::privacy::noise::{NoiseKind, add_noise, copies};
+    use burn::module::ParamId;
+    use burn::tensor::{Device, TensorData};
+    let device = Device::default();
+    let noised = |seed| {
+        let grads = ParamGrads::new(
+            [3usize, 1000, 7]
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| {
+                    let values = TensorData::new(vec![0.5f32; n], [n]);
+                    let leaf = Leaf::new(Tensor::<1>::from_data(values, &device));
+                    (format!("w{i}"), ParamId::new(), leaf)
+                })
+                .collect(),
+        );
+        let before = copies::counted();
+        let noisy = add_noise(grads, 2.0, NoiseKind::Plain, &mut PrivacyRng::seeded(seed)).unwrap();
+        let after = copies::counted();
+        let made = (
+            after.to_host - before.to_host,
+            after.to_device - before.to_device,
+            after.flags - before.flags,
+        );
+        let values: Vec<f32> = noisy
+            .iter()
+            .flat_map(|(_, _, g)| g.to_data().try_to_vec::<f32>().unwrap())
+            .collect();
+        (made, values)
+    };
+    let (made, values) = noised(3);
+    let expected = if on_device(&device) {
+        (0, 0, 0)
+    } else {
+        (0, 3, 0)
+    };
+    assert_eq!(made, expected, "(to host, to device, flags)");
+    assert_eq!(noised(3).1, values, "the same seed, the same noise");
+    assert_ne!(noised(4).1, values);
+    let n = values.len() as f64;
+    let mean = values.iter().map(|&v| f64::from(v) - 0.5).sum::<f64>() / n;
+    let var = values
+        .iter()
+        .map(|&v| (f64::from(v) - 0.5).powi(2))
+        .sum::<f64>()
+        / n;
+    assert!(
+        mean.abs() < 0.3 && (var.sqrt() - 2.0).abs() < 0.2,
+        "mean {mean}, std {}",
+        var.sqrt()
+    );
+}
+
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod device {
     use burn::tensor::{Device, TensorData};
@@ -352,7 +410,10 @@ mod device {
     fn on_the_device(values: &[f32], noise: Keyed, device: &Device) -> Vec<f32> {
         let tensor =
             Tensor::<1>::from_data(TensorData::new(values.to_vec(), [values.len()]), device);
-        add(tensor, noise).into_data().try_into_vec::<f32>().unwrap()
+        add(tensor, noise)
+            .into_data()
+            .try_into_vec::<f32>()
+            .unwrap()
     }
 
     /// Values of every kind the grid meets: halves (ties), negatives, zeros, tiny and huge
@@ -432,5 +493,31 @@ mod device {
             };
             checked.unwrap_or_else(|e| panic!("N = {scale}: {e}"));
         }
+    }
+
+    /// The keyed normal's law on 10^6 draws (`z·2^20` read as integers: rounding of `2^-20`
+    /// standard deviations), and its words by coordinate: the same key and index, the same
+    /// value, whatever the launch.
+    #[test]
+    fn should_draw_the_normal_on_the_device() {
+        let Some(device) = device() else { return };
+        let n = 1_000_000;
+        let sigma = 1_048_576.0f32;
+        let key = Key::draw(&mut PrivacyRng::seeded(5));
+        let draw = |len: usize, first: u64| -> Vec<f32> {
+            let noise = KeyedNormal {
+                key,
+                first,
+                std: sigma,
+            };
+            normal(Tensor::<1>::zeros([len], &device), noise)
+                .into_data()
+                .try_into_vec::<f32>()
+                .unwrap()
+        };
+        let values = draw(n, 0);
+        let z: Vec<i64> = values.iter().map(|v| v.round() as i64).collect();
+        check_continuous(&z, sigma.into()).unwrap();
+        assert_eq!(draw(10, 5), values[5..15]);
     }
 }
