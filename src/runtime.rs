@@ -38,29 +38,170 @@ pub(crate) trait UserBackend: Backend {
     fn tensor(value: Value<Self>) -> DispatchTensor;
 }
 
-impl<B: Backend> UserBackend for B
-where
-    DispatchTensor: DispatchKindConversion<B>,
-{
-    fn value(tensor: DispatchTensor) -> Result<Value<Self>, String> {
-        match <DispatchTensor as DispatchKindConversion<B>>::try_into_backend(detach(tensor))? {
-            BackendTensor::Float(t) => Ok(Value::Float(t)),
-            BackendTensor::Int(t) => Ok(Value::Int(t)),
-            BackendTensor::Bool(t) => Ok(Value::Bool(t)),
-            BackendTensor::Autodiff(t) => Ok(Value::Float(t.into_primitive())),
-            BackendTensor::Quantized(_) => {
-                Err("quantized tensors are not supported by burn-vmap".to_string())
-            }
+/// [`UserBackend`] for a backend whose tensors are dispatch's own kind (Flex, capture, the
+/// autodiff backends over them, dispatch's fused cubecl backend).
+macro_rules! direct {
+    () => {
+        fn value(tensor: DispatchTensor) -> Result<Value<Self>, String> {
+            direct_value::<Self>(tensor)
         }
+
+        fn tensor(value: Value<Self>) -> DispatchTensor {
+            direct_tensor::<Self>(value)
+        }
+    };
+}
+
+#[cfg(feature = "flex")]
+impl UserBackend for burn_dispatch::backends::Flex {
+    direct!();
+}
+
+impl UserBackend for burn_dispatch::backends::Capture {
+    direct!();
+}
+
+impl<B: Backend, C: CheckpointStrategy> UserBackend for Autodiff<B, C>
+where
+    DispatchTensor: DispatchKindConversion<Autodiff<B, C>>,
+{
+    direct!();
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+impl<B: burn_fusion::FusionBackend> UserBackend for burn_fusion::Fusion<B>
+where
+    DispatchTensor: DispatchKindConversion<burn_fusion::Fusion<B>>,
+{
+    direct!();
+}
+
+/// The engine's cubecl backend: dispatch's `Cube` backend without Burn's fusion
+/// ([`cube::Unfused`]).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+impl UserBackend for burn_cubecl::CubeBackend {
+    fn value(tensor: DispatchTensor) -> Result<Value<Self>, String> {
+        use cube::Unfused;
+        let value = direct_value::<burn_dispatch::backends::Cube>(tensor)?;
+        Ok(burn_dispatch::backends::Cube::unfused(value))
     }
 
     fn tensor(value: Value<Self>) -> DispatchTensor {
-        let tensor = match value {
-            Value::Float(t) => BackendTensor::Float(t),
-            Value::Int(t) => BackendTensor::Int(t),
-            Value::Bool(t) => BackendTensor::Bool(t),
-        };
-        <DispatchTensor as DispatchKindConversion<B>>::from_backend(tensor)
+        use cube::Unfused;
+        direct_tensor::<burn_dispatch::backends::Cube>(burn_dispatch::backends::Cube::fused(value))
+    }
+}
+
+fn direct_value<B: Backend>(tensor: DispatchTensor) -> Result<Value<B>, String>
+where
+    DispatchTensor: DispatchKindConversion<B>,
+{
+    match <DispatchTensor as DispatchKindConversion<B>>::try_into_backend(detach(tensor))? {
+        BackendTensor::Float(t) => Ok(Value::Float(t)),
+        BackendTensor::Int(t) => Ok(Value::Int(t)),
+        BackendTensor::Bool(t) => Ok(Value::Bool(t)),
+        BackendTensor::Autodiff(t) => Ok(Value::Float(t.into_primitive())),
+        BackendTensor::Quantized(_) => {
+            Err("quantized tensors are not supported by burn-vmap".to_string())
+        }
+    }
+}
+
+fn direct_tensor<B: Backend>(value: Value<B>) -> DispatchTensor
+where
+    DispatchTensor: DispatchKindConversion<B>,
+{
+    let tensor = match value {
+        Value::Float(t) => BackendTensor::Float(t),
+        Value::Int(t) => BackendTensor::Int(t),
+        Value::Bool(t) => BackendTensor::Bool(t),
+    };
+    <DispatchTensor as DispatchKindConversion<B>>::from_backend(tensor)
+}
+
+/// Dispatch's cubecl backend and the engine's: Burn's fusion left outside the engine.
+///
+/// Dispatch's `Cube` backend is `CubeBackend`, or `Fusion<CubeBackend>` with Burn's `fusion`
+/// feature (which `burn`'s default features turn on: what a wgpu or CUDA user runs, whatever
+/// burn-vmap's own features). Under fusion the engine's batched programs gave wrong values
+/// (Burn 0.22.1's fusion misreads some of the strided views the engine builds: batch axes
+/// permuted to the front, broadcast operands; per-example gradients of an MLP off by 0.06,
+/// softmax, `ctc_loss`, gelu's backward, masked fills found by the loop oracle on wgpu), so
+/// the engine runs on `CubeBackend` itself: a fused tensor is resolved out of its fusion stream
+/// (the queued work runs first) when it enters a transform, and its results are registered back
+/// as fusion tensors. The user's own code around the transforms stays fused.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) mod cube {
+    use burn_backend::TensorMetadata;
+    use burn_backend::backend::Backend;
+    use burn_cubecl::CubeBackend;
+    use burn_fusion::stream::StreamId;
+    use burn_fusion::{Fusion, FusionBackend, NoOp, get_client};
+    use burn_ir::{InitOperationIr, OperationIr};
+
+    use crate::value::Value;
+
+    /// A cubecl backend and the backend the engine runs on for it.
+    pub(crate) trait Unfused: Backend {
+        /// The engine's backend (`CubeBackend`, fused or not).
+        type Engine: Backend;
+        /// `value` as the engine's.
+        fn unfused(value: Value<Self>) -> Value<Self::Engine>;
+        /// An engine's `value` as this backend's.
+        fn fused(value: Value<Self::Engine>) -> Value<Self>;
+    }
+
+    impl Unfused for CubeBackend {
+        type Engine = CubeBackend;
+
+        fn unfused(value: Value<Self>) -> Value<Self> {
+            value
+        }
+
+        fn fused(value: Value<Self>) -> Value<Self> {
+            value
+        }
+    }
+
+    impl<B: FusionBackend> Unfused for Fusion<B> {
+        type Engine = B;
+
+        fn unfused(value: Value<Self>) -> Value<B> {
+            match value {
+                Value::Float(t) => Value::Float(t.client.clone().resolve_tensor_float::<B>(t)),
+                Value::Int(t) => Value::Int(t.client.clone().resolve_tensor_int::<B>(t)),
+                Value::Bool(t) => Value::Bool(t.client.clone().resolve_tensor_bool::<B>(t)),
+            }
+        }
+
+        fn fused(value: Value<B>) -> Value<Self> {
+            /// `$t` registered in its device's fusion stream, as Burn's `float_from_data` does.
+            macro_rules! register {
+                ($t:expr, $handle:ident) => {{
+                    let t = $t;
+                    let (shape, dtype) = (t.shape(), t.dtype());
+                    let client = get_client::<B>(&t.device());
+                    let handle = B::$handle(t);
+                    let desc = InitOperationIr::create(shape, dtype, || {
+                        client.register_tensor_handle(handle)
+                    });
+                    client
+                        .register(
+                            StreamId::current(),
+                            OperationIr::Init(desc),
+                            NoOp::<B>::new(),
+                        )
+                        .into_iter()
+                        .next()
+                        .expect("an initialized tensor")
+                }};
+            }
+            match value {
+                Value::Float(t) => Value::Float(register!(t, float_tensor_handle)),
+                Value::Int(t) => Value::Int(register!(t, int_tensor_handle)),
+                Value::Bool(t) => Value::Bool(register!(t, bool_tensor_handle)),
+            }
+        }
     }
 }
 
@@ -125,8 +266,9 @@ fn on_dispatch<J: Job>(
     match device {
         #[cfg(feature = "flex")]
         DispatchDevice::Flex(d) => Ok(job.run::<burn_dispatch::backends::Flex>(d)),
+        // Unfused: see `cube`.
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
-        DispatchDevice::Cube(d) => Ok(job.run::<burn_dispatch::backends::Cube>(d)),
+        DispatchDevice::Cube(d) => Ok(job.run::<burn_cubecl::CubeBackend>(d)),
         DispatchDevice::Capture(d) => Ok(job.run::<burn_dispatch::backends::Capture>(d)),
         DispatchDevice::Autodiff(d) => on_dispatch(transform, d.inner(), job),
         #[allow(unreachable_patterns)]
