@@ -248,7 +248,12 @@ fn should_zip_two_trees_of_the_same_structure() {
         .collect();
     assert_close(&floats(out.layer2.weight), &want);
 
-    // Int and bool leaves keep the left tree's by default.
+    // Int and bool leaves keep the left tree's by default. `mixed` holds a rank-0 leaf, which
+    // Burn 0.22.1's fusion cannot add (its fused kernels index a rank-0 tensor's strides at
+    // `rank - 1`; `.ci/run` skips the other rank-0 cases on wgpu for the same gap).
+    if cfg!(feature = "fusion") && cfg!(any(feature = "wgpu", feature = "cuda")) {
+        return;
+    }
     let m = mixed(None, BTreeMap::new());
     let other = mixed(None, BTreeMap::new())
         .map_tensors(&mut Bump::default())

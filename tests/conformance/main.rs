@@ -124,6 +124,17 @@ macro_rules! with_rank_m1 {
 
 mod apis;
 mod case;
+
+/// Why case `name` is skipped under Burn's fusion (the crate's `fusion` feature on a cubecl
+/// backend), if it is: the scans over rank-0 steps (`sliced_scan_xs_*`: `xs [n]`, a rank-0
+/// carry) run the step function, Burn code, on rank-0 tensors, and Burn 0.22.1's fused kernels
+/// index a rank-0 tensor's strides at `rank - 1` and fail ("index out of bounds: the len is 0").
+/// The same gap as the rank-0 cases CI skips on wgpu (`.ci/run`); `sliced_scan_xs2_*` run.
+pub(crate) fn fusion_skip(name: &str) -> Option<&'static str> {
+    let fused = cfg!(feature = "fusion") && cfg!(any(feature = "wgpu", feature = "cuda"));
+    (fused && name.starts_with("sliced_scan_xs_"))
+        .then_some("Burn 0.22.1's fusion fails on rank-0 tensors (the scan's steps are rank 0)")
+}
 mod compare;
 mod extra;
 mod io;
@@ -208,9 +219,10 @@ pub(crate) fn conformance() {
             continue;
         }
         LAST_PANIC.with(|p| p.borrow_mut().take());
-        let outcome = match case {
-            Ok(case) => run_case(case),
-            Err(e) => Outcome::Fail(e.clone()),
+        let outcome = match (case, fusion_skip(name)) {
+            (Ok(_), Some(why)) => Outcome::Skip(why.into()),
+            (Ok(case), None) => run_case(case),
+            (Err(e), _) => Outcome::Fail(e.clone()),
         };
         match outcome {
             Outcome::Pass => {
