@@ -19,7 +19,11 @@
 
 // The kernel follows RFC 8439's pseudo-code and the CPU reference statement for statement
 // (`a = a + b`, rotations as two shifts), and spells its power-of-two constants in full.
-#![allow(clippy::assign_op_pattern, clippy::manual_rotate, clippy::excessive_precision)]
+#![allow(
+    clippy::assign_op_pattern,
+    clippy::manual_rotate,
+    clippy::excessive_precision
+)]
 
 use burn_backend::Shape;
 use burn_backend::cubecl::dtype_to_storage_type;
