@@ -119,6 +119,11 @@ where
     <DispatchTensor as DispatchKindConversion<B>>::from_backend(tensor)
 }
 
+/// The backend the engine runs on for a wgpu or CUDA device: `CubeBackend`, unfused whether or
+/// not dispatch's `Cube` backend is fused ([`cube`]).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) type CubeEngine = burn_cubecl::CubeBackend;
+
 /// Dispatch's cubecl backend and the engine's: Burn's fusion left outside the engine.
 ///
 /// Dispatch's `Cube` backend is `CubeBackend`, or `Fusion<CubeBackend>` with Burn's `fusion`
@@ -268,7 +273,7 @@ fn on_dispatch<J: Job>(
         DispatchDevice::Flex(d) => Ok(job.run::<burn_dispatch::backends::Flex>(d)),
         // Unfused: see `cube`.
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
-        DispatchDevice::Cube(d) => Ok(job.run::<burn_cubecl::CubeBackend>(d)),
+        DispatchDevice::Cube(d) => Ok(job.run::<CubeEngine>(d)),
         DispatchDevice::Capture(d) => Ok(job.run::<burn_dispatch::backends::Capture>(d)),
         DispatchDevice::Autodiff(d) => on_dispatch(transform, d.inner(), job),
         #[allow(unreachable_patterns)]

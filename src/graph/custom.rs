@@ -246,9 +246,9 @@ fn run<B: Backend>(
     }
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
-        use burn_dispatch::backends::Cube;
-        batching_backend!(Vmap<Cube>, false, program);
-        batching_backend!(Autodiff<Vmap<Cube>>, true, program);
+        use crate::runtime::CubeEngine;
+        batching_backend!(Vmap<CubeEngine>, false, program);
+        batching_backend!(Autodiff<Vmap<CubeEngine>>, true, program);
     }
     batching_backend!(Vmap<Capture>, false, rerecord);
     // Differentiated: the function's program, so that its gradient is recorded too.
