@@ -366,56 +366,50 @@ fn below(w: &mut Words, args: &NoiseArgs, m: u32) -> u32 {
     result
 }
 
-/// `Bernoulli(exp(-1/2))`.
-#[cube]
-fn exp_half(w: &mut Words, args: &NoiseArgs) -> bool {
-    let mut k = 1u32;
-    loop {
-        if k >= 1073741824u32 {
-            break;
-        }
-        if below(w, args, 2u32 * k) != 0u32 {
-            break;
-        }
-        k += 1u32;
-    }
-    (k & 1u32) == 1u32
+/// The `Bernoulli(γ/K)` trial of a [`bernoulli_exp`]: the reference's three closures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Trial {
+    /// `γ = 1/2`: a uniform in `[0, 2K)` is 0.
+    Half,
+    /// `γ = j/n`: one in `[0, n)` is below `j`, and one in `[0, K)` is 0.
+    X,
+    /// `γ = j²/(2n²)`: two in `[0, n)` are below `j`, and one in `[0, 2K)` is 0.
+    XSquared,
 }
 
-/// `Bernoulli(exp(-j/n))`.
+/// `Bernoulli(exp(-γ))` by Algorithm 1 with `trial` (`j`, `n` unused for [`Trial::Half`]): the
+/// uniforms drawn in the reference's order, the first failed test ending the trial.
 #[cube]
-fn exp_x(w: &mut Words, args: &NoiseArgs, j: u32, n: u32) -> bool {
+#[allow(clippy::collapsible_if)] // The outer `if` is resolved when the kernel is compiled.
+fn bernoulli_exp(
+    w: &mut Words,
+    args: &NoiseArgs,
+    j: u32,
+    n: u32,
+    #[comptime] trial: Trial,
+) -> bool {
     let mut k = 1u32;
     loop {
         if k >= 1073741824u32 {
             break;
         }
-        if below(w, args, n) >= j {
-            break;
+        let mut pass = true;
+        if comptime!(trial != Trial::Half) {
+            pass = below(w, args, n) < j;
         }
-        if below(w, args, k) != 0u32 {
-            break;
+        if comptime!(trial == Trial::XSquared) {
+            if pass {
+                pass = below(w, args, n) < j;
+            }
         }
-        k += 1u32;
-    }
-    (k & 1u32) == 1u32
-}
-
-/// `Bernoulli(exp(-j²/(2n²)))`.
-#[cube]
-fn exp_x_squared(w: &mut Words, args: &NoiseArgs, j: u32, n: u32) -> bool {
-    let mut k = 1u32;
-    loop {
-        if k >= 1073741824u32 {
-            break;
+        if pass {
+            let mut m = 2u32 * k;
+            if comptime!(trial == Trial::X) {
+                m = k;
+            }
+            pass = below(w, args, m) == 0u32;
         }
-        if below(w, args, n) >= j {
-            break;
-        }
-        if below(w, args, n) >= j {
-            break;
-        }
-        if below(w, args, 2u32 * k) != 0u32 {
+        if !pass {
             break;
         }
         k += 1u32;
@@ -434,7 +428,7 @@ fn half_normal_step(w: &mut Words, args: &NoiseArgs) -> u32 {
             if k >= 65536u32 {
                 break;
             }
-            if !exp_half(w, args) {
+            if !bernoulli_exp(w, args, 0u32, 0u32, Trial::Half) {
                 break;
             }
             k += 1u32;
@@ -452,7 +446,7 @@ fn half_normal_step(w: &mut Words, args: &NoiseArgs) -> u32 {
                 if left == 0u32 {
                     break;
                 }
-                kept = exp_half(w, args);
+                kept = bernoulli_exp(w, args, 0u32, 0u32, Trial::Half);
                 left -= 1u32;
             }
             if kept {
@@ -496,11 +490,11 @@ fn sample(w: &mut Words, args: &NoiseArgs) -> Draw {
                 if left == 0u32 {
                     break;
                 }
-                kept = exp_x(w, args, j, n);
+                kept = bernoulli_exp(w, args, j, n, Trial::X);
                 left -= 1u32;
             }
             if kept {
-                kept = exp_x_squared(w, args, j, n);
+                kept = bernoulli_exp(w, args, j, n, Trial::XSquared);
             }
             if kept {
                 // k·n + j in halves: k < 2^16, n < 2^32.
