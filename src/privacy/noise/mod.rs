@@ -393,8 +393,24 @@ impl PendingNoise {
     ) -> Result<ParamGrads, PrivacyError> {
         match self.hardened {
             None => Ok(plain(grads, self.std, rng)),
-            Some(Hardened::Host(draw, k)) => hardened(grads, draw, k),
-            Some(Hardened::Keyed(noise, dims)) => keyed::add_to(grads, noise, dims),
+            Some(started) => {
+                let count: usize = grads.iter().map(|(_, _, g)| g.shape().num_elements()).sum();
+                let dims = match &started {
+                    Hardened::Host(draw, _) => draw.dims(),
+                    Hardened::Keyed(_, dims) => *dims,
+                };
+                if count != dims {
+                    return Err(PrivacyError::Argument {
+                        argument: "grads",
+                        expected: "as many coordinates as the noise was drawn for",
+                        got: format!("{count} coordinates, noise for {dims}"),
+                    });
+                }
+                match started {
+                    Hardened::Host(draw, k) => hardened(grads, draw, k),
+                    Hardened::Keyed(noise, _) => keyed::add_to(grads, noise),
+                }
+            }
         }
     }
 }
@@ -525,16 +541,8 @@ fn grid_sum(m: f64, z: i64) -> f64 {
 }
 
 /// `γ·(round(x/γ) + Z)` for every coordinate `x` of `grads`, in order, `γ = 2^k`, with the
-/// integers `Z` of `draw`.
+/// integers `Z` of `draw` (as many: checked by [`PendingNoise::add`]).
 fn hardened(grads: ParamGrads, draw: Draw, k: i32) -> Result<ParamGrads, PrivacyError> {
-    let dims: usize = grads.iter().map(|(_, _, g)| g.shape().num_elements()).sum();
-    if dims != draw.dims() {
-        return Err(PrivacyError::Argument {
-            argument: "grads",
-            expected: "as many coordinates as the noise was drawn for",
-            got: format!("{dims} coordinates, noise for {}", draw.dims()),
-        });
-    }
     let z = draw.finish();
     let mut offset = 0;
     let mut failure = None;

@@ -400,22 +400,10 @@ pub(crate) fn reference<E: KeyedFloat>(values: &[E], noise: Keyed) -> Vec<E> {
         .collect()
 }
 
-/// The keyed sampler's noise on every coordinate of `grads` (`dims` of them, in order), each
-/// gradient noised where it lives (`keyed::add`); one read of a flag when every value is
+/// The keyed sampler's noise on every coordinate of `grads` (in order; their count checked by
+/// `PendingNoise::add`), each gradient noised where it lives (`keyed::add`); one read of a flag when every value is
 /// finite, the values themselves only to name the first that is not.
-pub(super) fn add_to(
-    grads: ParamGrads,
-    noise: Keyed,
-    dims: usize,
-) -> Result<ParamGrads, PrivacyError> {
-    let count: usize = grads.iter().map(|(_, _, g)| g.shape().num_elements()).sum();
-    if count != dims {
-        return Err(PrivacyError::Argument {
-            argument: "grads",
-            expected: "as many coordinates as the noise was drawn for",
-            got: format!("{count} coordinates, noise for {dims}"),
-        });
-    }
+pub(super) fn add_to(grads: ParamGrads, noise: Keyed) -> Result<ParamGrads, PrivacyError> {
     let flags: Vec<Tensor<1, Bool>> = grads
         .iter()
         .filter(|(_, _, g)| g.shape().num_elements() > 0)
