@@ -67,12 +67,21 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         })
     }
 
+    // Overridden (launches): a product or quotient by 1 (a mean over one element, its backward,
+    // a clipping bound of 1) is the operand itself, exactly (IEEE `x * 1 == x`, NaN and -0
+    // included): no kernel.
     fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        if is_one(rhs) {
+            return lhs;
+        }
         factored::scalar::<B>(lhs, rhs, false)
             .unwrap_or_else(|t| elementwise::unary(t, |t| B::float_mul_scalar(t, rhs)))
     }
 
     fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        if is_one(rhs) {
+            return lhs;
+        }
         factored::scalar::<B>(lhs, rhs, true)
             .unwrap_or_else(|t| elementwise::unary(t, |t| B::float_div_scalar(t, rhs)))
     }
@@ -191,6 +200,36 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
 
     arg_ops!(FloatTensor, Float; float_argmax, float_argmin);
 
+    // Overridden (launches): the defaults are an arg-max and a gather, two kernels; the inner
+    // backend's own, one where it has one.
+    fn float_max_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        reduce::reduce_dim::<B, Float, _>(tensor, dim, B::float_max_dim)
+    }
+
+    fn float_min_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        reduce::reduce_dim::<B, Float, _>(tensor, dim, B::float_min_dim)
+    }
+
+    fn float_max_dim_with_indices(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices_dtype: IntDType,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        reduce::reduce_dim_pair::<B, Float, _, _>(tensor, dim, |t, d| {
+            B::float_max_dim_with_indices(t, d, indices_dtype)
+        })
+    }
+
+    fn float_min_dim_with_indices(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices_dtype: IntDType,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        reduce::reduce_dim_pair::<B, Float, _, _>(tensor, dim, |t, d| {
+            B::float_min_dim_with_indices(t, d, indices_dtype)
+        })
+    }
+
     // Overridden (speed): the default sorts the whole dim; the inner backend's own arg-top-k.
     fn float_argtopk(
         tensor: FloatTensor<Self>,
@@ -248,5 +287,15 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         reduce::reduce_dim::<B, Float, _>(tensor, dim, |t, d| {
             B::float_argsort(t, d, descending, out_dtype)
         })
+    }
+}
+
+/// Whether `s` is the number 1 (a product by it is the identity).
+fn is_one(s: Scalar) -> bool {
+    match s {
+        Scalar::Float(v) => v == 1.0,
+        Scalar::Int(v) => v == 1,
+        Scalar::UInt(v) => v == 1,
+        Scalar::Bool(_) => false,
     }
 }

@@ -106,7 +106,8 @@ pub(crate) fn sum_dims<B: Backend>(
 
 /// A reduction with a value over no element (a sum's 0, a product's 1, a float mean's NaN)
 /// along one logical dim: an empty dim gives that value on every backend (some refuse to
-/// reduce a zero-length axis: see [`crate::compat`]), otherwise as [`reduce_dim`].
+/// reduce a zero-length axis: see [`crate::compat`]), a dim of one element gives the tensor
+/// itself (the identity, without a launch), otherwise as [`reduce_dim`].
 pub(crate) fn reduce_dim_or<B: Backend, K: Fill<B>>(
     t: VmapTensor<K::P>,
     dim: usize,
@@ -115,6 +116,10 @@ pub(crate) fn reduce_dim_or<B: Backend, K: Fill<B>>(
 ) -> VmapTensor<K::P> {
     let pdim = physical_dim(&t.bdims, dim);
     let physical = t.physical_shape();
+    // Over one element a sum, a product and a mean are that element, exactly: no kernel.
+    if physical[pdim] == 1 {
+        return t;
+    }
     if physical[pdim] != 0 {
         return reduce_dim::<B, K, _>(t, dim, f);
     }

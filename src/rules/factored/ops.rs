@@ -239,10 +239,28 @@ fn gram_sum<B: Backend>(a: VT<B>, b: VT<B>) -> VT<B> {
     let lead_dims: Vec<usize> = fa.shape.iter().take(lead).copied().collect();
     let left_gram = gram::<B>(&fa, fb.as_ref(), Side::Left);
     let right_gram = gram::<B>(&fa, fb.as_ref(), Side::Right);
-    let both = B::float_mul(left_gram, right_gram);
-    let rows = reduce_unless_unit(both, lead + 1, B::float_sum_dim);
-    let per = reduce_unless_unit(rows, lead, B::float_sum_dim);
+    let per = frobenius::<B>(left_gram, right_gram);
     per_lead_sum::<B>(expand_lead::<B>(per, &lead_dims), bdims)
+}
+
+/// `⟨a, b⟩` over the last two dims of two `[.., k, k']` tensors, as `[.., 1, 1]`: one batched
+/// matrix product of the flattened matrices (one launch, where a product and two sums take
+/// three); one row each (`k = k' = 1`), their product.
+fn frobenius<B: Backend>(a: FP<B>, b: FP<B>) -> FP<B> {
+    let dims = a.shape().to_vec();
+    let r = dims.len();
+    let (k, kk) = (dims[r - 2], dims[r - 1]);
+    if k * kk == 1 {
+        return B::float_mul(a, b);
+    }
+    let row = |t: FP<B>, last: [usize; 2]| {
+        let mut to = dims[..r - 2].to_vec();
+        to.extend(last);
+        B::float_reshape(t, to.into())
+    };
+    let a = row(a, [1, k * kk]);
+    let b = row(b, [k * kk, 1]);
+    B::float_matmul(a, b)
 }
 
 /// The parts in the order of their tags' origins (untagged ones first): a sum of products
