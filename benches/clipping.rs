@@ -23,6 +23,10 @@
 //! `(g, g²)`), `loop` (Burn's backward of each example's loss, one after the other) and
 //! `record_and_step` (a fresh builder: the recording, then one clipped step).
 //!
+//! The kernel launches of the clipped sum and of the standard step (`transform::operations`:
+//! the backend operations but views and uploads, recorded on Burn's capture backend; what an
+//! unfused cubecl backend launches) are printed beside the times.
+//!
 //! The headline ratio, clipped sum / standard, is also timed with the two steps in ABBA rounds of
 //! blocks (`common::paired`: the median over the rounds, with its quartiles), which a drift of the
 //! machine's speed between criterion's groups does not move.
@@ -35,43 +39,20 @@ mod common;
 use std::time::Duration;
 
 use burn::module::Module;
-use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfig};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Distribution, Int, Tensor};
 use burn_vmap::accumulate::{Mean, Sum};
+use burn_vmap::transform::operations::{Operations, standard_step_operations};
 use burn_vmap::tree::TensorMapper;
 use burn_vmap::{ParamGrads, Tree, clip_by_global_norm, micro_grad_module};
 use criterion::{Criterion, SamplingMode};
 
 use common::alloc::peak_of;
 use common::paired::paired_ratio;
-use common::{CLASSES, Cnn, Mlp, Transformer, VOCAB, cross_entropy, labels, mean_ns, tokens};
+use common::{Cnn, Mlp, Recurrent, Transformer, labels, mean_ns, tokens};
 
 #[global_allocator]
 static ALLOC: common::alloc::Counting = common::alloc::Counting;
-
-/// `Embedding -> Lstm -> Linear` on the last hidden state.
-#[derive(Module, Debug)]
-struct Recurrent {
-    tokens: Embedding,
-    lstm: Lstm,
-    head: Linear,
-}
-
-impl Recurrent {
-    fn new(device: &Device) -> Self {
-        Self {
-            tokens: EmbeddingConfig::new(VOCAB, 64).init(device),
-            lstm: LstmConfig::new(64, 128, true).init(device),
-            head: LinearConfig::new(128, CLASSES).init(device),
-        }
-    }
-
-    fn loss(&self, tokens: Tensor<2, Int>, labels: Tensor<1, Int>) -> Tensor<1> {
-        let (_, state) = self.lstm.forward(self.tokens.forward(tokens), None);
-        cross_entropy(self.head.forward(state.hidden), labels)
-    }
-}
 
 /// `g²`, leafwise (user code, recorded as `transform_fn`).
 struct Square;
@@ -119,6 +100,8 @@ impl Work {
 struct Case {
     name: String,
     run: Box<dyn Fn(Work) -> usize>,
+    /// The backend operations of the clipped sum and of the standard step (a recording).
+    operations: (Operations, Operations),
 }
 
 /// A [`Case`] for `model` with batch `(x, y)` of `n` examples and loss `loss`.
@@ -142,11 +125,21 @@ where
     let moments = micro_grad_module(move |m: &M, (x, y): (X, Tensor<1, Int>)| loss(m, x, y))
         .transform_fn(|g: ParamGrads| (g.clone(), square(g)))
         .accumulator(Mean);
+    let operations = (
+        clipped
+            .operations(&trained, (x.clone(), y.clone()))
+            .expect("the clipped sum records"),
+        standard_step_operations(&trained, (x.clone(), y.clone()), move |m: &M, (x, y)| {
+            loss(m, x, y)
+        })
+        .expect("the standard step records"),
+    );
     let examples: Vec<(X, Tensor<1, Int>)> = (0..n)
         .map(|i| (example(&x, i), y.clone().narrow(0, i, 1)))
         .collect();
     Case {
         name,
+        operations,
         run: Box::new(move |work| {
             let count = match work {
                 Work::Standard => {
@@ -296,6 +289,22 @@ fn main() {
     println!("clipped sum / standard, in ABBA rounds of blocks (median [quartiles]):");
     for (case, ratio) in cases.iter().zip(&paired) {
         println!("- {}: **{ratio}**", case.name);
+    }
+    println!(
+        "kernel launches on an unfused cubecl backend (backend operations but views and uploads, \
+         recorded on Burn's capture backend; `tests/operations.rs`), clipped sum / standard:"
+    );
+    for case in &cases {
+        let (clipped, standard) = &case.operations;
+        println!(
+            "- {}: {} / {} = **{:.2}x** (every operation: {} / {})",
+            case.name,
+            clipped.launches(),
+            standard.launches(),
+            clipped.launches() as f64 / standard.launches() as f64,
+            clipped.total(),
+            standard.total()
+        );
     }
     println!("criterion's means:");
     println!(

@@ -1,4 +1,4 @@
-//! What the benches share: the MLP, CNN and transformer bench models, and criterion's estimates read back
+//! What the benches share: the MLP, CNN, transformer and LSTM bench models, and criterion's estimates read back
 //! for the ratios printed at the end of a run.
 
 // Each bench uses part of this module.
@@ -13,7 +13,8 @@ use burn::nn::transformer::{
     TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
 };
 use burn::nn::{
-    Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig, Relu,
+    Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig, Lstm, LstmConfig,
+    Relu,
 };
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor};
@@ -164,4 +165,27 @@ pub fn tokens(n: usize, t: usize, device: &Device) -> Tensor<2, Int> {
         .map(|i| (i * 7919) % VOCAB as i64)
         .collect();
     Tensor::<1, Int>::from_ints(v.as_slice(), device).reshape([n, t])
+}
+
+/// `Embedding -> Lstm -> Linear` on the last hidden state.
+#[derive(Module, Debug)]
+pub struct Recurrent {
+    tokens: Embedding,
+    lstm: Lstm,
+    head: Linear,
+}
+
+impl Recurrent {
+    pub fn new(device: &Device) -> Self {
+        Self {
+            tokens: EmbeddingConfig::new(VOCAB, 64).init(device),
+            lstm: LstmConfig::new(64, 128, true).init(device),
+            head: LinearConfig::new(128, CLASSES).init(device),
+        }
+    }
+
+    pub fn loss(&self, tokens: Tensor<2, Int>, labels: Tensor<1, Int>) -> Tensor<1> {
+        let (_, state) = self.lstm.forward(self.tokens.forward(tokens), None);
+        cross_entropy(self.head.forward(state.hidden), labels)
+    }
 }

@@ -24,6 +24,7 @@ pub mod custom;
 pub mod grad;
 pub mod micro;
 pub(crate) mod module;
+pub mod operations;
 mod run;
 pub mod scan;
 pub mod vmap;

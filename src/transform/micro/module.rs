@@ -15,8 +15,9 @@ use crate::graph::TensorSig;
 use crate::transform::axes::map_inputs;
 use crate::transform::grad::ParamGrads;
 use crate::transform::module::{self, record_module_fn};
+use crate::transform::operations::{self, Operations};
 use crate::transform::run::{common_device, example_sigs};
-use crate::tree::{Key, NodeKind, Tree, TreeDef};
+use crate::tree::{DynTree, Key, NodeKind, Tree, TreeDef};
 
 const NAME: &str = "micro_grad_module";
 
@@ -208,6 +209,56 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
         self.run_module(model, args, self.opts.micro.num_real_microbatches)
     }
 
+    /// The backend operations one [`call`](MicroGrad::call) on `model` and `args` runs, every
+    /// microbatch, `transform_fn`, `metrics_fn` and the accumulation included: the call made on
+    /// Burn's capture device, which records each operation instead of computing it (see
+    /// [`operations`](crate::transform::operations): the proxy for a step's kernel launches on a
+    /// GPU). Compare with
+    /// [`standard_step_operations`](crate::transform::operations::standard_step_operations).
+    ///
+    /// ```
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_vmap::transform::operations::standard_step_operations;
+    /// use burn_vmap::{ParamGrads, clip_by_global_norm, micro_grad_module};
+    /// let device = Device::default();
+    /// let model: Linear = LinearConfig::new(3, 2).init(&device);
+    /// let x = Tensor::<2>::ones([8, 3], &device);
+    /// let loss = |m: &Linear, (x,): (Tensor<2>,)| m.forward(x).sum();
+    /// let clipped = micro_grad_module(loss).transform_fn(|g: ParamGrads| clip_by_global_norm(g, 1.0));
+    /// let ops = clipped.operations(&model, (x.clone(),)).unwrap();
+    /// let standard = standard_step_operations(&model, (x,), loss).unwrap();
+    /// println!("clipped sum: {ops}\nstandard step: {standard}");
+    /// assert!(ops.launches() > standard.launches()); // the norms, the scaling
+    /// ```
+    ///
+    /// # Errors
+    /// See [`micro_grad_module`]; [`VmapError::ValueRead`] when the step reads a value on the
+    /// host (a synchronisation inside the step).
+    pub fn operations<Mod, I, A>(&self, model: &Mod, args: I) -> Result<Operations, VmapError>
+    where
+        Mod: Module + ModuleDisplay,
+        F: ModuleLossFn<Mod, A>,
+        I: Tree,
+        A: Tree,
+        S: Tree + Clone,
+        T: GradFn,
+        M: GradFn,
+    {
+        let num_real = self.opts.micro.num_real_microbatches;
+        self.with_module_run(model, args, num_real, |mut run| {
+            let settings = common_device(NAME, &run.args.leaves)?.settings();
+            let n_params = run.params.len();
+            let mut leaves = std::mem::take(&mut run.params);
+            leaves.append(&mut run.args.leaves);
+            operations::count(NAME, settings, leaves, |mut moved| {
+                run.args.leaves = moved.split_off(n_params);
+                run.params = moved;
+                self.run_grads::<DynTree, DynTree, DynTree>(run).map(|_| ())
+            })
+        })
+    }
+
     /// Records the loss with the module's parameters as inputs (or takes the recording cached
     /// for this module's parameters and the arguments' signature) and runs it.
     fn run_module<Mod, I, A, G, MO, XO>(
@@ -227,6 +278,26 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
         G: Tree,
         MO: Tree,
         XO: Tree,
+    {
+        self.with_module_run(model, args, num_real_microbatches, |run| {
+            self.run_grads(run)
+        })
+    }
+
+    /// Records the loss with the module's parameters as inputs (or takes the recording cached
+    /// for this module's parameters and the arguments' signature) and gives `f` the run.
+    fn with_module_run<Mod, I, A, R>(
+        &self,
+        model: &Mod,
+        args: I,
+        num_real_microbatches: Option<usize>,
+        f: impl FnOnce(GradRun<'_>) -> Result<R, VmapError>,
+    ) -> Result<R, VmapError>
+    where
+        Mod: Module + ModuleDisplay,
+        F: ModuleLossFn<Mod, A>,
+        I: Tree,
+        A: Tree,
     {
         let (params, key) = module::ModuleParams::of(NAME, model)?;
         // A recording stands for the loss at this module's constants too (a temperature, a
@@ -269,7 +340,7 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
                 dtype: l.dtype(),
             })
             .collect();
-        self.run_grads(GradRun {
+        f(GradRun {
             transform: NAME,
             loss: &loss,
             params: params.tensors,
