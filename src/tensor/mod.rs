@@ -221,7 +221,9 @@ enum Lazy<P> {
         memo: Memo<P>,
     },
     /// The elementwise product of two factored tensors of the same shape (a squared norm's
-    /// `g * g`), each multiplied out (through its own memo) only if the product is read.
+    /// `g * g`), or of a dense tensor with itself (a bias's `g * g`), each operand multiplied
+    /// out (through its own memo) only if the product is read: its sum is computed from the
+    /// operands (Gram matrices; one inner product per example).
     Hadamard {
         operands: Box<[VmapTensor<P>; 2]>,
         multiply: fn([VmapTensor<P>; 2]) -> P,
@@ -341,7 +343,8 @@ impl<P: TensorMetadata> VmapTensor<P> {
     }
 
     /// The elementwise product of two factored tensors of the same physical shape and batch
-    /// dims, held unmultiplied; `multiply` computes it when an op reads it.
+    /// dims, or of a dense tensor with itself, held unmultiplied; `multiply` computes it when an
+    /// op reads it.
     pub(crate) fn hadamard(operands: [Self; 2], multiply: fn([Self; 2]) -> P) -> Self
     where
         P: Clone,
@@ -404,7 +407,8 @@ impl<P> VmapTensor<P> {
     }
 
     /// Whether this is a factored product (a per-example weight gradient of a dense layer,
-    /// a convolution or an embedding, or the elementwise product of two) whose physical value
+    /// a convolution or an embedding, the elementwise product of two, or a dense tensor's
+    /// square held for its sum) whose physical value
     /// has not been needed yet. Such a tensor is read like any other; this says whether the ops
     /// applied so far kept it factored (see "Factored products" above).
     ///

@@ -165,3 +165,158 @@ impl Zeros for T {
         F::float_mul_scalar(self, 0.0.into())
     }
 }
+
+#[test]
+fn should_batch_max_and_min_with_their_indices() {
+    let lv = Levels::new(&[3, 2]);
+    for at in [&[][..], &[0], &[1], &[0, 1]] {
+        let a = lv.floats(at, &[4, 5], 21);
+        for dim in 0..2 {
+            check(
+                &lv,
+                [&a],
+                |[a]| V::float_min_dim(a, dim),
+                |[a]| F::float_min_dim(a, dim),
+            );
+            for (pick, what) in [(0, "values"), (1, "indices")] {
+                let _ = what;
+                check(
+                    &lv,
+                    [&a],
+                    |[a]| match pick {
+                        0 => V::float_max_dim_with_indices(a, dim, IntDType::I64).0,
+                        _ => V::int_into_float(
+                            V::float_max_dim_with_indices(a, dim, IntDType::I64).1,
+                            burn_backend::FloatDType::F32,
+                        ),
+                    },
+                    |[a]| match pick {
+                        0 => F::float_max_dim_with_indices(a, dim, IntDType::I64).0,
+                        _ => F::int_into_float(
+                            F::float_max_dim_with_indices(a, dim, IntDType::I64).1,
+                            burn_backend::FloatDType::F32,
+                        ),
+                    },
+                );
+                check(
+                    &lv,
+                    [&a],
+                    |[a]| match pick {
+                        0 => V::float_min_dim_with_indices(a, dim, IntDType::I32).0,
+                        _ => V::int_into_float(
+                            V::float_min_dim_with_indices(a, dim, IntDType::I32).1,
+                            burn_backend::FloatDType::F32,
+                        ),
+                    },
+                    |[a]| match pick {
+                        0 => F::float_min_dim_with_indices(a, dim, IntDType::I32).0,
+                        _ => F::int_into_float(
+                            F::float_min_dim_with_indices(a, dim, IntDType::I32).1,
+                            burn_backend::FloatDType::F32,
+                        ),
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// The ops whose result is their operand (no kernel on the engine): a product or quotient by
+/// 1, a sum, mean or product over a dim of one element.
+#[test]
+fn should_give_the_operand_where_an_op_is_the_identity() {
+    let lv = Levels::new(&[3, 2]);
+    for at in [&[][..], &[0], &[1], &[0, 1]] {
+        let a = lv.floats(at, &[4, 1, 5], 22);
+        check(
+            &lv,
+            [&a],
+            |[a]| V::float_mul_scalar(a, 1.0.into()),
+            |[a]| F::float_mul_scalar(a, 1.0.into()),
+        );
+        check(
+            &lv,
+            [&a],
+            |[a]| V::float_div_scalar(a, 1.into()),
+            |[a]| F::float_div_scalar(a, 1.into()),
+        );
+        check(
+            &lv,
+            [&a],
+            |[a]| V::float_sum_dim(a, 1),
+            |[a]| F::float_sum_dim(a, 1),
+        );
+        check(
+            &lv,
+            [&a],
+            |[a]| V::float_mean_dim(a, 1),
+            |[a]| F::float_mean_dim(a, 1),
+        );
+        check(
+            &lv,
+            [&a],
+            |[a]| V::float_prod_dim(a, 1),
+            |[a]| F::float_prod_dim(a, 1),
+        );
+        let i = lv.ints(at, &[4, 1], -9, 9, 3);
+        check(
+            &lv,
+            [&i],
+            |[a]| V::int_sum_dim(a, 1),
+            |[a]| F::int_sum_dim(a, 1),
+        );
+    }
+}
+
+/// A dense tensor times itself is held as the pair: summed, one inner product per example;
+/// read any other way, the product.
+fn check_dense_square(lv: &Levels, a: &Arg) {
+    let square = |a: VT| V::float_mul(a.clone(), a);
+    let held = square(a.vt(lv));
+    assert!(held.is_factored(), "x * x is held as the pair");
+    check(
+        lv,
+        [a],
+        |[a]| V::float_sum(square(a)),
+        |[a]| F::float_sum(F::float_mul(a.clone(), a)),
+    );
+    check(
+        lv,
+        [a],
+        |[a]| V::float_exp(square(a)),
+        |[a]| F::float_exp(F::float_mul(a.clone(), a)),
+    );
+    check(
+        lv,
+        [a],
+        |[a]| V::float_sum_dim(square(a), 0),
+        |[a]| F::float_sum_dim(F::float_mul(a.clone(), a), 0),
+    );
+    // Two tensors of equal values but different origins multiply out at once.
+    let (x, y) = (a.vt(lv), a.vt(lv));
+    assert!(!V::float_mul(x, y).is_factored());
+}
+
+#[test]
+fn should_sum_a_dense_square_as_one_inner_product_per_example() {
+    let lv = Levels::new(&[3, 2]);
+    for at in [&[][..], &[0], &[1], &[0, 1]] {
+        check_dense_square(&lv, &lv.floats(at, &[4, 5], 23));
+        check_dense_square(&lv, &lv.floats(at, &[7], 24));
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+    #[test]
+    fn should_sum_dense_squares_of_any_shape_like_the_loop(
+        dims in proptest::collection::vec(1usize..5, 1..4),
+        sizes in proptest::collection::vec(1usize..4, 1..3),
+        at_mask in 0usize..4,
+        seed in 0u64..1000,
+    ) {
+        let lv = Levels::new(&sizes);
+        let at: Vec<usize> = (0..sizes.len()).filter(|i| at_mask >> i & 1 == 1).collect();
+        check_dense_square(&lv, &lv.floats(&at, &dims, seed));
+    }
+}

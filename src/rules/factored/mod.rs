@@ -13,6 +13,7 @@
 //! | `g + g'` (a parameter used twice: an LSTM's time steps) | the parts of both, one sum |
 //! | `g * g'` | held as the pair; `sum(g * g')` is `⟨X X'ᵀ, G G'ᵀ⟩`, from `k × k'` Gram matrices (for one row each, the rows' inner products), one per equal set of factors while a vmap level runs |
 //! | `g * g'`, read by another rule (one row each) | `(x x') ⊗ (g g')`, one row |
+//! | `g * g` of a dense `g` (a bias's squared norm) | held as the pair; its `sum` one inner product per example (a batched matrix product of the flattened examples: one launch) |
 //! | `g * c`, `g / c` (`c` constant over the matrix dims: a per-example factor), scalars | scale one factor |
 //! | `sum(g)` | `Σ_t sum(x_t) sum(g_t)` per example |
 //! | `sum_dim`/`mean_dim` over the matrix dims | reduce one factor |
@@ -110,7 +111,8 @@ fn multiply<B: Backend>(f: F<B>) -> FP<B> {
     reshape::<B>(expand_to::<B>(product, &matrix), shape)
 }
 
-/// The multiplied-out elementwise product of two factored tensors (each through its memo).
+/// The multiplied-out elementwise product of two factored tensors, or of a dense tensor with
+/// itself (each through its memo).
 fn multiply_pair<B: Backend>([a, b]: [VT<B>; 2]) -> FP<B> {
     B::float_mul(a.inner(), b.inner())
 }

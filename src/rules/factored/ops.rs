@@ -48,6 +48,17 @@ pub(crate) fn mul<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Result<VT<B>, (VT<B>, V
         (true, false) => scaled::<B>(lhs, rhs, B::float_mul),
         // Multiplication commutes: `s * (Xᵀ G) = (s X)ᵀ G`.
         (false, true) => scaled::<B>(rhs, lhs, B::float_mul).map_err(|(o, s)| (s, o)),
+        // `g * g` of a dense tensor (a squared norm's, `global_norm` on a bias): held as the
+        // pair, so that its sum is one inner product per example (see [`sum`]).
+        (false, false)
+            if !lhs.is_factored()
+                && !rhs.is_factored()
+                && lhs.origin() == rhs.origin()
+                && !lhs.is_scalar()
+                && lhs.shape().num_elements() > 0 =>
+        {
+            Ok(VmapTensor::hadamard([lhs, rhs], multiply_pair::<B>))
+        }
         (false, false) => Err((lhs, rhs)),
     }
 }
@@ -194,7 +205,8 @@ pub(crate) fn cast<B: Backend>(t: VT<B>, dtype: burn_backend::FloatDType) -> Dec
 /// Gram matrices of the rows, never the `m × n` products; one-hot rows compare their indices.
 pub(crate) fn sum<B: Backend>(t: VT<B>) -> Declined<VT<B>> {
     let t = match t.into_hadamard() {
-        Ok([a, b]) => return Ok(gram_sum::<B>(a, b)),
+        Ok([a, b]) if a.has_factors() => return Ok(gram_sum::<B>(a, b)),
+        Ok([a, b]) => return Ok(dense_dot::<B>(a, b)),
         Err(t) => t,
     };
     let (f, bdims) = t.into_factors()?;
@@ -226,6 +238,23 @@ fn per_lead_sum<B: Backend>(per: FP<B>, bdims: BatchDims) -> VT<B> {
         B::float_sum_dim,
         0.0,
     )
+}
+
+/// `sum(a ⊙ b)` per example of two dense tensors of one shape and batch dims (a squared norm's
+/// `g * g`), as `[1]` per example: one batched product of the examples' flattened elements (one
+/// launch, where the product and the sums take two or more).
+fn dense_dot<B: Backend>(a: VT<B>, b: VT<B>) -> VT<B> {
+    let shape = a.physical_shape();
+    let nb = a.bdims.len();
+    let batch = shape.as_slice()[..nb].to_vec();
+    let m: usize = batch.iter().product();
+    let n: usize = shape.as_slice()[nb..].iter().product();
+    let (a, bdims) = a.into_parts();
+    let (b, _) = b.into_parts();
+    let a = reshape::<B>(a, vec![m, 1, n]);
+    let b = reshape::<B>(b, vec![m, n, 1]);
+    let out: Vec<usize> = batch.into_iter().chain([1]).collect();
+    VmapTensor::new(reshape::<B>(B::float_matmul(a, b), out), bdims)
 }
 
 /// `sum(a ⊙ b)` of two factored products of the same shape, from Gram matrices.
