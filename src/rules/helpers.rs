@@ -12,6 +12,18 @@ use crate::compat;
 use crate::physical::{Kind, with_batch_sizes};
 use crate::tensor::{BatchDims, VmapTensor};
 
+/// The inner `cat` of float tensors along `dim`; of one tensor, that tensor (a cat of one is a
+/// copy: a launch on a GPU).
+pub(crate) fn cat_floats<B: Backend>(
+    mut tensors: Vec<B::FloatTensorPrimitive>,
+    dim: usize,
+) -> B::FloatTensorPrimitive {
+    if tensors.len() == 1 {
+        return tensors.pop().expect("one tensor");
+    }
+    B::float_cat(tensors, dim)
+}
+
 /// Physical dim of logical dim `dim` (batch dims come first).
 #[inline]
 pub(crate) fn physical_dim(bdims: &BatchDims, dim: usize) -> usize {

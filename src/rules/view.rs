@@ -136,12 +136,16 @@ pub(crate) fn pad<P: Clone>(
     t.map(|inner| f(inner, &full))
 }
 
-/// `cat(tensors, dim)`: batch dims are materialized over their union, then one inner `cat`.
+/// `cat(tensors, dim)`: batch dims are materialized over their union, then one inner `cat`; of
+/// one tensor, that tensor (no copy).
 pub(crate) fn cat<B: Backend, K: Kind<B>>(
-    tensors: Vec<VmapTensor<K::P>>,
+    mut tensors: Vec<VmapTensor<K::P>>,
     dim: usize,
     f: impl FnOnce(Vec<K::P>, usize) -> K::P,
 ) -> VmapTensor<K::P> {
+    if tensors.len() == 1 {
+        return tensors.pop().expect("one tensor");
+    }
     let bdims = crate::tensor::BatchDims::union(tensors.iter().map(|t| &t.bdims));
     if bdims.is_empty() {
         return VmapTensor::unbatched(f(tensors.into_iter().map(|t| t.inner()).collect(), dim));

@@ -8,7 +8,7 @@ use burn_backend::{FloatDType, Shape, Slice, TensorMetadata};
 use super::{FP, IT, VT, make, reshape};
 use crate::compat;
 use crate::physical::{Float, Kind, with_batch_sizes};
-use crate::rules::helpers::{align, materialize};
+use crate::rules::helpers::{align, cat_floats, materialize};
 use crate::rules::module::fold_n;
 use crate::tensor::{BatchDims, Factors, Left, Part, Tag, VmapTensor};
 
@@ -173,13 +173,13 @@ pub(crate) fn conv_weight<B: Backend>(
                     super::matmul::<B>(l, r) // [c, out_g, in_g]
                 })
                 .collect();
-            B::float_cat(per_group, 1)
+            cat_floats::<B>(per_group, 1)
         })
         .collect();
     let out = if blocks.is_empty() {
         B::float_zeros(shape.clone(), &x.device(), x.dtype().into())
     } else {
-        B::float_cat(blocks, 0)
+        cat_floats::<B>(blocks, 0)
     };
     VmapTensor::new(reshape::<B>(out, shape.to_vec()), bdims)
 }

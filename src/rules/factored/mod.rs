@@ -50,7 +50,7 @@ use burn_backend::backend::Backend;
 use burn_backend::tensor::IndexingUpdateOp;
 use burn_backend::{FloatDType, Scalar, Shape, TensorMetadata, get_or_init_device_settings};
 
-use super::helpers::align;
+use super::helpers::{align, cat_floats};
 use crate::compat::kernel_layout;
 use crate::physical::{Float, Kind};
 use crate::tensor::{BatchDims, Factors, Left, Part, VmapTensor};
@@ -270,7 +270,7 @@ fn joined_left<B: Backend>(f: &F<B>) -> Left<FP<B>> {
             expand_lead::<B>(left, lead_dims)
         })
         .collect();
-    Left::new(one_hot, B::float_cat(lefts, lead))
+    Left::new(one_hot, cat_floats::<B>(lefts, lead))
 }
 
 /// The right factors of every part as one, as [`joined_left`] joins the left ones.
@@ -285,5 +285,5 @@ fn joined_right<B: Backend>(f: &F<B>) -> FP<B> {
         .iter()
         .map(|p| expand_lead::<B>(p.right.clone(), lead_dims))
         .collect();
-    B::float_cat(rights, lead)
+    cat_floats::<B>(rights, lead)
 }
