@@ -19,6 +19,12 @@ pub(crate) fn reshape<B: Backend, K: Kind<B>>(
 ) -> VmapTensor<K::P> {
     let scalar = shape.num_dims() == 0;
     let phys = with_batch_sizes(&t.bdims, &shape);
+    // The same elements: the same value (`Origin`), unless a factored product is multiplied out.
+    let origin = (!t.is_factored()).then(|| t.origin());
+    let keep = |out: VmapTensor<K::P>| match origin {
+        Some(origin) => out.with_origin(origin),
+        None => out,
+    };
     if t.bdims.is_empty() {
         let current = t.physical_shape();
         let (inner, bdims) = t.into_parts();
@@ -28,13 +34,13 @@ pub(crate) fn reshape<B: Backend, K: Kind<B>>(
         } else {
             K::reshape(inner, phys)
         };
-        return VmapTensor::new(inner, bdims).with_scalar(scalar);
+        return keep(VmapTensor::new(inner, bdims).with_scalar(scalar));
     }
     let (data, _, bdims) = t.into_stored();
     if crate::compat::reshapes_at_once::<B>(&data.device()) {
-        return VmapTensor::new(K::reshape(data, phys), bdims).with_scalar(scalar);
+        return keep(VmapTensor::new(K::reshape(data, phys), bdims).with_scalar(scalar));
     }
-    VmapTensor::reshaped(data, bdims, phys, K::reshape).with_scalar(scalar)
+    keep(VmapTensor::reshaped(data, bdims, phys, K::reshape).with_scalar(scalar))
 }
 
 pub(crate) fn permute<B: Backend, K: Kind<B>>(

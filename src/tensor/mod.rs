@@ -189,10 +189,12 @@ pub struct VmapTensor<P> {
     origin: Origin,
 }
 
-/// The identity of a [`VmapTensor`]'s value: clones share it, and every tensor a rule makes
-/// gets a fresh one (never reused in the process). Two tensors with the same origin hold the
-/// same value, so work derived from one value can be shared: the Gram matrices of a layer
-/// input that several layers read (an LSTM's four gates; see `rules::factored`).
+/// The identity of a [`VmapTensor`]'s value: clones share it, a reshape keeps it, and every
+/// other tensor a rule makes gets a fresh one (never reused in the process). Two tensors with
+/// the same origin hold the same elements in the same order, at the same batch dims (perhaps in
+/// another shape: compare shapes too), so work derived from one value can be shared: the Gram
+/// matrices of a layer input that several layers read (an LSTM's four gates), a layer's output
+/// gradient's squared norms for its weight and its bias (see `rules::factored`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct Origin(u64);
 
@@ -486,6 +488,14 @@ impl<P> VmapTensor<P> {
     #[inline]
     pub(crate) fn with_scalar(mut self, scalar: bool) -> Self {
         self.scalar = scalar;
+        self
+    }
+
+    /// The same tensor, as holding the value of `origin` (a reshape: the same elements in
+    /// another shape; see [`Origin`]).
+    #[inline]
+    pub(crate) fn with_origin(mut self, origin: Origin) -> Self {
+        self.origin = origin;
         self
     }
 

@@ -2,6 +2,7 @@
 
 use burn_backend::IntDType;
 use burn_backend::ops::{FloatTensorOps, IntTensorOps};
+use burn_vmap::BatchOps;
 
 use crate::common::*;
 
@@ -318,5 +319,80 @@ proptest::proptest! {
         let lv = Levels::new(&sizes);
         let at: Vec<usize> = (0..sizes.len()).filter(|i| at_mask >> i & 1 == 1).collect();
         check_dense_square(&lv, &lv.floats(&at, &dims, seed));
+    }
+}
+
+/// A dense tensor times a per-example factor (`s`: one element per example, at `g`'s levels)
+/// is held as the pair: read, the product; unbatched at the inner level and summed over the
+/// examples, `Σ_j s_j g_j` (one matrix product).
+fn check_scaled_sum(lv: &Levels, g: &Arg, s: &Arg) {
+    let held = V::float_mul(g.vt(lv), s.vt(lv));
+    assert!(held.is_factored(), "g * s is held as the pair");
+    check(
+        lv,
+        [g, s],
+        |[g, s]| V::float_exp(V::float_mul(g, s)),
+        |[g, s]| F::float_exp(F::float_mul(g, s)),
+    );
+    check(
+        lv,
+        [g, s],
+        |[g, s]| V::float_mul(s, g),
+        |[g, s]| F::float_mul(s, g),
+    );
+    let (inner, size) = *lv.levels.last().expect("a level");
+    let unbatched = V::float_unbatch(held, inner, size, 0);
+    assert!(unbatched.is_factored(), "the pair leaves a level as a pair");
+    let out = V::float_sum_dim(unbatched, 0);
+    check_result(lv, &out, |idx| {
+        let mut idx = idx.to_vec();
+        let terms: Vec<T> = (0..size)
+            .map(|j| {
+                *idx.last_mut().expect("a level") = j;
+                F::float_mul(g.example(lv, &idx), s.example(lv, &idx))
+            })
+            .collect();
+        let sum = terms
+            .into_iter()
+            .reduce(F::float_add)
+            .expect("one example at least");
+        let mut dims = vec![1];
+        dims.extend_from_slice(&g.logical);
+        F::float_reshape(sum, shape(&dims))
+    });
+}
+
+#[test]
+fn should_sum_a_scaled_dense_tensor_over_the_examples_as_one_product() {
+    for sizes in [&[4][..], &[3, 2]] {
+        let lv = Levels::new(sizes);
+        let at: Vec<usize> = (0..sizes.len()).collect();
+        let g = lv.floats(&at, &[4, 5], 31);
+        check_scaled_sum(&lv, &g, &lv.floats(&at, &[1, 1], 32));
+        let g = lv.floats(&at, &[6], 33);
+        check_scaled_sum(&lv, &g, &lv.floats(&at, &[1], 34));
+    }
+    // A factor at other levels than the tensor's, or of more than one element: multiplied out.
+    let lv = Levels::new(&[3, 2]);
+    let g = lv.floats(&[0, 1], &[4, 5], 35);
+    assert!(!V::float_mul(g.vt(&lv), lv.floats(&[0], &[1, 1], 36).vt(&lv)).is_factored());
+    assert!(!V::float_mul(g.vt(&lv), lv.floats(&[0, 1], &[1, 5], 37).vt(&lv)).is_factored());
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(32))]
+    #[test]
+    fn should_sum_scaled_dense_tensors_of_any_shape_like_the_loop(
+        dims in proptest::collection::vec(1usize..5, 1..4),
+        sizes in proptest::collection::vec(2usize..4, 1..3),
+        seed in 0u64..1000,
+    ) {
+        let lv = Levels::new(&sizes);
+        let at: Vec<usize> = (0..sizes.len()).collect();
+        let g = lv.floats(&at, &dims, seed);
+        let s = lv.floats(&at, &vec![1; dims.len()], seed + 1);
+        if dims.iter().product::<usize>() > 1 {
+            check_scaled_sum(&lv, &g, &s);
+        }
     }
 }

@@ -195,9 +195,10 @@ fn left_transposed<B: Backend>(g: FP<B>, c: usize, c_out: usize, positions: usiz
     reshape::<B>(g, vec![c, c_out, n * positions])
 }
 
-/// Floats of input patches a convolution's multiplied-out weight gradient holds at once (16 MiB
-/// of `f32`), unless one example needs more.
-const PATCH_BUDGET: usize = 1 << 22;
+/// Floats of input patches a convolution's multiplied-out weight gradient holds at once (32 MiB
+/// of `f32`), unless one example needs more: each chunk is a copy of its patches and a matrix
+/// product (two launches on a GPU), and the chunks a concatenation.
+const PATCH_BUDGET: usize = 1 << 23;
 
 /// Output gradients `[b.., N, c_out, s'..]` (`nb` batch dims) as `[b.., N, L, c_out]`.
 fn output_rows<B: Backend>(g: FP<B>, nb: usize, c_out: usize) -> FP<B> {

@@ -51,7 +51,6 @@ use burn_backend::tensor::IndexingUpdateOp;
 use burn_backend::{FloatDType, Scalar, Shape, TensorMetadata, get_or_init_device_settings};
 
 use super::helpers::{align, cat_floats};
-use crate::compat::kernel_layout;
 use crate::physical::{Float, Kind};
 use crate::tensor::{BatchDims, Factors, Left, Part, VmapTensor};
 
@@ -140,9 +139,12 @@ fn equal<B: Backend>(a: FP<B>, b: FP<B>) -> FP<B> {
     B::float_add_scalar(B::float_neg(distance), Scalar::Float(1.0))
 }
 
-/// `a @ b` over the last two dims (leading dims broadcast), laid out for the backend's kernels.
+/// `a @ b` over the last two dims (leading dims broadcast). The operands go to the backend as
+/// they are (a transposed factor is a view): Burn's matrix products take strided operands, as
+/// its own backward passes give them (`linear_weight_backward`'s transposed input); made
+/// contiguous first, a transposed factor was a copy, a launch on a GPU.
 fn matmul<B: Backend>(a: FP<B>, b: FP<B>) -> FP<B> {
-    B::float_matmul(kernel_layout::<B, Float>(a), kernel_layout::<B, Float>(b))
+    B::float_matmul(a, b)
 }
 
 fn reshape<B: Backend>(t: FP<B>, dims: Vec<usize>) -> FP<B> {

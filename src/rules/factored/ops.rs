@@ -10,8 +10,8 @@ use super::{
     zeros,
 };
 use crate::level::{Level, memoized};
-use crate::physical::{Float, move_dim};
-use crate::rules::helpers::{align, reduce_unless_unit};
+use crate::physical::{Float, move_dim, with_batch_sizes};
+use crate::rules::helpers::{align, cat_floats, reduce_unless_unit};
 use crate::tensor::{BatchDims, Factors, Left, Part, Tag, VmapTensor};
 
 /// The factors of a tensor already checked to hold them.
@@ -54,13 +54,45 @@ pub(crate) fn mul<B: Backend>(lhs: VT<B>, rhs: VT<B>) -> Result<VT<B>, (VT<B>, V
             if !lhs.is_factored()
                 && !rhs.is_factored()
                 && lhs.origin() == rhs.origin()
+                && lhs.physical_shape() == rhs.physical_shape()
                 && !lhs.is_scalar()
                 && lhs.shape().num_elements() > 0 =>
         {
             Ok(VmapTensor::hadamard([lhs, rhs], multiply_pair::<B>))
         }
+        // A dense tensor times a per-example factor (a clipped bias's `g * c`): held as the pair,
+        // so that its sum over the examples is one matrix product (see [`sum_dim`]).
+        (false, false) if per_example_factor::<B>(&lhs, &rhs) => Ok(scaled_pair::<B>(lhs, rhs)),
+        (false, false) if per_example_factor::<B>(&rhs, &lhs) => Ok(scaled_pair::<B>(rhs, lhs)),
         (false, false) => Err((lhs, rhs)),
     }
+}
+
+/// Whether `s` is one value per example of `g`'s examples (`g`'s batch dims, one element), `g`
+/// a dense batched tensor of more than one element per example.
+fn per_example_factor<B: Backend>(g: &VT<B>, s: &VT<B>) -> bool {
+    !g.is_factored()
+        && !s.is_factored()
+        && g.is_batched()
+        && !g.is_scalar()
+        && g.bdims == s.bdims
+        && s.shape().num_elements() == 1
+        && g.shape().num_elements() > 1
+        && s.shape().num_dims() <= g.shape().num_dims()
+}
+
+/// `g * s` held as the pair `[g, s]`, `s` laid out as `[batch.., 1, ..]` of `g`'s rank.
+fn scaled_pair<B: Backend>(g: VT<B>, s: VT<B>) -> VT<B> {
+    let dims = with_batch_sizes(&s.bdims, &vec![1; g.shape().num_dims()]);
+    let (s, bdims) = s.into_parts();
+    let s = VmapTensor::new(reshape::<B>(s, dims.to_vec()), bdims);
+    VmapTensor::hadamard([g, s], multiply_pair::<B>)
+}
+
+/// The operands of a pair [`scaled_pair`] holds: a dense tensor and a factor of other shape.
+fn scaled_operands<B: Backend>(t: &VT<B>) -> Option<&[VT<B>; 2]> {
+    t.hadamard_ref()
+        .filter(|[g, s]| !g.has_factors() && g.physical_shape() != s.physical_shape())
 }
 
 /// `lhs / rhs` with a factored form (a product divided by a per-example factor), or the
@@ -204,6 +236,9 @@ pub(crate) fn cast<B: Backend>(t: VT<B>, dtype: burn_backend::FloatDType) -> Dec
 /// of two factored products (a squared norm's `g * g`): `⟨X X'ᵀ, G G'ᵀ⟩`, from the `k × k'`
 /// Gram matrices of the rows, never the `m × n` products; one-hot rows compare their indices.
 pub(crate) fn sum<B: Backend>(t: VT<B>) -> Declined<VT<B>> {
+    if scaled_operands::<B>(&t).is_some() {
+        return Err(t);
+    }
     let t = match t.into_hadamard() {
         Ok([a, b]) if a.has_factors() => return Ok(gram_sum::<B>(a, b)),
         Ok([a, b]) => return Ok(dense_dot::<B>(a, b)),
@@ -243,18 +278,36 @@ fn per_lead_sum<B: Backend>(per: FP<B>, bdims: BatchDims) -> VT<B> {
 /// `sum(a ⊙ b)` per example of two dense tensors of one shape and batch dims (a squared norm's
 /// `g * g`), as `[1]` per example: one batched product of the examples' flattened elements (one
 /// launch, where the product and the sums take two or more).
+///
+/// Its value is the Gram matrix of the tensor as one row per example: a layer's output gradient
+/// laid out as its weight's right factor has that memo ([`gram`]), so a bias whose gradient is
+/// that output gradient (a `Linear` on one vector) takes its squared norm from there.
 fn dense_dot<B: Backend>(a: VT<B>, b: VT<B>) -> VT<B> {
     let shape = a.physical_shape();
     let nb = a.bdims.len();
     let batch = shape.as_slice()[..nb].to_vec();
     let m: usize = batch.iter().product();
     let n: usize = shape.as_slice()[nb..].iter().product();
+    let with = |tail: [usize; 2]| batch.iter().copied().chain(tail).collect::<Vec<usize>>();
+    let key = GramKey {
+        side: Side::Right,
+        lead: batch.clone(),
+        a: vec![Tag {
+            origin: a.origin(),
+            bdims: a.bdims.clone(),
+            shape: with([1, n]).into(),
+        }],
+        b: None,
+    };
     let (a, bdims) = a.into_parts();
     let (b, _) = b.into_parts();
-    let a = reshape::<B>(a, vec![m, 1, n]);
-    let b = reshape::<B>(b, vec![m, n, 1]);
-    let out: Vec<usize> = batch.into_iter().chain([1]).collect();
-    VmapTensor::new(reshape::<B>(B::float_matmul(a, b), out), bdims)
+    let dots = memoized(key, || {
+        let a = reshape::<B>(a, vec![m, 1, n]);
+        let b = reshape::<B>(b, vec![m, n, 1]);
+        reshape::<B>(B::float_matmul(a, b), with([1, 1]))
+    });
+    let out: Vec<usize> = batch.iter().copied().chain([1]).collect();
+    VmapTensor::new(reshape::<B>(dots, out), bdims)
 }
 
 /// `sum(a ⊙ b)` of two factored products of the same shape, from Gram matrices.
@@ -393,6 +446,9 @@ fn gram<B: Backend>(a: &super::F<B>, b: Option<&super::F<B>>, side: Side) -> FP<
 /// product over the rows of every `b` (Goodfellow's trick: the sum over examples of their
 /// weight gradients), or, for one-hot rows, one scatter-add of the right rows.
 pub(crate) fn sum_dim<B: Backend>(t: VT<B>, dim: usize, mean: bool) -> Declined<VT<B>> {
+    if scaled_operands::<B>(&t).is_some() {
+        return scaled_sum_dim::<B>(t, dim, mean);
+    }
     let t = factored::<B>(t);
     let Some(f) = t.factors_ref() else {
         return Err(t);
@@ -573,11 +629,11 @@ pub(crate) fn cat<B: Backend>(tensors: Vec<VT<B>>, dim: usize) -> Result<VT<B>, 
             )
         })
         .unzip();
-    let left = B::float_cat(lefts, pd);
+    let left = cat_floats::<B>(lefts, pd);
     let mut shape = shape.to_vec();
     shape[pd] = total;
     let f = Factors::single(
-        Part::new(Left::new(kind, left), B::float_cat(rights, pd)),
+        Part::new(Left::new(kind, left), cat_floats::<B>(rights, pd)),
         shape.into(),
         cols,
     );
@@ -618,6 +674,42 @@ pub(crate) fn select<B: Backend>(
     ))
 }
 
+/// `sum_dim` of a pair `[g, s]` ([`scaled_pair`]) over logical `dim` 0 where `s` varies (the
+/// examples, once unbatched: a clipped bias summed over the batch): `Σ_e s_e g_e` as one
+/// matrix product `sᵀ g`, where the product and the sum take two launches. Otherwise the pair
+/// is multiplied out (declined).
+fn scaled_sum_dim<B: Backend>(t: VT<B>, dim: usize, mean: bool) -> Declined<VT<B>> {
+    let [g, s] = scaled_operands::<B>(&t).expect("a scaled pair");
+    let pd = t.bdims.len() + dim;
+    let (gs, ss) = (g.physical_shape(), s.physical_shape());
+    let m = gs[pd];
+    let varies_only_here = ss[pd] == m
+        && ss
+            .iter()
+            .enumerate()
+            .skip(t.bdims.len())
+            .all(|(d, &n)| d == pd || n == 1);
+    if mean || dim != 0 || m < 2 || !varies_only_here {
+        return Err(t);
+    }
+    let Ok([g, s]) = t.into_hadamard() else {
+        unreachable!("checked to be a pair")
+    };
+    let nb = g.bdims.len();
+    let batch: Vec<usize> = gs.as_slice()[..nb].to_vec();
+    let rest: Vec<usize> = gs.as_slice()[nb + 1..].to_vec();
+    let n: usize = rest.iter().product();
+    let (g, bdims) = g.into_parts();
+    let (s, _) = s.into_parts();
+    let with = |tail: &[usize]| batch.iter().chain(tail).copied().collect::<Vec<usize>>();
+    let g = reshape::<B>(g, with(&[m, n]));
+    let s = reshape::<B>(s, with(&[1, m]));
+    let out = B::float_matmul(s, g); // [batch.., 1, n]
+    let mut dims = with(&[1]);
+    dims.extend(rest);
+    Ok(VmapTensor::new(reshape::<B>(out, dims), bdims))
+}
+
 /// `unbatch` of `Xᵀ G` at `level` into logical `axis` (`BatchOps::float_unbatch`): the same
 /// move on both factors, which stay factored.
 pub(crate) fn unbatch<B: Backend>(
@@ -626,6 +718,13 @@ pub(crate) fn unbatch<B: Backend>(
     size: usize,
     axis: usize,
 ) -> Declined<VT<B>> {
+    if scaled_operands::<B>(&t).is_some() {
+        let Ok(pair) = t.into_hadamard() else {
+            unreachable!("checked to be a pair")
+        };
+        let [g, s] = pair.map(|x| super::super::batch::unbatch::<B, Float>(x, level, size, axis));
+        return Ok(VmapTensor::hadamard([g, s], multiply_pair::<B>));
+    }
     let t = factored::<B>(t);
     let Some(f) = t.factors_ref() else {
         return Err(t);

@@ -43,6 +43,11 @@ fn scale(t: DispatchTensor, factor: &Tensor<1>) -> DispatchTensor {
 /// # Panics
 /// If the tree has no float leaf.
 pub fn global_norm<T: Tree + Clone>(tree: &T) -> Tensor<1> {
+    squared_global_norm(tree).sqrt()
+}
+
+/// The sum over every float leaf and element of `x²`.
+fn squared_global_norm<T: Tree + Clone>(tree: &T) -> Tensor<1> {
     let (leaves, _) = tree.clone().flatten();
     let squares: Vec<Tensor<1>> = leaves
         .into_iter()
@@ -53,7 +58,7 @@ pub fn global_norm<T: Tree + Clone>(tree: &T) -> Tensor<1> {
         !squares.is_empty(),
         "global_norm: the tree has no float leaf"
     );
-    sum_all(squares).sqrt()
+    sum_all(squares)
 }
 
 /// The sum of one-element tensors: from three of one dtype on, one concatenation and one sum
@@ -107,8 +112,17 @@ pub fn scale_tree<T: Tree>(tree: T, factor: Tensor<1>) -> T {
 /// # Panics
 /// If the tree has no float leaf.
 pub fn clip_by_global_norm<T: Tree + Clone>(tree: T, max_norm: f64) -> T {
-    let norm = global_norm(&tree);
-    let factor = norm.clamp_min(max_norm).recip() * max_norm;
+    let factor = if max_norm > 0.0 {
+        // `max_norm / max(√s, max_norm)` as `max(s, max_norm²)^(-1/2) · max_norm`: two kernels
+        // on a GPU where a square root, a clamp and a reciprocal take three (the product by a
+        // `max_norm` of 1 takes none).
+        squared_global_norm(&tree)
+            .clamp_min(max_norm * max_norm)
+            .powf_scalar(-0.5)
+            * max_norm
+    } else {
+        global_norm(&tree).clamp_min(max_norm).recip() * max_norm
+    };
     scale_tree(tree, factor)
 }
 
