@@ -24,8 +24,8 @@
 //! `record_and_step` (a fresh builder: the recording, then one clipped step).
 //!
 //! The kernel launches of the clipped sum and of the standard step (`transform::operations`:
-//! the backend operations but views and uploads, recorded on Burn's capture backend; what an
-//! unfused cubecl backend launches) are printed beside the times.
+//! what an unfused cubecl backend launches, recorded on Burn's capture backend) are printed
+//! beside the times.
 //!
 //! The headline ratio, clipped sum / standard, is also timed with the two steps in ABBA rounds of
 //! blocks (`common::paired`: the median over the rounds, with its quartiles), which a drift of the
@@ -291,8 +291,8 @@ fn main() {
         println!("- {}: **{ratio}**", case.name);
     }
     println!(
-        "kernel launches on an unfused cubecl backend (backend operations but views and uploads, \
-         recorded on Burn's capture backend; `tests/operations.rs`), clipped sum / standard:"
+        "kernel launches on an unfused cubecl backend (recorded on Burn's capture backend, \
+         strided copies included; `tests/operations.rs`), clipped sum / standard:"
     );
     for case in &cases {
         let (clipped, standard) = &case.operations;

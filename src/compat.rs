@@ -156,9 +156,29 @@ fn flavor<B: Backend>(device: &B::Device) -> Flavor {
 }
 
 /// Whether `B` is one of Burn's cubecl backends (wgpu, CUDA, ...), read from its name once per
-/// backend type.
+/// backend type; Burn's capture backend too while it stands in for one ([`capture_as_cubecl`]).
 pub(crate) fn is_cubecl<B: Backend>(device: &B::Device) -> bool {
-    flavor::<B>(device).cubecl
+    let f = flavor::<B>(device);
+    f.cubecl || (f.capture && CAPTURE_AS_CUBECL.get())
+}
+
+thread_local! {
+    /// Whether the capture backend takes the cubecl backends' workarounds on this thread.
+    static CAPTURE_AS_CUBECL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with Burn's capture backend taking the cubecl backends' paths here (their
+/// contiguous layouts, top-k along the last dim, ...): a step recorded on it then holds the
+/// operations a cubecl backend runs (`transform::operations` counts them).
+pub(crate) fn capture_as_cubecl<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            CAPTURE_AS_CUBECL.set(self.0);
+        }
+    }
+    let _reset = Reset(CAPTURE_AS_CUBECL.replace(true));
+    f()
 }
 
 /// Whether the engine may read tensor values on `B`: not on Burn's capture backend, which
@@ -209,13 +229,15 @@ pub(crate) fn write_target<B: Backend, K: Kind<B>>(t: K::P, full: Shape) -> K::P
 }
 
 /// Whether a reshape of a batched tensor runs at once rather than being held pending
-/// (`VmapTensor`'s "Pending reshapes"): on Flex (0.21 and 0.22.1). Flex reshapes a contiguous
-/// tensor as a view and copies a strided one, once; held pending, the copy is made again by
-/// every reader of every clone (a `Linear`'s three backward ops each copied the attention
-/// heads' gradient back into rows: 13% of a transformer's clipped step, on 0.21). Pending
-/// reshapes pay on backends that copy on more reshapes (burn-ndarray did on every one).
+/// (`VmapTensor`'s "Pending reshapes"): on Flex (0.21 and 0.22.1) and the cubecl backends.
+/// Both reshape a tensor as a view where its strides allow and copy it otherwise, once; held
+/// pending, the copy is made again by every reader of every clone (a `Linear`'s three backward
+/// ops each copied the attention heads' gradient back into rows: 13% of a transformer's clipped
+/// step on Flex, on 0.21; an LSTM's four gates each copied their step's input twice, 256 launches
+/// of its clipped step on cubecl, counted by `transform::operations`). Pending reshapes pay on
+/// backends that copy on more reshapes (burn-ndarray did on every one).
 pub(crate) fn reshapes_at_once<B: Backend>(device: &B::Device) -> bool {
-    flavor::<B>(device).flex
+    flavor::<B>(device).flex || is_cubecl::<B>(device)
 }
 
 // =================================================================================================

@@ -4,10 +4,14 @@
 //! At the sizes of a training step a GPU is bound by the number of kernels it launches more than
 //! by arithmetic. Unfused, a cubecl backend (wgpu, CUDA) launches one kernel for each backend
 //! operation but a view (a reshape, a permutation, an expansion, a slice: metadata only) and an
-//! upload (a tensor made from host data); [`Operations::launches`] counts exactly those. The
-//! count is made by running the step on Burn's capture device, which records every operation
-//! without computing it, from tensors moved there from the step's own: the same operations, in
-//! the same order, as on the step's device. A step that reads a value on the host (a
+//! upload (a tensor made from host data); [`Operations::launches`] counts exactly those, with
+//! the strides of every tensor followed as burn-cubecl lays them out, so that a reshape it must
+//! copy (a permuted or broadcast view's) counts as the launch it is. The count is made by running
+//! the step on Burn's capture device, which records every operation without computing it, from
+//! tensors moved there from the step's own, with the engine on the paths it takes on a cubecl
+//! backend (`compat::capture_as_cubecl`: the layouts its kernels need): the operations a cubecl
+//! backend runs, in their order. Not counted: copies a backend makes inside one operation (an
+//! operand its kernel cannot read as laid out). A step that reads a value on the host (a
 //! synchronisation inside the step) cannot be recorded, and is refused with
 //! [`VmapError::ValueRead`].
 //!
@@ -16,7 +20,7 @@
 //! - [`standard_step_operations`]: Burn's own standard step on the same batch, the loss's
 //!   forward and Burn's backward (what `loss.backward()` runs), to compare against.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use burn::module::Module;
@@ -26,7 +30,8 @@ use burn_backend::backend::AutodiffBackend;
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn_backend::{DeviceSettings, TensorMetadata};
 use burn_dispatch::Dispatch;
-use burn_ir::OperationIr;
+use burn_ir::{BaseOperationIr, OperationIr, TensorId, TensorIr};
+use burn_std::{ReshapeAction, Strides, contiguous_strides, reshape_action};
 
 use super::module::{ModuleParams, record_module_fn};
 use super::run::{common_device, example_sigs};
@@ -89,7 +94,9 @@ impl Operations {
     }
 
     /// Whether operations of kind `kind` only change a tensor's metadata on a cubecl backend:
-    /// `reshape`, `swap_dims`, `permute`, `expand`, `slice`, `unfold`.
+    /// `reshape`, `swap_dims`, `permute`, `expand`, `slice`, `unfold`. A reshape that a cubecl
+    /// backend must copy (of a tensor whose strides cannot express the new shape: a permuted
+    /// view, a broadcast) is counted as `reshape_copy`, a launch; so is a slice with a step.
     pub fn is_view(kind: &str) -> bool {
         matches!(
             kind,
@@ -97,8 +104,14 @@ impl Operations {
         )
     }
 
-    fn add(&mut self, op: &OperationIr) {
-        if let Some(kind) = kind(op) {
+    fn add(&mut self, op: &OperationIr, layouts: &mut Layouts) {
+        let view = match op {
+            OperationIr::BaseFloat(b) | OperationIr::BaseInt(b) | OperationIr::BaseBool(b) => {
+                layouts.view(b)
+            }
+            _ => None,
+        };
+        if let Some(kind) = view.map(String::from).or_else(|| kind(op)) {
             *self.kinds.entry(kind).or_default() += 1;
         }
     }
@@ -186,19 +199,22 @@ pub(crate) fn count(
             });
         outcome = Some(configured.and_then(|()| {
             let moved = leaves.into_iter().map(|l| to_device(l, &device)).collect();
-            guard::catch(|| step(moved)).map_err(|message| {
-                let lower = message.to_lowercase();
-                if lower.contains("no concrete value") || lower.contains("no initialized value") {
-                    VmapError::ValueRead {
-                        transform,
-                        detail: "the step read a value on the host (a synchronisation inside \
+            guard::catch(|| crate::compat::capture_as_cubecl(|| step(moved))).map_err(
+                |message| {
+                    let lower = message.to_lowercase();
+                    if lower.contains("no concrete value") || lower.contains("no initialized value")
+                    {
+                        VmapError::ValueRead {
+                            transform,
+                            detail: "the step read a value on the host (a synchronisation inside \
                                  the step)"
-                            .into(),
+                                .into(),
+                        }
+                    } else {
+                        VmapError::FunctionPanicked { transform, message }
                     }
-                } else {
-                    VmapError::FunctionPanicked { transform, message }
-                }
-            })?
+                },
+            )?
         }));
         scope.complete([], [])
     });
@@ -208,13 +224,82 @@ pub(crate) fn count(
         message: format!("Burn rejected the recorded step: {e}"),
     })?;
     let mut ops = Operations::default();
+    let mut layouts = Layouts::default();
     // The first `n` operations are the uploads of the moved tensors: not the step's.
     for (i, op) in captured.graph.operations.iter().enumerate() {
         if i >= n || !matches!(op, OperationIr::Init(_)) {
-            ops.add(op);
+            ops.add(op, &mut layouts);
         }
     }
     Ok(ops)
+}
+
+/// The strides of a recording's tensors as an unfused cubecl backend lays them out: a view
+/// (`reshape`, `swap_dims`, `permute`, `expand`, a `slice` of step 1, `unfold`) changes strides
+/// only, every other operation writes a contiguous tensor. A reshape the strides cannot express
+/// is a copy there (`burn_std::reshape_action`, what burn-cubecl's `reshape` decides by): a
+/// launch.
+#[derive(Default)]
+struct Layouts(HashMap<TensorId, Strides>);
+
+impl Layouts {
+    fn strides(&self, t: &TensorIr) -> Strides {
+        self.0
+            .get(&t.id)
+            .cloned()
+            .unwrap_or_else(|| contiguous_strides(t.shape.as_slice()))
+    }
+
+    /// The kind of a view `op` (its output's strides recorded), or of a view op that copies
+    /// (`"reshape_copy"`, `"slice_copy"`); `None` for any other operation.
+    fn view(&mut self, op: &BaseOperationIr) -> Option<&'static str> {
+        let (out, strides, kind) = match op {
+            BaseOperationIr::Reshape(r) => {
+                let from = self.strides(&r.input);
+                match reshape_action(&r.input.shape, &from, &r.out.shape) {
+                    ReshapeAction::UpdateStrides { strides } => (&r.out, strides, "reshape"),
+                    ReshapeAction::NoChange => (&r.out, from, "reshape"),
+                    ReshapeAction::Recompute => return Some("reshape_copy"),
+                }
+            }
+            BaseOperationIr::SwapDims(s) => {
+                let mut strides = self.strides(&s.input).to_vec();
+                strides.swap(s.dim1, s.dim2);
+                (&s.out, Strides::new(&strides), "swap_dims")
+            }
+            BaseOperationIr::Permute(p) => {
+                let from = self.strides(&p.input);
+                let strides: Vec<usize> = p.axes.iter().map(|&a| from[a]).collect();
+                (&p.out, Strides::new(&strides), "permute")
+            }
+            BaseOperationIr::Expand(e) => {
+                let from = self.strides(&e.input);
+                let (shape, target) = (e.input.shape.as_slice(), e.out.shape.as_slice());
+                let lead = target.len() - shape.len();
+                let strides: Vec<usize> = (0..target.len())
+                    .map(|i| match i.checked_sub(lead) {
+                        Some(j) if shape[j] == target[i] => from[j],
+                        _ => 0,
+                    })
+                    .collect();
+                (&e.out, Strides::new(&strides), "expand")
+            }
+            BaseOperationIr::Slice(s) if s.ranges.iter().all(|r| r.step == 1) => {
+                (&s.out, self.strides(&s.tensor), "slice")
+            }
+            BaseOperationIr::Slice(_) => return Some("slice_copy"),
+            BaseOperationIr::Unfold(u) => {
+                let mut strides = self.strides(&u.input).to_vec();
+                let d = strides[u.dim];
+                strides[u.dim] = u.step * d;
+                strides.push(d);
+                (&u.out, Strides::new(&strides), "unfold")
+            }
+            _ => return None,
+        };
+        self.0.insert(out.id, strides);
+        Some(kind)
+    }
 }
 
 /// `leaf` (off any autodiff graph) on `device`.
