@@ -24,7 +24,8 @@
 //!
 //! Equal factors: a layer rule tags each factor with the value it read (`crate::tensor::Tag`),
 //! and the Gram matrices of tagged factors are memoized at the current vmap level
-//! (`crate::level::memoized`), so layers that read one input share them (`ops::gram`).
+//! (`crate::level::memoized`), so layers that read one input share them ([`gram`]: the squared
+//! norms).
 //!
 //! Every other op reads the physical tensor, which multiplies the factors out once
 //! ([`VmapTensor::into_parts`]). A product is only kept factored while its factors are smaller
@@ -40,6 +41,7 @@
 
 #![allow(clippy::result_large_err)] // See `Declined`.
 
+mod gram;
 mod layers;
 mod ops;
 
@@ -288,4 +290,13 @@ fn joined_right<B: Backend>(f: &F<B>) -> FP<B> {
         .map(|p| expand_lead::<B>(p.right.clone(), lead_dims))
         .collect();
     cat_floats::<B>(rights, lead)
+}
+
+/// The factors of a tensor already checked to hold them.
+#[track_caller]
+fn factors<B: Backend>(t: VT<B>) -> (F<B>, BatchDims) {
+    match t.into_factors() {
+        Ok(f) => f,
+        Err(_) => unreachable!("checked to hold factors"),
+    }
 }
