@@ -329,8 +329,9 @@ fn id(transform: &'static str, tensor: DispatchTensor) -> Result<TensorId, VmapE
     }
 }
 
-/// The error a panic inside the recorded function stands for.
-fn classify(transform: &'static str, message: String) -> VmapError {
+/// The error a panic inside a function recorded on a capture device stands for (a value read, a
+/// tensor of another device, any other panic).
+pub(crate) fn classify(transform: &'static str, message: String) -> VmapError {
     let lower = message.to_lowercase();
     if lower.contains("no concrete value") || lower.contains("no initialized value") {
         VmapError::ValueRead {

@@ -36,7 +36,7 @@ use burn_std::{ReshapeAction, Strides, contiguous_strides, reshape_action};
 use super::module::{ModuleParams, record_module_fn};
 use super::run::{common_device, example_sigs};
 use crate::VmapError;
-use crate::graph::Program;
+use crate::graph::{Program, classify};
 use crate::guard;
 use crate::runtime::{Job, UserBackend, detach, on_backend};
 use crate::tree::{Leaf, Tree};
@@ -199,22 +199,8 @@ pub(crate) fn count(
             });
         outcome = Some(configured.and_then(|()| {
             let moved = leaves.into_iter().map(|l| to_device(l, &device)).collect();
-            guard::catch(|| crate::compat::capture_as_cubecl(|| step(moved))).map_err(
-                |message| {
-                    let lower = message.to_lowercase();
-                    if lower.contains("no concrete value") || lower.contains("no initialized value")
-                    {
-                        VmapError::ValueRead {
-                            transform,
-                            detail: "the step read a value on the host (a synchronisation inside \
-                                 the step)"
-                                .into(),
-                        }
-                    } else {
-                        VmapError::FunctionPanicked { transform, message }
-                    }
-                },
-            )?
+            guard::catch(|| crate::compat::capture_as_cubecl(|| step(moved)))
+                .map_err(|message| classify(transform, message))?
         }));
         scope.complete([], [])
     });
