@@ -26,10 +26,9 @@ use std::fmt;
 use burn::module::Module;
 use burn::tensor::{Device, Tensor};
 use burn_autodiff::Autodiff;
+use burn_backend::DeviceSettings;
 use burn_backend::backend::AutodiffBackend;
-use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
-use burn_backend::{DeviceSettings, TensorMetadata};
-use burn_dispatch::Dispatch;
+use burn_backend::ops::FloatTensorOps;
 use burn_ir::{BaseOperationIr, OperationIr, TensorId, TensorIr};
 use burn_std::{ReshapeAction, Strides, contiguous_strides, reshape_action};
 
@@ -290,15 +289,7 @@ impl Layouts {
 
 /// `leaf` (off any autodiff graph) on `device`.
 fn to_device(leaf: Leaf, device: &Device) -> Leaf {
-    let t = detach(leaf.into_dispatch());
-    let to = device.as_dispatch();
-    Leaf(if t.dtype().is_float() {
-        Dispatch::float_to_device(t, to)
-    } else if t.dtype().is_bool() {
-        Dispatch::bool_to_device(t, to)
-    } else {
-        Dispatch::int_to_device(t, to)
-    })
+    Leaf(detach(leaf.into_dispatch())).into_device(device)
 }
 
 /// The backend operations of Burn's standard step on the batch `args`: `loss_fn(module, args)`

@@ -152,6 +152,16 @@ impl Leaf {
         by_kind!(self, float_reshape, int_reshape, bool_reshape(shape))
     }
 
+    /// The leaf on `device` (a copy when it is on another).
+    pub(crate) fn into_device(self, device: &Device) -> Self {
+        by_kind!(
+            self,
+            float_to_device,
+            int_to_device,
+            bool_to_device(device.as_dispatch())
+        )
+    }
+
     /// Expands the leaf to `shape` (a broadcast view).
     pub(crate) fn expand(self, shape: Shape) -> Self {
         by_kind!(self, float_expand, int_expand, bool_expand(shape))
