@@ -6,6 +6,8 @@
 mod capture;
 #[path = "engine/common.rs"]
 mod common;
+#[path = "engine/constant.rs"]
+mod constant;
 #[path = "engine/elementwise.rs"]
 mod elementwise;
 #[path = "engine/grad.rs"]

@@ -3,11 +3,12 @@
 use burn_backend::backend::{Backend, ExecutionError};
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
-use burn_backend::{FloatDType, IntDType, Scalar, Shape, Slice, TensorData};
+use burn_backend::{FloatDType, IntDType, Scalar, Shape, Slice, TensorData, TensorMetadata};
 
 use super::macros::*;
 use crate::Vmap;
 use crate::physical::{Float, Int};
+use crate::rules::constant::{self, Product};
 use crate::rules::{create, elementwise, factored, indexing, linalg, module, reduce, view};
 
 impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
@@ -15,14 +16,28 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
 
     // --- creation: new tensors are unbatched --------------------------------------------------
 
-    // Overridden (speed): as `float_zeros`.
+    // Overridden (speed): the defaults build constants on the host. A constant is made when an
+    // op reads it, at the batch shape when a batched scatter writes into it (`create::fill`).
     fn float_full(
         shape: Shape,
         fill_value: Scalar,
         device: &Device<Self>,
         dtype: FloatDType,
     ) -> FloatTensor<Self> {
-        create::create(shape, |s| B::float_full(s, fill_value, device, dtype))
+        create::fill(
+            shape,
+            fill_value,
+            |s| B::float_empty(s, device, dtype),
+            |s, value, like| B::float_full(s, value, &like.device(), like.dtype().into()),
+        )
+    }
+
+    fn float_zeros(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        Self::float_full(shape, Scalar::Float(0.0), device, dtype)
+    }
+
+    fn float_ones(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        Self::float_full(shape, Scalar::Float(1.0), device, dtype)
     }
 
     // --- casts -----------------------------------------------------------------------------
@@ -53,7 +68,20 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         })
     }
 
+    // A product with a constant folds (`rules::constant`): a constant, or `x` times a scalar.
     fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        let (lhs, rhs) = match constant::mul(lhs, rhs) {
+            Product::Constant(c) => return c,
+            Product::Scaled { x, shape, by } => {
+                let x = if x.shape() == shape {
+                    x
+                } else {
+                    Self::float_expand(x, shape)
+                };
+                return Self::float_mul_scalar(x, by);
+            }
+            Product::Neither(lhs, rhs) => (lhs, rhs),
+        };
         factored::mul::<B>(lhs, rhs).unwrap_or_else(|(lhs, rhs)| {
             unbatched!(lhs, rhs => B::float_mul(lhs, rhs));
             elementwise::binary::<B, Float, Float, _>(lhs, rhs, B::float_mul)
@@ -74,6 +102,10 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         if is_one(rhs) {
             return lhs;
         }
+        let lhs = match constant::mul_scalar(lhs, rhs) {
+            Ok(folded) => return folded,
+            Err(lhs) => lhs,
+        };
         factored::scalar::<B>(lhs, rhs, false)
             .unwrap_or_else(|t| elementwise::unary(t, |t| B::float_mul_scalar(t, rhs)))
     }
@@ -102,9 +134,10 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
         elementwise::unary(tensor, |t| B::float_clamp(t, min, max))
     }
 
-    // Overridden (speed): the default is `mul_scalar(-1)`, one more kernel for nothing.
+    // Overridden (speed): the default is `mul_scalar(-1)`, one more kernel for nothing. A
+    // constant's negation is a constant (`rules::constant`).
     fn float_neg(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        elementwise::unary(tensor, B::float_neg)
+        constant::neg(tensor).unwrap_or_else(|t| elementwise::unary(t, B::float_neg))
     }
 
     comparison_ops!(FloatTensor, Float;

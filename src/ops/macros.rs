@@ -118,10 +118,11 @@ macro_rules! arg_ops {
 macro_rules! shared_ops {
     ($kind:ident) => {
         shared_ops!(@table $kind;
-            // Overridden (speed): zeros and ones; the defaults build them on the host.
+            // Overridden (speed): zeros and ones; the defaults build them on the host. Float
+            // zeros and ones are lazy constants, by hand in `float_tensor.rs`.
             create        float_empty        int_empty         bool_empty;
-            create        float_zeros        int_zeros         bool_zeros;
-            create        float_ones         int_ones          bool_ones;
+            create        -                  int_zeros         bool_zeros;
+            create        -                  int_ones          bool_ones;
             random        float_random       int_random        -;
             cast          -                  int_cast          -;
             from_data     float_from_data    int_from_data     bool_from_data;

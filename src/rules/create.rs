@@ -5,15 +5,30 @@
 use core::future::Future;
 
 use burn_backend::backend::ExecutionError;
-use burn_backend::{Shape, TensorData};
+use burn_backend::{Scalar, Shape, TensorData, TensorMetadata};
 
-use crate::tensor::{BatchDims, VmapTensor};
+use crate::tensor::{BatchDims, FillFn, VmapTensor};
 
 /// A new unbatched tensor of logical shape `shape`, made by `make` at its physical shape.
 pub(crate) fn create<P>(shape: Shape, make: impl FnOnce(Shape) -> P) -> VmapTensor<P> {
     let scalar = shape.num_dims() == 0;
     let physical = crate::physical::with_batch_sizes(&BatchDims::none(), &shape);
     VmapTensor::new(make(physical), BatchDims::none()).with_scalar(scalar)
+}
+
+/// A new unbatched constant of logical shape `shape`, `value` everywhere, made by `full` only
+/// when an op reads it, and at the batch shape when a batched scatter writes into it (see
+/// `VmapTensor`'s `Lazy::Fill`); `empty` makes the one-element tensor that carries its device
+/// and dtype (an allocation, no kernel).
+pub(crate) fn fill<P: TensorMetadata>(
+    shape: Shape,
+    value: Scalar,
+    empty: impl FnOnce(Shape) -> P,
+    full: FillFn<P>,
+) -> VmapTensor<P> {
+    let scalar = shape.num_dims() == 0;
+    let physical = crate::physical::with_batch_sizes(&BatchDims::none(), &shape);
+    VmapTensor::fill(empty(Shape::from(vec![1])), physical, value, full).with_scalar(scalar)
 }
 
 /// A new unbatched tensor holding `data`.

@@ -82,7 +82,18 @@ pub(crate) fn align<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, target: &BatchD
 /// backends do not broadcast; the result is laid out for the backend's kernels (see
 /// [`compat::kernel_layout`]).
 pub(crate) fn materialize<B: Backend, K: Kind<B>>(t: VmapTensor<K::P>, target: &BatchDims) -> K::P {
-    materialize_with::<B, K>(t, target, K::expand)
+    compat::kernel_layout::<B, K>(expanded::<B, K>(t, target, K::expand))
+}
+
+/// Like [`materialize`], for the operands of kernels that read every operand through its
+/// strides, on every backend: an expanded or permuted view is passed as it is, not copied.
+/// burn-cubecl 0.22.1's `scatter` kernels (`kernel/index/scatter.rs`, serial and atomic) read
+/// their indices and values so.
+pub(crate) fn materialize_view<B: Backend, K: Kind<B>>(
+    t: VmapTensor<K::P>,
+    target: &BatchDims,
+) -> K::P {
+    expanded::<B, K>(t, target, K::expand)
 }
 
 /// Like [`materialize`], for the tensor an op writes into (`slice_assign`, `scatter`,
@@ -91,10 +102,14 @@ pub(crate) fn write_target<B: Backend, K: Kind<B>>(
     t: VmapTensor<K::P>,
     target: &BatchDims,
 ) -> K::P {
-    materialize_with::<B, K>(t, target, compat::write_target::<B, K>)
+    // A constant (Burn's backward of `gather` scatters into zeros) is made at the batch shape.
+    t.into_filled(target).unwrap_or_else(|t| {
+        compat::kernel_layout::<B, K>(expanded::<B, K>(t, target, compat::write_target::<B, K>))
+    })
 }
 
-fn materialize_with<B: Backend, K: Kind<B>>(
+/// [`align`], then `expand` of the inserted size-1 dims to the full batch sizes.
+fn expanded<B: Backend, K: Kind<B>>(
     t: VmapTensor<K::P>,
     target: &BatchDims,
     expand: impl FnOnce(K::P, Shape) -> K::P,
@@ -102,11 +117,11 @@ fn materialize_with<B: Backend, K: Kind<B>>(
     let missing = target.len() != t.bdims.len();
     let inner = align::<B, K>(t, target);
     if !missing {
-        return compat::kernel_layout::<B, K>(inner);
+        return inner;
     }
     let shape = inner.shape();
     let full = with_batch_sizes(target, &shape[target.len()..]);
-    compat::kernel_layout::<B, K>(expand(inner, full))
+    expand(inner, full)
 }
 
 /// Full slices for the batch dims, followed by the logical slices.

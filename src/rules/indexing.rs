@@ -10,7 +10,7 @@
 use burn_backend::backend::Backend;
 use burn_backend::{Shape, Slice, TensorMetadata};
 
-use super::helpers::{batch_slices, materialize, write_target};
+use super::helpers::{batch_slices, materialize, materialize_view, write_target};
 use crate::compat;
 use crate::physical::{Bool, Int, Kind};
 use crate::tensor::{BatchDims, VmapTensor};
@@ -40,8 +40,8 @@ pub(crate) fn scatter<B: Backend, K: Kind<B>>(
 ) -> VmapTensor<K::P> {
     let bdims = BatchDims::union([&tensor.bdims, &indices.bdims, &value.bdims]);
     let t = write_target::<B, K>(tensor, &bdims);
-    let i = materialize::<B, Int>(indices, &bdims);
-    let v = materialize::<B, K>(value, &bdims);
+    let i = materialize_view::<B, Int>(indices, &bdims);
+    let v = materialize_view::<B, K>(value, &bdims);
     let nb = bdims.len();
     VmapTensor::new(f(dim + nb, t, i, v), bdims)
 }

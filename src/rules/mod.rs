@@ -19,11 +19,13 @@
 //! | `factored/` | factored per-example weight gradients (dense layers, convolutions, embeddings) and the ops that keep them factored |
 //! | `module.rs` | convolutions, pools, attention (the batch folded into `N`, or groups) |
 //! | `create.rs` | new tensors and reading them back |
+//! | `constant.rs` | float constants (held unwritten) folded through `neg`, products, views |
 //! | `random.rs` | random draws under `Randomness` |
 //! | `batch.rs` | moving a tensor in and out of a level (`BatchOps`) |
 //! | `fallback.rs` | the loop over examples, for ops without a rule |
 
 pub(crate) mod batch;
+pub(crate) mod constant;
 pub(crate) mod create;
 pub(crate) mod elementwise;
 pub(crate) mod factored;

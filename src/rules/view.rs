@@ -3,6 +3,7 @@
 use burn_backend::backend::Backend;
 use burn_backend::{Shape, Slice, TensorMetadata};
 
+use super::constant;
 use super::helpers::{batch_axes, batch_slices};
 use crate::physical::{Kind, with_batch_sizes};
 use crate::tensor::VmapTensor;
@@ -17,6 +18,10 @@ pub(crate) fn reshape<B: Backend, K: Kind<B>>(
     t: VmapTensor<K::P>,
     shape: Shape,
 ) -> VmapTensor<K::P> {
+    let t = match constant::reshape(t, &shape) {
+        Ok(folded) => return folded,
+        Err(t) => t,
+    };
     let scalar = shape.num_dims() == 0;
     let phys = with_batch_sizes(&t.bdims, &shape);
     // The same elements: the same value (`Origin`), unless a factored product is multiplied out.
@@ -91,6 +96,10 @@ pub(crate) fn expand<B: Backend, K: Kind<B>>(
         // Only a rank-0 tensor expands to rank 0: nothing to do.
         return t;
     }
+    let t = match constant::expand(t, &shape) {
+        Ok(folded) => return folded,
+        Err(t) => t,
+    };
     if t.bdims.is_empty() {
         return t.map(|inner| K::expand(inner, shape)).with_scalar(false);
     }

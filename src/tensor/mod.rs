@@ -19,7 +19,7 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use burn_backend::{DType, Shape, TensorMetadata};
+use burn_backend::{DType, Scalar, Shape, TensorMetadata};
 use smallvec::SmallVec;
 
 use crate::level::Level;
@@ -231,7 +231,28 @@ enum Lazy<P> {
         multiply: fn([VmapTensor<P>; 2]) -> P,
         memo: Memo<P>,
     },
+    /// A constant not written yet (`zeros`, `ones`, `full`): `value` at the physical shape
+    /// `shape`, made by `fill` (with the device and dtype of `data`, a one-element tensor that is
+    /// never written) when an op reads it, once for all clones. A scatter into it (Burn's
+    /// backward of `gather` scatters into zeros) gets it made at the batch shape at once, not
+    /// broadcast and copied ([`into_filled`](VmapTensor::into_filled)); a constant nothing reads
+    /// costs nothing.
+    Fill {
+        constant: Box<Constant<P>>,
+        memo: Memo<P>,
+    },
 }
+
+/// A constant not written yet (see `Lazy::Fill`; boxed there to keep tensors small).
+#[derive(Clone, Debug)]
+struct Constant<P> {
+    shape: Shape,
+    value: Scalar,
+    fill: FillFn<P>,
+}
+
+/// Makes `value` at `shape` on the device and with the dtype of the tensor given.
+pub(crate) type FillFn<P> = fn(Shape, Scalar, &P) -> P;
 
 /// A lazily computed physical tensor, shared by clones.
 type Memo<P> = Arc<OnceLock<P>>;
@@ -366,11 +387,58 @@ impl<P: TensorMetadata> VmapTensor<P> {
         }
     }
 
+    /// An unbatched constant, `value` at the physical shape `shape`, made by `fill` when an op
+    /// reads it; `like` is a one-element tensor of its device and dtype, never read or written
+    /// (`Lazy::Fill`).
+    pub(crate) fn fill(like: P, shape: Shape, value: Scalar, fill: FillFn<P>) -> Self {
+        Self {
+            data: like,
+            bdims: BatchDims::none(),
+            lazy: Lazy::Fill {
+                constant: Box::new(Constant { shape, value, fill }),
+                memo: Arc::default(),
+            },
+            scalar: false,
+            origin: Origin::fresh(),
+        }
+    }
+
+    /// An unbatched constant's physical tensor made at the batch sizes of `bdims` in front of
+    /// its own shape (what aligning it to `bdims` and expanding gives, written once instead of
+    /// broadcast and copied); any other tensor back.
+    pub(crate) fn into_filled(self, bdims: &BatchDims) -> Result<P, Self> {
+        match self.lazy {
+            Lazy::Fill { constant, .. } if self.bdims.is_empty() => {
+                let full = crate::physical::with_batch_sizes(bdims, &constant.shape);
+                Ok((constant.fill)(full, constant.value, &self.data))
+            }
+            lazy => Err(Self { lazy, ..self }),
+        }
+    }
+
+    /// The value of a constant not written yet (`Lazy::Fill`; unbatched).
+    pub(crate) fn constant(&self) -> Option<Scalar> {
+        match &self.lazy {
+            Lazy::Fill { constant, .. } => Some(constant.value),
+            _ => None,
+        }
+    }
+
+    /// The constant `value` at the physical shape `shape`, on the device and with the dtype of
+    /// the constant `self`; `self` back if it is not a constant.
+    pub(crate) fn refilled(self, shape: Shape, value: Scalar) -> Result<Self, Self> {
+        match self.lazy {
+            Lazy::Fill { constant, .. } => Ok(Self::fill(self.data, shape, value, constant.fill)),
+            lazy => Err(Self { lazy, ..self }),
+        }
+    }
+
     /// Shape of the physical tensor, batch dims included.
     pub fn physical_shape(&self) -> Shape {
         match &self.lazy {
             Lazy::Ready => self.data.shape(),
             Lazy::Reshape { shape, .. } => shape.clone(),
+            Lazy::Fill { constant, .. } => constant.shape.clone(),
             Lazy::Factored { factors, .. } => factors.shape.clone(),
             Lazy::Hadamard { operands, .. } => operands[0].physical_shape(),
         }
@@ -386,7 +454,7 @@ impl<P: TensorMetadata> VmapTensor<P> {
         P: Clone,
     {
         let shape = self.physical_shape();
-        if self.is_factored() {
+        if !matches!(self.lazy, Lazy::Ready | Lazy::Reshape { .. }) {
             let (inner, bdims) = self.into_parts();
             return (inner, shape, bdims);
         }
@@ -565,6 +633,9 @@ impl<P: Clone> VmapTensor<P> {
                 multiply,
                 memo,
             } => memoized(memo, *operands, multiply),
+            Lazy::Fill { constant, memo } => memoized(memo, (*constant, self.data), |(c, like)| {
+                (c.fill)(c.shape, c.value, &like)
+            }),
         };
         (inner, self.bdims)
     }
@@ -598,6 +669,7 @@ impl<P: TensorMetadata> TensorMetadata for VmapTensor<P> {
         match &self.lazy {
             Lazy::Ready => self.data.rank() - self.bdims.len(),
             Lazy::Reshape { shape, .. } => shape.num_dims() - self.bdims.len(),
+            Lazy::Fill { constant, .. } => constant.shape.num_dims() - self.bdims.len(),
             Lazy::Factored { factors, .. } => factors.shape.num_dims() - self.bdims.len(),
             Lazy::Hadamard { operands, .. } => operands[0].rank(),
         }

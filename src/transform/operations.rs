@@ -71,12 +71,13 @@ impl Operations {
     }
 
     /// The operations that launch a kernel on an unfused cubecl backend: every one but the
-    /// views ([`is_view`](Self::is_view)) and the uploads (`"init"`, a tensor made from host
-    /// data: a copy, not a kernel).
+    /// views ([`is_view`](Self::is_view)), the uploads (`"init"`, a tensor made from host
+    /// data: a copy, not a kernel) and the allocations (`"empty"`: burn-cubecl's `empty`
+    /// reserves memory and writes nothing).
     pub fn launches(&self) -> usize {
         self.kinds
             .iter()
-            .filter(|(k, _)| !Self::is_view(k) && k.as_str() != "init")
+            .filter(|(k, _)| !Self::is_view(k) && !matches!(k.as_str(), "init" | "empty"))
             .map(|(_, n)| n)
             .sum()
     }
