@@ -8,6 +8,8 @@
 //!   models at expected batch 64 (and the MLP at 1024, DP-SGD's usual size); beside it the same
 //!   step with plain `f32` noise (`NoiseKind::Plain`), whose difference from the whole step is
 //!   the hardened noise's cost;
+//! - the floor under the DP step: its clipped sum alone, summed in `f64` as the mechanism sums
+//!   it, against the standard step (paired only);
 //! - `clip`: the mechanism's finite-safe clipping (`clip_and_flag`, which also counts
 //!   non-finite and clipped examples) against the plain `clip_by_global_norm`, each as the
 //!   `transform_fn` of the clipped sum, on the MLP and the transformer.
@@ -30,6 +32,7 @@ use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer, SgdConfig};
 use burn::tensor::{Device, Distribution, Int, Tensor};
+use burn_vmap::accumulate::WideSum;
 use burn_vmap::privacy::{DpConfig, DpMechanism, DpSgd, Neighbouring, NoiseKind, clip_and_flag};
 use burn_vmap::{ParamGrads, Tree, clip_by_global_norm, micro_grad_module};
 use criterion::{Criterion, criterion_group};
@@ -127,6 +130,20 @@ where
             .push(format!("{name}: {id} / standard step = **{ratio}**"));
     }
     group.finish();
+
+    // The floor under the DP step: its clipped sum alone, summed in f64 as the mechanism sums
+    // it (`WideSum`), with no noise and no optimizer step.
+    let wide = micro_grad_module(move |m: &M, (x,): (X,)| loss(m, x))
+        .accumulator(WideSum)
+        .transform_fn(|g: ParamGrads| clip_and_flag(g, 1.0));
+    let floor_model = init.clone();
+    let mut wide_sum = || {
+        wide.call(&floor_model, (batch.clone(),)).expect("a sum");
+    };
+    let ratio = paired_ratio(budget(), &mut standard_step, &mut wide_sum);
+    PAIRED.lock().unwrap().push(format!(
+        "{name}: clipped sum in f64 alone / standard step = **{ratio}**"
+    ));
 
     let mut group = c.benchmark_group("clip");
     group.sample_size(10);

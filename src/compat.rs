@@ -228,6 +228,17 @@ pub(crate) fn write_target<B: Backend, K: Kind<B>>(t: K::P, full: Shape) -> K::P
     K::expand(t, full)
 }
 
+/// Whether a product with a constant may run as one scaling of the other operand broadcast
+/// through a view (`rules::constant`): on the cubecl backends, whose kernels read any strides
+/// (one launch instead of writing the constant and multiplying); not on Flex (0.22.1), whose
+/// scalar kernels walk a broadcast view element by element (`StridedIter`): the CNN bench
+/// model's clipped sum, whose mean's backward broadcasts its gradient over 576 positions, took
+/// 1.14-1.19x its standard step that way against 0.97-0.99x writing the constant and
+/// multiplying (ABBA, `BURN_VMAP_BENCH_ONLY=cnn cargo bench --bench clipping`, two runs each).
+pub(crate) fn scales_broadcast_views<B: Backend>(device: &B::Device) -> bool {
+    is_cubecl::<B>(device)
+}
+
 /// Whether a reshape of a batched tensor runs at once rather than being held pending
 /// (`VmapTensor`'s "Pending reshapes"): on Flex (0.21 and 0.22.1) and the cubecl backends.
 /// Both reshape a tensor as a view where its strides allow and copy it otherwise, once; held

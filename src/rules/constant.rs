@@ -12,7 +12,8 @@
 //!   constants (no kernel);
 //! - the product of a tensor `x` by a constant `c` is `x` broadcast to the product's shape (a
 //!   view) when `c` is 1, else one `mul_scalar` of that view by `c` (one kernel instead of
-//!   writing the constant and multiplying).
+//!   writing the constant and multiplying); through a broadcast view only on the backends whose
+//!   kernels read one at full speed (`compat::scales_broadcast_views`).
 //!
 //! Folded values are exactly what the kernels give: they are computed in the tensor's dtype
 //! (`f32` or `f64`; a constant of another dtype is not folded), `x * 1` is `x` in IEEE
@@ -74,8 +75,14 @@ pub(crate) fn reshape<P: TensorMetadata + Clone>(
     reshaped(t, shape)
 }
 
-/// `lhs * rhs` folded where either is a foldable constant of the other's dtype and rank.
-pub(crate) fn mul<P: TensorMetadata + Clone>(lhs: VmapTensor<P>, rhs: VmapTensor<P>) -> Product<P> {
+/// `lhs * rhs` folded where either is a foldable constant of the other's dtype and rank; a
+/// tensor times a constant of more elements (the product a broadcast of the tensor) only with
+/// `broadcast_views` (see `compat::scales_broadcast_views`).
+pub(crate) fn mul<P: TensorMetadata + Clone>(
+    lhs: VmapTensor<P>,
+    rhs: VmapTensor<P>,
+    broadcast_views: bool,
+) -> Product<P> {
     let (lc, rc) = (value(&lhs), value(&rhs));
     if (lc.is_none() && rc.is_none()) || lhs.dtype() != rhs.dtype() {
         return Product::Neither(lhs, rhs);
@@ -83,6 +90,14 @@ pub(crate) fn mul<P: TensorMetadata + Clone>(lhs: VmapTensor<P>, rhs: VmapTensor
     let Some(shape) = broadcast(&lhs.shape(), &rhs.shape()) else {
         return Product::Neither(lhs, rhs);
     };
+    let x_shape = match (lc, rc) {
+        (Some(_), None) => Some(rhs.shape()),
+        (None, Some(_)) => Some(lhs.shape()),
+        _ => None,
+    };
+    if x_shape.is_some_and(|x| x != shape) && !broadcast_views {
+        return Product::Neither(lhs, rhs);
+    }
     match (lc, rc) {
         (Some(a), Some(b)) => match product(lhs.dtype(), a, b) {
             Some(v) => match constant_like(lhs, &shape, v) {
