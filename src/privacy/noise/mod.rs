@@ -557,18 +557,11 @@ fn hardened(grads: ParamGrads, draw: Draw, k: i32) -> Result<ParamGrads, Privacy
         // One pass over the values in their own dtype (f32 and f64 are read as they are, every
         // value exact in f64), written in it; other dtypes through f64.
         let data = copies::to_host(flat(g.clone()));
-        let released =
-            match g.dtype() {
-                burn::tensor::DType::F32 => on_grid(data.as_slice::<f32>().expect("f32"), z, k)
-                    .map(|v| TensorData::new(v, [n])),
-                burn::tensor::DType::F64 => on_grid(data.as_slice::<f64>().expect("f64"), z, k)
-                    .map(|v| TensorData::new(v, [n])),
-                dtype => {
-                    let wide = data.convert::<f64>();
-                    on_grid(wide.as_slice::<f64>().expect("f64"), z, k)
-                        .map(|v| TensorData::new(v, [n]).convert_dtype(dtype))
-                }
-            };
+        let released = match g.dtype() {
+            burn::tensor::DType::F32 => released::<f32>(data, z, k),
+            burn::tensor::DType::F64 => released::<f64>(data, z, k),
+            dtype => released::<f64>(data.convert::<f64>(), z, k).map(|d| d.convert_dtype(dtype)),
+        };
         match released {
             Ok(data) => {
                 let shape = g.shape();
@@ -615,53 +608,64 @@ impl GridFloat for f64 {
     }
 }
 
+/// `data` (a flat host copy of one gradient, values of type `E`) released: every value `x`
+/// replaced by `γ·(round(x/γ) + Z)` ([`on_grid`]), written over the copy where its bytes can be
+/// written (no second buffer to allocate and fault in), else into a new one.
+fn released<E: GridFloat + burn::tensor::Element>(
+    mut data: TensorData,
+    noise: (&Noise, usize),
+    k: i32,
+) -> Result<TensorData, (usize, f64)> {
+    if let Ok(values) = data.as_mut_slice::<E>() {
+        on_grid(values, noise, k)?;
+        return Ok(data);
+    }
+    let mut values: Vec<E> = data.try_to_vec().expect("the gradient's own dtype");
+    let n = values.len();
+    on_grid(&mut values, noise, k)?;
+    Ok(TensorData::new(values, [n]))
+}
+
 /// `γ·(round(x/γ) + Z)` for every value `x` with its integer `Z` (coordinates `at..` of
-/// `noise`), `γ = 2^k`, in `x`'s type; the first value that is not finite (it has no grid
-/// point) as an error. In parallel, a chunk of the noise at a time.
+/// `noise`), `γ = 2^k`, in `x`'s type, written over `x`; the first value that is not finite (it
+/// has no grid point) as an error, before any is written. In parallel, a chunk of the noise at a
+/// time.
 fn on_grid<E: GridFloat>(
-    values: &[E],
+    values: &mut [E],
     (noise, at): (&Noise, usize),
     k: i32,
-) -> Result<Vec<E>, (usize, f64)> {
+) -> Result<(), (usize, f64)> {
     if let Some(i) = values.par_iter().position_first(|x| !x.wide().is_finite()) {
         return Err((i, values[i].wide()));
     }
     let (up, down) = (2f64.powi(-k), 2f64.powi(k));
-    let mut out = vec![E::narrow(0.0); values.len()];
-    // The output cut where the chunks of the noise are: disjoint pieces, one task each.
-    let mut rest = out.as_mut_slice();
+    // The values cut where the chunks of the noise are: disjoint pieces, one task each.
+    let len = values.len();
+    let mut rest = values;
     let mut pieces = Vec::new();
-    for (offset, ints, within, n) in noise.pieces(at, values.len()) {
+    for (_, ints, within, n) in noise.pieces(at, len) {
         let (piece, tail) = rest.split_at_mut(n);
         rest = tail;
-        pieces.push((piece, offset, ints, within));
+        pieces.push((piece, ints, within));
     }
     pieces
         .into_par_iter()
-        .for_each(|(piece, offset, ints, within)| {
-            let xs = &values[offset..offset + piece.len()];
-            match ints {
-                Ints::Narrow(z) => noised(piece, xs, &z[within..], (up, down)),
-                Ints::Wide(z) => noised(piece, xs, &z[within..], (up, down)),
-            }
+        .for_each(|(piece, ints, within)| match ints {
+            Ints::Narrow(z) => noised(piece, &z[within..], (up, down)),
+            Ints::Wide(z) => noised(piece, &z[within..], (up, down)),
         });
-    Ok(out)
+    Ok(())
 }
 
-/// `out[i] = γ·(round(xs[i]/γ) + z[i])`, `(up, down) = (2^-k, 2^k)`.
+/// `xs[i] = γ·(round(xs[i]/γ) + z[i])`, `(up, down) = (2^-k, 2^k)`.
 #[inline(always)]
-fn noised<E: GridFloat, Z: Copy + Into<i64>>(
-    out: &mut [E],
-    xs: &[E],
-    z: &[Z],
-    (up, down): (f64, f64),
-) {
-    for ((y, &x), &z) in out.iter_mut().zip(xs).zip(z) {
+fn noised<E: GridFloat, Z: Copy + Into<i64>>(xs: &mut [E], z: &[Z], (up, down): (f64, f64)) {
+    for (x, &z) in xs.iter_mut().zip(z) {
         // x·2^-k is exact; the clamp (1-Lipschitz: it cannot raise the sensitivity) acts only
         // far beyond any gradient, and keeps m + z in range.
         let m = (x.wide() * up).round_ties_even().clamp(-M_MAX, M_MAX);
         // A fixed function of the integer m + z: post-processing.
-        *y = E::narrow(grid_sum(m, z.into()) * down);
+        *x = E::narrow(grid_sum(m, z.into()) * down);
     }
 }
 
