@@ -66,9 +66,10 @@
 //! chunk from its own ChaCha20 stream keyed from the [`PrivacyRng`] (so the noise does not
 //! depend on the number of threads), each chunk's integers held as `i32` while they fit (half
 //! the memory, and a buffer small enough for the allocator to reuse), and the grid rounding and
-//! the noise applied a chunk at a time in one pass over the values in their own dtype: 15.6 ms
-//! per million coordinates on both cores, 1.9 times the plain sampler's 8.3 ms on one
-//! (`cargo bench --bench noise`, `add_noise` whole, read back and written). The integers do not
+//! the noise applied a chunk at a time in one pass over the values in their own dtype, written
+//! over the host copy of the gradient: 12.5 ms per million coordinates on both cores, 1.8 times
+//! the plain sampler's 7.0 ms (`cargo bench --bench noise`, `add_noise` whole, read back and
+//! written). The integers do not
 //! depend on the gradient, so a DP step ([`DpMechanism`](super::DpMechanism)) starts drawing
 //! them on a thread of its own before it computes the clipped sum, and only what is left when
 //! the sum is done costs it time (`draw.rs`). OpenDP 0.16's sampler of the same law (arbitrary-precision
