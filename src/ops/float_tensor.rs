@@ -70,7 +70,8 @@ impl<B: Backend> FloatTensorOps<Self> for Vmap<B> {
 
     // A product with a constant folds (`rules::constant`): a constant, or `x` times a scalar.
     fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        let views = crate::compat::scales_broadcast_views::<B>(&lhs.device());
+        let device = lhs.device();
+        let views = || crate::compat::scales_broadcast_views::<B>(&device);
         let (lhs, rhs) = match constant::mul(lhs, rhs, views) {
             Product::Constant(c) => return c,
             Product::Scaled { x, shape, by } => {

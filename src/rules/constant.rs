@@ -59,29 +59,25 @@ pub(crate) fn mul_scalar<P: TensorMetadata + Clone>(
     map(t, |v, dtype| product(dtype, v, float(by)?))
 }
 
-/// `t` expanded to the logical `shape` when `t` is a foldable constant, else `t` back.
-pub(crate) fn expand<P: TensorMetadata + Clone>(
+/// `t` at the logical `shape` (an `expand` or a `reshape` of it: the same value) when `t` is a
+/// foldable constant, else `t` back.
+pub(crate) fn at_shape<P: TensorMetadata + Clone>(
     t: VmapTensor<P>,
     shape: &Shape,
 ) -> Result<VmapTensor<P>, VmapTensor<P>> {
-    reshaped(t, shape)
-}
-
-/// `t` reshaped to the logical `shape` when `t` is a foldable constant, else `t` back.
-pub(crate) fn reshape<P: TensorMetadata + Clone>(
-    t: VmapTensor<P>,
-    shape: &Shape,
-) -> Result<VmapTensor<P>, VmapTensor<P>> {
-    reshaped(t, shape)
+    match value(&t) {
+        Some(v) => constant_like(t, shape, v),
+        None => Err(t),
+    }
 }
 
 /// `lhs * rhs` folded where either is a foldable constant of the other's dtype and rank; a
-/// tensor times a constant of more elements (the product a broadcast of the tensor) only with
-/// `broadcast_views` (see `compat::scales_broadcast_views`).
+/// tensor times a constant of more elements (the product a broadcast of the tensor) only where
+/// `broadcast_views()` says so (see `compat::scales_broadcast_views`; asked only then).
 pub(crate) fn mul<P: TensorMetadata + Clone>(
     lhs: VmapTensor<P>,
     rhs: VmapTensor<P>,
-    broadcast_views: bool,
+    broadcast_views: impl FnOnce() -> bool,
 ) -> Product<P> {
     let (lc, rc) = (value(&lhs), value(&rhs));
     if (lc.is_none() && rc.is_none()) || lhs.dtype() != rhs.dtype() {
@@ -95,7 +91,7 @@ pub(crate) fn mul<P: TensorMetadata + Clone>(
         (None, Some(_)) => Some(lhs.shape()),
         _ => None,
     };
-    if x_shape.is_some_and(|x| x != shape) && !broadcast_views {
+    if x_shape.is_some_and(|x| x != shape) && !broadcast_views() {
         return Product::Neither(lhs, rhs);
     }
     match (lc, rc) {
@@ -116,14 +112,15 @@ pub(crate) fn mul<P: TensorMetadata + Clone>(
             shape,
             by: Scalar::Float(c),
         },
-        (None, None) => unreachable!("one operand is a constant"),
+        (None, None) => Product::Neither(lhs, rhs),
     }
 }
 
 /// The value of `t` if it is a constant folded here: a float of dtype `f32` or `f64`.
 fn value<P: TensorMetadata + Clone>(t: &VmapTensor<P>) -> Option<f64> {
+    let c = t.constant()?;
     match t.dtype() {
-        DType::F32 | DType::F64 => float(t.constant()?),
+        DType::F32 | DType::F64 => float(c),
         _ => None,
     }
 }
@@ -155,17 +152,6 @@ fn map<P: TensorMetadata + Clone>(
     };
     let shape = t.shape();
     constant_like(t, &shape, v)
-}
-
-/// The constant `t` at the logical `shape` (an expand or a reshape: the same value).
-fn reshaped<P: TensorMetadata + Clone>(
-    t: VmapTensor<P>,
-    shape: &Shape,
-) -> Result<VmapTensor<P>, VmapTensor<P>> {
-    match value(&t) {
-        Some(v) => constant_like(t, shape, v),
-        None => Err(t),
-    }
 }
 
 /// The constant `v` at the logical `shape`, with the device and dtype of the constant `like`.

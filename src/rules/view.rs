@@ -18,7 +18,7 @@ pub(crate) fn reshape<B: Backend, K: Kind<B>>(
     t: VmapTensor<K::P>,
     shape: Shape,
 ) -> VmapTensor<K::P> {
-    let t = match constant::reshape(t, &shape) {
+    let t = match constant::at_shape(t, &shape) {
         Ok(folded) => return folded,
         Err(t) => t,
     };
@@ -96,7 +96,7 @@ pub(crate) fn expand<B: Backend, K: Kind<B>>(
         // Only a rank-0 tensor expands to rank 0: nothing to do.
         return t;
     }
-    let t = match constant::expand(t, &shape) {
+    let t = match constant::at_shape(t, &shape) {
         Ok(folded) => return folded,
         Err(t) => t,
     };

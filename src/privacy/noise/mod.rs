@@ -69,10 +69,10 @@
 //! the noise applied a chunk at a time in one pass over the values in their own dtype, written
 //! over the host copy of the gradient: 12.5 ms per million coordinates on both cores, 1.8 times
 //! the plain sampler's 7.0 ms (`cargo bench --bench noise`, `add_noise` whole, read back and
-//! written). The integers do not
-//! depend on the gradient, so a DP step ([`DpMechanism`](super::DpMechanism)) starts drawing
-//! them on a thread of its own before it computes the clipped sum, and only what is left when
-//! the sum is done costs it time (`draw.rs`). OpenDP 0.16's sampler of the same law (arbitrary-precision
+//! written). The integers do not depend on the gradient, so a DP step
+//! ([`DpMechanism`](super::DpMechanism)) starts drawing them on a thread of its own before it
+//! computes the clipped sum, and only what is left when the sum is done costs it time
+//! (`draw.rs`). OpenDP 0.16's sampler of the same law (arbitrary-precision
 //! rationals) takes 3.6 s per million, and without its OpenSSL feature draws from
 //! `rand::thread_rng`, not from a generator the caller controls.
 //!
