@@ -79,22 +79,19 @@
 mod copies;
 mod discrete;
 mod draw;
+mod grid;
 pub(crate) mod keyed;
 #[cfg(test)]
 mod law;
 
 use burn::tensor::{Device, Tensor, TensorData};
 use rand_distr::{Distribution, StandardNormal};
-use rayon::prelude::*;
 
 use super::{PrivacyError, PrivacyRng};
 use crate::transform::grad::ParamGrads;
 use crate::tree::Leaf;
 use discrete::DiscreteGaussian;
-use draw::{Draw, Ints, Noise};
-
-/// The grid index `round(x/γ)` is clamped to `±2^100` (`|Z| < 2^63`: the sum fits an `i128`).
-const M_MAX: f64 = 1.2676506002282294e30;
+use draw::Draw;
 
 /// How [`add_noise`] draws its Gaussian noise.
 ///
@@ -408,7 +405,7 @@ impl PendingNoise {
                     });
                 }
                 match started {
-                    Hardened::Host(draw, k) => hardened(grads, draw, k),
+                    Hardened::Host(draw, k) => grid::hardened(grads, draw, k),
                     Hardened::Keyed(noise, _) => keyed::add_to(grads, noise),
                 }
             }
@@ -525,171 +522,4 @@ fn discrete_gaussian(std: f64, granularity: f64) -> Result<Option<DiscreteGaussi
     DiscreteGaussian::new(std / granularity)
         .map(Some)
         .ok_or_else(|| argument("std", "0, or between granularity and 2^47·granularity", std))
-}
-
-/// The integer `m + z` (`m` an integer-valued `f64`, `|m| ≤ 2^100`) rounded to the nearest
-/// `f64`: in `i64` when it fits (the common case: `i128` conversions are library calls), else in
-/// `i128`; the same value either way.
-#[inline]
-fn grid_sum(m: f64, z: i64) -> f64 {
-    const FITS: f64 = (1u64 << 62) as f64;
-    if m.abs() < FITS
-        && let Some(sum) = (m as i64).checked_add(z)
-    {
-        return sum as f64;
-    }
-    (m as i128 + z as i128) as f64
-}
-
-/// `γ·(round(x/γ) + Z)` for every coordinate `x` of `grads`, in order, `γ = 2^k`, with the
-/// integers `Z` of `draw` (as many: checked by [`PendingNoise::add`]).
-fn hardened(grads: ParamGrads, draw: Draw, k: i32) -> Result<ParamGrads, PrivacyError> {
-    let z = draw.finish();
-    let mut offset = 0;
-    let mut failure = None;
-    let noisy = grads.map(|path, g| {
-        if failure.is_some() {
-            return g;
-        }
-        let n = g.shape().num_elements();
-        let at = offset;
-        offset += n;
-        let z = (&z, at);
-        // One pass over the values in their own dtype (f32 and f64 are read as they are, every
-        // value exact in f64), written in it; other dtypes through f64.
-        let data = copies::to_host(flat(g.clone()));
-        let released = match g.dtype() {
-            burn::tensor::DType::F32 => released::<f32>(data, z, k),
-            burn::tensor::DType::F64 => released::<f64>(data, z, k),
-            dtype => released::<f64>(data.convert::<f64>(), z, k).map(|d| d.convert_dtype(dtype)),
-        };
-        match released {
-            Ok(data) => {
-                let shape = g.shape();
-                Leaf::new(copies::to_device(data, &g.device(), g.dtype())).reshape(shape)
-            }
-            Err((i, value)) => {
-                failure = Some(PrivacyError::Argument {
-                    argument: "grads",
-                    expected: "finite gradient values (hardened noise rounds them to its grid)",
-                    got: format!("{value} at {path}[{i}] (flattened)"),
-                });
-                g
-            }
-        }
-    });
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(noisy),
-    }
-}
-
-/// A float dtype the grid is read from and written to: every value is exact in `f64`, and the
-/// released value is the nearest one to the grid point (post-processing).
-trait GridFloat: Copy + Send + Sync + 'static {
-    fn wide(self) -> f64;
-    fn narrow(v: f64) -> Self;
-}
-
-impl GridFloat for f32 {
-    fn wide(self) -> f64 {
-        f64::from(self)
-    }
-    fn narrow(v: f64) -> Self {
-        v as f32
-    }
-}
-
-impl GridFloat for f64 {
-    fn wide(self) -> f64 {
-        self
-    }
-    fn narrow(v: f64) -> Self {
-        v
-    }
-}
-
-/// `data` (a flat host copy of one gradient, values of type `E`) released: every value `x`
-/// replaced by `γ·(round(x/γ) + Z)` ([`on_grid`]), written over the copy where its bytes can be
-/// written (no second buffer to allocate and fault in), else into a new one.
-fn released<E: GridFloat + burn::tensor::Element>(
-    mut data: TensorData,
-    noise: (&Noise, usize),
-    k: i32,
-) -> Result<TensorData, (usize, f64)> {
-    if let Ok(values) = data.as_mut_slice::<E>() {
-        on_grid(values, noise, k)?;
-        return Ok(data);
-    }
-    let mut values: Vec<E> = data.try_to_vec().expect("the gradient's own dtype");
-    let n = values.len();
-    on_grid(&mut values, noise, k)?;
-    Ok(TensorData::new(values, [n]))
-}
-
-/// `γ·(round(x/γ) + Z)` for every value `x` with its integer `Z` (coordinates `at..` of
-/// `noise`), `γ = 2^k`, in `x`'s type, written over `x`; the first value that is not finite (it
-/// has no grid point) as an error, before any is written. In parallel, a chunk of the noise at a
-/// time.
-fn on_grid<E: GridFloat>(
-    values: &mut [E],
-    (noise, at): (&Noise, usize),
-    k: i32,
-) -> Result<(), (usize, f64)> {
-    if let Some(i) = values.par_iter().position_first(|x| !x.wide().is_finite()) {
-        return Err((i, values[i].wide()));
-    }
-    let (up, down) = (2f64.powi(-k), 2f64.powi(k));
-    // The values cut where the chunks of the noise are: disjoint pieces, one task each.
-    let len = values.len();
-    let mut rest = values;
-    let mut pieces = Vec::new();
-    for (_, ints, within, n) in noise.pieces(at, len) {
-        let (piece, tail) = rest.split_at_mut(n);
-        rest = tail;
-        pieces.push((piece, ints, within));
-    }
-    pieces
-        .into_par_iter()
-        .for_each(|(piece, ints, within)| match ints {
-            Ints::Narrow(z) => noised(piece, &z[within..], (up, down)),
-            Ints::Wide(z) => noised(piece, &z[within..], (up, down)),
-        });
-    Ok(())
-}
-
-/// `xs[i] = γ·(round(xs[i]/γ) + z[i])`, `(up, down) = (2^-k, 2^k)`.
-#[inline(always)]
-fn noised<E: GridFloat, Z: Copy + Into<i64>>(xs: &mut [E], z: &[Z], (up, down): (f64, f64)) {
-    for (x, &z) in xs.iter_mut().zip(z) {
-        // x·2^-k is exact; the clamp (1-Lipschitz: it cannot raise the sensitivity) acts only
-        // far beyond any gradient, and keeps m + z in range.
-        let m = (x.wide() * up).round_ties_even().clamp(-M_MAX, M_MAX);
-        // A fixed function of the integer m + z: post-processing.
-        *x = E::narrow(grid_sum(m, z.into()) * down);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn should_sum_on_the_grid_as_in_i128() {
-        let p62 = (1u64 << 62) as f64;
-        for (m, z) in [
-            (0.0, 0i64),
-            (-3.0, 5),
-            (p62 / 2.0, i64::MAX),
-            (-p62 / 2.0, i64::MIN + 1),
-            (p62 - 1024.0, 7),
-            (p62, -7),
-            (-p62, 7),
-            (M_MAX, i64::MAX),
-            (-M_MAX, i64::MIN + 1),
-        ] {
-            let exact = (m as i128 + z as i128) as f64;
-            assert_eq!(grid_sum(m, z), exact, "{m} + {z}");
-        }
-    }
 }
