@@ -15,8 +15,9 @@ use std::time::Duration;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Device, Tensor};
 use burn_vmap::privacy::{NoiseKind, PrivacyRng, add_noise};
+use burn_vmap::tree::Leaf;
 use burn_vmap::{ParamGrads, per_example_grads};
-use criterion::{Criterion, SamplingMode};
+use criterion::{BatchSize, Criterion, SamplingMode};
 
 use common::mean_ns;
 
@@ -32,9 +33,21 @@ fn grads(device: &Device) -> ParamGrads {
         .sum_batch()
 }
 
+/// `grads` with buffers of their own, as a DP step's fresh clipped sum has (a clone shares its
+/// buffers, which the noise must then copy before it writes).
+fn fresh(grads: &ParamGrads) -> ParamGrads {
+    grads.clone().map(|_, g| {
+        let (data, device) = (g.to_data(), g.device());
+        match data.shape().len() {
+            1 => Leaf::new(Tensor::<1>::from_data(data, &device)),
+            _ => Leaf::new(Tensor::<2>::from_data(data, &device)),
+        }
+    })
+}
+
 /// Noise on `grads`, waited for (its values read back).
-fn noisy(grads: &ParamGrads, kind: NoiseKind, rng: &mut PrivacyRng) {
-    let out = add_noise(grads.clone(), STD, kind, rng).unwrap();
+fn noisy(grads: ParamGrads, kind: NoiseKind, rng: &mut PrivacyRng) {
+    let out = add_noise(grads, STD, kind, rng).unwrap();
     let w: Tensor<2> = out.get("weight").unwrap();
     std::hint::black_box(w.into_data());
 }
@@ -52,17 +65,29 @@ fn main() {
     group.sampling_mode(SamplingMode::Flat);
     let mut rng = PrivacyRng::from_entropy();
     group.bench_function("plain", |b| {
-        b.iter(|| noisy(&g, NoiseKind::Plain, &mut rng))
+        b.iter_batched(
+            || fresh(&g),
+            |g| noisy(g, NoiseKind::Plain, &mut rng),
+            BatchSize::LargeInput,
+        )
     });
     group.bench_function("hardened", |b| {
-        b.iter(|| noisy(&g, NoiseKind::default(), &mut rng))
+        b.iter_batched(
+            || fresh(&g),
+            |g| noisy(g, NoiseKind::default(), &mut rng),
+            BatchSize::LargeInput,
+        )
     });
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()
         .unwrap();
     group.bench_function("hardened_1_thread", |b| {
-        b.iter(|| one.install(|| noisy(&g, NoiseKind::default(), &mut rng)))
+        b.iter_batched(
+            || fresh(&g),
+            |g| one.install(|| noisy(g, NoiseKind::default(), &mut rng)),
+            BatchSize::LargeInput,
+        )
     });
     group.finish();
     c.final_summary();

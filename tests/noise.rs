@@ -193,8 +193,11 @@ fn should_release_values_on_the_grid() {
         noisy.iter().all(|v| (v / grid).fract() == 0.0),
         "on the grid"
     );
-    // Without noise: each coordinate rounded to its nearest grid point.
+    // The noise is written over the gradient's own buffer only where no other tensor shares it:
+    // the clone passed in left `g` as it was.
     let exact = values(&g);
+    assert_eq!(exact, values(&grads(&inputs, 4)), "g unchanged");
+    // Without noise: each coordinate rounded to its nearest grid point.
     let rounded = values(&add_noise(g, 0.0, hardened(grid), &mut PrivacyRng::seeded(4)).unwrap());
     for (r, x) in rounded.iter().zip(&exact) {
         assert!(

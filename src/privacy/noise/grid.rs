@@ -2,7 +2,7 @@
 //! gradient read back, every value `x` released as `γ·(round(x/γ) + Z)` with its integer `Z`
 //! from [`Draw`], written over the host copy, and the release written to the device.
 
-use burn::tensor::TensorData;
+use burn::tensor::{DType, Tensor, TensorData};
 use rayon::prelude::*;
 
 use super::draw::{Draw, Ints, Noise};
@@ -41,26 +41,28 @@ pub(super) fn hardened(grads: ParamGrads, draw: Draw, k: i32) -> Result<ParamGra
         let at = offset;
         offset += n;
         let z = (&z, at);
+        let (shape, device, dtype) = (g.shape(), g.device(), g.dtype());
+        // The gradient itself is read back (not a clone): a backend that holds its values on the
+        // host hands over its buffer when no other tensor shares it (Flex), and the release is
+        // written over it, with no copy made.
+        let data = copies::to_host(flat(g));
         // One pass over the values in their own dtype (f32 and f64 are read as they are, every
         // value exact in f64), written in it; other dtypes through f64.
-        let data = copies::to_host(flat(g.clone()));
-        let released = match g.dtype() {
-            burn::tensor::DType::F32 => released::<f32>(data, z, k),
-            burn::tensor::DType::F64 => released::<f64>(data, z, k),
+        let released = match dtype {
+            DType::F32 => released::<f32>(data, z, k),
+            DType::F64 => released::<f64>(data, z, k),
             dtype => released::<f64>(data.convert::<f64>(), z, k).map(|d| d.convert_dtype(dtype)),
         };
         match released {
-            Ok(data) => {
-                let shape = g.shape();
-                Leaf::new(copies::to_device(data, &g.device(), g.dtype())).reshape(shape)
-            }
+            Ok(data) => Leaf::new(copies::to_device(data, &device, dtype)).reshape(shape),
             Err((i, value)) => {
                 failure = Some(PrivacyError::Argument {
                     argument: "grads",
                     expected: "finite gradient values (hardened noise rounds them to its grid)",
                     got: format!("{value} at {path}[{i}] (flattened)"),
                 });
-                g
+                // A stand-in of the gradient's shape: the call returns the error, not these.
+                Leaf::new(Tensor::<1>::zeros([n], (&device, dtype))).reshape(shape)
             }
         }
     });
