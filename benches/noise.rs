@@ -2,8 +2,10 @@
 //! grid `2^-20`, `burn_vmap::privacy::NoiseKind::Hardened`, on every core and on one thread)
 //! against the plain `f32` sampler (`NoiseKind::Plain`), both through `add_noise` on the
 //! gradients of a 1000x1000 `Linear` (1 001 000 coordinates) with `std = σ·C = 1.1`, read back
-//! from the device as the hardened noise does (`cargo bench --bench noise`). The ratios, read
-//! from this run, are printed at the end.
+//! from the device as the hardened noise does (`cargo bench --bench noise`). Each iteration
+//! noises a fresh copy of the gradients (made outside the timing), as a DP step noises its fresh
+//! clipped sum: a clone would share its buffers, which the noise must copy before it writes.
+//! The ratios, read from this run, are printed at the end.
 //!
 //! For scale: the DP-SGD step of the 784-512-512-10 MLP (670 000 parameters, `--bench dp`)
 //! draws 0.67 of this noise.

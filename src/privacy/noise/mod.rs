@@ -67,9 +67,12 @@
 //! depend on the number of threads), each chunk's integers held as `i32` while they fit (half
 //! the memory, and a buffer small enough for the allocator to reuse), and the grid rounding and
 //! the noise applied a chunk at a time in one pass over the values in their own dtype, written
-//! over the host copy of the gradient: 12.5 ms per million coordinates on both cores, 1.8 times
-//! the plain sampler's 7.0 ms (`cargo bench --bench noise`, `add_noise` whole, read back and
-//! written). The integers do not depend on the gradient, so a DP step
+//! over the gradient's buffer read back (Flex hands over a buffer no other tensor shares; else
+//! over a copy), after a check that every value is finite (`grid.rs`): 11.7-18.6 ms per million
+//! coordinates on both cores of a 2-core machine in four runs of one day, against 6.9-7.4 ms
+//! for the plain sampler (1.6-2.5x; the second core's share varies from run to run), 20-23 ms
+//! on one thread (`cargo bench --bench noise`, `add_noise` whole on a fresh gradient, read back
+//! and written). The integers do not depend on the gradient, so a DP step
 //! ([`DpMechanism`](super::DpMechanism)) starts drawing them on a thread of its own before it
 //! computes the clipped sum, and only what is left when the sum is done costs it time
 //! (`draw.rs`). OpenDP 0.16's sampler of the same law (arbitrary-precision
