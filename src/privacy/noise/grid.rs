@@ -1,12 +1,13 @@
 //! The hardened noise on the host (Flex and any backend without the keyed kernel): each
 //! gradient read back, every value `x` released as `γ·(round(x/γ) + Z)` with its integer `Z`
-//! from [`Draw`], written over the host copy, and the release written to the device.
+//! from [`Draw`], written over the values read back (the gradient's own buffer where no other
+//! tensor shares it), and the release written to the device.
 
 use burn::tensor::{DType, Tensor, TensorData};
 use rayon::prelude::*;
 
 use super::draw::{Draw, Ints, Noise};
-use super::{PrivacyError, copies, flat};
+use super::{PrivacyError, copies, flat, not_finite};
 use crate::transform::grad::ParamGrads;
 use crate::tree::Leaf;
 
@@ -37,11 +38,10 @@ pub(super) fn hardened(grads: ParamGrads, draw: Draw, k: i32) -> Result<ParamGra
         if failure.is_some() {
             return g;
         }
-        let n = g.shape().num_elements();
-        let at = offset;
-        offset += n;
-        let z = (&z, at);
         let (shape, device, dtype) = (g.shape(), g.device(), g.dtype());
+        let n = shape.num_elements();
+        let z = (&z, offset);
+        offset += n;
         // The gradient itself is read back (not a clone): a backend that holds its values on the
         // host hands over its buffer when no other tensor shares it (Flex), and the release is
         // written over it, with no copy made.
@@ -56,11 +56,7 @@ pub(super) fn hardened(grads: ParamGrads, draw: Draw, k: i32) -> Result<ParamGra
         match released {
             Ok(data) => Leaf::new(copies::to_device(data, &device, dtype)).reshape(shape),
             Err((i, value)) => {
-                failure = Some(PrivacyError::Argument {
-                    argument: "grads",
-                    expected: "finite gradient values (hardened noise rounds them to its grid)",
-                    got: format!("{value} at {path}[{i}] (flattened)"),
-                });
+                failure = Some(not_finite(path, i, value));
                 // A stand-in of the gradient's shape: the call returns the error, not these.
                 Leaf::new(Tensor::<1>::zeros([n], (&device, dtype))).reshape(shape)
             }

@@ -475,6 +475,16 @@ fn grid_exponent(granularity: f64) -> Result<i32, PrivacyError> {
     }
 }
 
+/// The error for value `i` (flattened) of the gradient at `path`, which is not finite: hardened
+/// noise has no grid point to round it to.
+fn not_finite(path: &str, i: usize, value: f64) -> PrivacyError {
+    PrivacyError::Argument {
+        argument: "grads",
+        expected: "finite gradient values (hardened noise rounds them to its grid)",
+        got: format!("{value} at {path}[{i}] (flattened)"),
+    }
+}
+
 /// `x` flattened to rank 1.
 fn flat(leaf: Leaf) -> Tensor<1> {
     let n = leaf.shape().num_elements();

@@ -430,11 +430,7 @@ fn non_finite(grads: &ParamGrads) -> PrivacyError {
         let values = copies::to_host(flat(g.clone())).convert::<f64>();
         let values = values.as_slice::<f64>().expect("f64");
         if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-            return PrivacyError::Argument {
-                argument: "grads",
-                expected: "finite gradient values (hardened noise rounds them to its grid)",
-                got: format!("{} at {path}[{i}] (flattened)", values[i]),
-            };
+            return super::not_finite(path, i, values[i]);
         }
     }
     unreachable!("a value that is not finite was flagged")
