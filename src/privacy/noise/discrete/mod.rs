@@ -62,10 +62,21 @@
 //! `i64`), so the output is `N_Z(0, σ²)` conditioned on `|Z| < 2^63`, an event whose complement
 //! has probability below `exp(-2^31)` (`σ < 2^47`; below `exp(-2^61)` for `σ < 2^32`).
 //!
+//! # Reading the stream
+//! Each draw starts at a word boundary of the bit stream (the unread rest of the last draw's
+//! word is skipped, never read). The usual draw is decided by that one 64-bit word, and then
+//! consumes it whole ([`DiscreteGaussian::sample`]): where the next draw starts does not wait
+//! on this one's table lookups and arithmetic, so the core overlaps consecutive draws. Any
+//! other draw reads the same bits one part at a time, to the same effect, and goes on. Both
+//! ends are stopping times (decided by the bits read so far), so every draw reads fresh bits:
+//! the draws are independent, each of the exact law (and the same values as the algorithm run
+//! from each word boundary, which a test checks).
+//!
 //! # Cost
-//! At `σ ≈ 10⁶` (`m = 64`), 1.006 proposals and about 47 random bits a draw: 9 for `k`, 23 for
-//! `j` (8 spare bits make Lemire's redraw rare), 13 for `c`, 1 for the sign. Smaller scales pick
-//! the `m` of least estimated time (`w ≤ 1`, one candidate an interval, is often best).
+//! At `σ ≈ 10⁶` (`m = 64`), 1.006 proposals a draw, and about 47 random bits decide one: 9 for
+//! `k`, 23 for `j` (8 spare bits make Lemire's redraw rare), 13 for `c`, 1 for the sign; 19
+//! draws in 20 are decided by their first word and take its 64 bits. Smaller scales pick the `m`
+//! of least estimated time (`w ≤ 1`, one candidate an interval, is often best).
 
 use rand::Rng;
 use std::borrow::Cow;
@@ -131,6 +142,13 @@ impl<'a, R: Rng + ?Sized> Bits<'a, R> {
             *w = self.rng.next_u64();
         }
         self.pos -= 64 * WORDS;
+    }
+
+    /// Skips to the next word boundary of the stream (nothing if at one): the bits skipped are
+    /// never read.
+    #[inline]
+    fn align(&mut self) {
+        self.pos = self.pos.next_multiple_of(64);
     }
 
     /// Consumes `n ≤ 64` bits, after [`peek64`](Self::peek64).
@@ -506,28 +524,37 @@ impl DiscreteGaussian {
         1 << self.e
     }
 
-    /// One draw.
+    /// One draw, from the next word boundary of the stream on (the unread rest of the word
+    /// the last draw ended in is never read). The usual draw ([`usual`](Self::usual)) is
+    /// decided by that word alone and consumes it whole, so where the next draw starts does not
+    /// wait on this one's arithmetic and the core works on several draws at once; any other
+    /// draw runs the algorithm one part at a time from the same bits ([`parts`](Self::parts)).
+    /// Either way the value is the algorithm's on the bits from the boundary on, and each draw
+    /// ends at a stopping time of the stream, so the draws are independent, each of the exact
+    /// law.
     #[inline(always)]
     pub(super) fn sample<R: Rng + ?Sized>(&self, bits: &mut Bits<'_, R>) -> i64 {
+        bits.align();
+        let u = bits.peek64();
+        if let Some(z) = self
+            .table
+            .decide(u)
+            .and_then(|(k, used)| self.usual(u, k, used))
+        {
+            bits.skip(64);
+            return z;
+        }
+        self.parts(bits)
+    }
+
+    /// The algorithm of the module's notes, one part at a time.
+    #[inline(never)]
+    fn parts<R: Rng + ?Sized>(&self, bits: &mut Bits<'_, R>) -> i64 {
         loop {
             let k = self.table.sample(bits);
             let j = bits.uniform(self.slots, self.j_bits, self.j_threshold);
             let (i, n) = self.locate(k, j);
-            if n >= self.a || i > i64::MAX as u128 {
-                continue;
-            }
-            if n > 0 && k < self.m2 {
-                // The usual draw: the first trial of `accept` fails on `c > 2k`, and the draw is
-                // kept; `c` and the sign read at once (the same bits `accept` would read).
-                let c_bits = 2 * self.e + 1;
-                let v = bits.peek64();
-                if v >> (64 - c_bits) > 2 * k {
-                    bits.skip(c_bits + 1);
-                    let i = i as i64;
-                    return if (v >> (63 - c_bits)) & 1 == 1 { -i } else { i };
-                }
-            }
-            if !self.accept(bits, k, n) {
+            if n >= self.a || i > i64::MAX as u128 || !self.accept(bits, k, n) {
                 continue;
             }
             let negative = bits.bit();
@@ -537,6 +564,50 @@ impl DiscreteGaussian {
             let i = i as i64;
             return if negative { -i } else { i };
         }
+    }
+
+    /// The usual draw, decided by the word `u` (the next 64 bits) whose first `used` bits
+    /// decide `k`: the next bits give `j` at Lemire's first try, the candidate lies inside its
+    /// interval and is kept at once (`x = 0`; or, for `k < m²`, the next `2e + 1` bits give a
+    /// `c > 2k`: the first trial of [`accept`](Self::accept) fails), and the next bit is a sign
+    /// that is kept. `None` when any of that fails or does not fit in `u` (then
+    /// [`parts`](Self::parts) reads the same bits to the same effect). About 99% of draws at
+    /// the DP scale.
+    #[inline(always)]
+    fn usual(&self, u: u64, k: u64, used: u32) -> Option<i64> {
+        let c_bits = 2 * self.e + 1;
+        if used + self.j_bits + c_bits + 1 > 64 || k >= self.m2 {
+            return None;
+        }
+        // `used ≤ 61` and `j_bits ≤ 61`: the shifts are defined.
+        let rest = u << used;
+        let j = if self.j_bits == 0 {
+            0
+        } else {
+            lemire(
+                rest & !(u64::MAX >> self.j_bits),
+                self.slots,
+                self.j_threshold,
+            )?
+        };
+        let (i, n) = self.locate(k, j);
+        if n >= self.a || i > i64::MAX as u128 {
+            return None;
+        }
+        let tail = rest << self.j_bits;
+        let negative = if n == 0 {
+            // `x = 0`: kept; the sign next (`-0` rejected).
+            tail >> 63 == 1
+        } else if tail >> (64 - c_bits) > 2 * k {
+            (tail >> (63 - c_bits)) & 1 == 1
+        } else {
+            return None;
+        };
+        if i == 0 && negative {
+            return None;
+        }
+        let i = i as i64;
+        Some(if negative { -i } else { i })
     }
 
     /// The candidate `i = ⌈k·w⌉ + j` and `n = i·Dm - k·a` (`x = n/a`; `n < Dm + j·Dm`): in `u64`
