@@ -158,9 +158,46 @@ fn first_not_finite<E: GridFloat>(values: &[E]) -> Option<usize> {
         .map(|i| start + i)
 }
 
-/// `xs[i] = γ·(round(xs[i]/γ) + z[i])`, `(up, down) = (2^-k, 2^k)`.
+/// `xs[i] = γ·(round(xs[i]/γ) + z[i])`, `(up, down) = (2^-k, 2^k)`, a block of values at a
+/// time: in `f64` alone ([`noised_small`]) where every `|x/γ|` and `|z|` of the block is below
+/// `2^51` (gradients: `|x| < 2^31` at `γ = 2^-20`), else by the integer path ([`noised_exact`]);
+/// the same values either way.
 #[inline(always)]
 fn noised<E: GridFloat, Z: Copy + Into<i64>>(xs: &mut [E], z: &[Z], (up, down): (f64, f64)) {
+    const BLOCK: usize = 64;
+    for (xs, z) in xs.chunks_mut(BLOCK).zip(z.chunks(BLOCK)) {
+        // Without a branch a value; NaN is not below (the values are finite here).
+        let small = xs.iter().zip(z).fold(true, |small, (x, &z)| {
+            small & ((x.wide() * up).abs() < SMALL) & ((z.into() as f64).abs() < SMALL)
+        });
+        if small {
+            noised_small(xs, z, (up, down));
+        } else {
+            noised_exact(xs, z, (up, down));
+        }
+    }
+}
+
+/// `2^51`: below it, `v` rounds to an integer in `f64` ([`noised_small`]).
+const SMALL: f64 = (1u64 << 51) as f64;
+
+/// [`noised`] for `|x/γ| < 2^51` and `|z| < 2^51`: `v + 1.5·2^52` lies in `[2^52, 2^53)`, where
+/// the `f64` are the integers, so IEEE round-to-nearest-even (Rust's float arithmetic, never
+/// reassociated) makes `(v + 1.5·2^52) - 1.5·2^52` the integer nearest `v`, ties to even, as
+/// `round_ties_even` does, and `|m + z| < 2^52` is exact: no branch and no library call a value
+/// (the compiler vectorizes it).
+#[inline(always)]
+fn noised_small<E: GridFloat, Z: Copy + Into<i64>>(xs: &mut [E], z: &[Z], (up, down): (f64, f64)) {
+    const ROUND: f64 = (3u64 << 51) as f64;
+    for (x, &z) in xs.iter_mut().zip(z) {
+        let m = (x.wide() * up + ROUND) - ROUND;
+        *x = E::narrow((m + z.into() as f64) * down);
+    }
+}
+
+/// [`noised`] for any finite values, in integers.
+#[inline(never)]
+fn noised_exact<E: GridFloat, Z: Copy + Into<i64>>(xs: &mut [E], z: &[Z], (up, down): (f64, f64)) {
     for (x, &z) in xs.iter_mut().zip(z) {
         // x·2^-k is exact; the clamp (1-Lipschitz: it cannot raise the sensitivity) acts only
         // far beyond any gradient, and keeps m + z in range.
@@ -217,5 +254,65 @@ mod tests {
             let exact = (m as i128 + z as i128) as f64;
             assert_eq!(grid_sum(m, z), exact, "{m} + {z}");
         }
+    }
+
+    /// Bit for bit (the sign of zero too) as the integer path, in blocks all small, all
+    /// large and mixed, ties included.
+    #[test]
+    fn should_release_in_f64_as_in_integers() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let (up, down) = (2f64.powi(20), 2f64.powi(-20));
+        let edge = SMALL * down;
+        let xs: Vec<f64> = (0..1000)
+            .map(|i| match i % 7 {
+                // Ties: (n + 1/2)·γ, both signs.
+                0 => (f64::from(rng.random_range(-1000i32..1000)) + 0.5) * down,
+                1 => rng.random_range(-1.0..1.0),
+                2 => rng.random_range(-1e-6..1e-6),
+                3 => -0.0,
+                // Near 2^51 grid steps, in the last blocks only.
+                4 if i >= 640 => edge * rng.random_range(0.999..1.001),
+                5 if i >= 640 => -edge * rng.random_range(0.999..1.001),
+                4 | 5 => rng.random_range(-1e9..1e9) * down,
+                _ => rng.random_range(-1e3..1e3),
+            })
+            .collect();
+        // Blocks 0-2 and 4-9 small (in f64 alone), 3 with large integers, 10-15 with large
+        // values.
+        assert!(xs[..640].iter().all(|x| (x * up).abs() < SMALL));
+        let z: Vec<i64> = (0..xs.len())
+            .map(|i| match i {
+                200 => 1 << 52,
+                201 => -(1 << 60),
+                _ => rng.random_range(-(1i64 << 31)..1 << 31),
+            })
+            .collect();
+        let narrow: Vec<i32> = z
+            .iter()
+            .map(|&z| z.clamp(-(1 << 31), (1 << 31) - 1) as i32)
+            .collect();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let (mut fast, mut exact) = (xs.clone(), xs.clone());
+        noised(&mut fast, &z, (up, down));
+        noised_exact(&mut exact, &z, (up, down));
+        assert_eq!(bits(&fast), bits(&exact));
+        let (mut fast, mut exact) = (xs.clone(), xs.clone());
+        noised(&mut fast, &narrow, (up, down));
+        noised_exact(&mut exact, &narrow, (up, down));
+        assert_eq!(bits(&fast), bits(&exact));
+        let small: Vec<f32> = xs.iter().map(|&x| x as f32).collect();
+        let (mut fast, mut exact) = (small.clone(), small);
+        noised(&mut fast, &narrow, (up, down));
+        noised_exact(&mut exact, &narrow, (up, down));
+        assert!(
+            fast.iter()
+                .zip(&exact)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        );
+        // The path taken: a block of values at 0.25 (ties at 2^18 grid steps) in f64 alone.
+        let mut quarter = vec![0.25 + down / 2.0; 64];
+        noised_small(&mut quarter, &[0i32; 64], (up, down));
+        assert!(quarter.iter().all(|&x| x == 0.25));
     }
 }
