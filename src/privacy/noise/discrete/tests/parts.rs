@@ -295,9 +295,28 @@ fn should_tabulate_the_cdf_of_k() {
             "{}",
             w.len()
         );
-        for (t, &g) in table.guide.iter().enumerate() {
-            let start = (t as u64) << (64 - GUIDE_BITS);
-            assert!(w[g as usize].hi >= start && (g == 0 || w[g as usize - 1].hi < start));
+        let mut pure = 0.0;
+        for (t, &slot) in table.guide.iter().enumerate() {
+            let start = (t as u64) << SLICE;
+            let g = usize::from(slot & !PURE);
+            assert!(w[g].hi >= start && (g == 0 || w[g - 1].hi < start));
+            if slot & PURE != 0 {
+                // Every `u` of the slice: below `F_k`, above `F_{k-1}` (decided, with `k`).
+                let end = start | ((1 << SLICE) - 1);
+                assert!(end < w[g].lo && w[g].below < start, "e = {e}, t = {t}");
+                for u in [start, end, start | (1 << (SLICE - 1))] {
+                    assert_eq!(
+                        table.decide(u),
+                        Some((g as u64, GUIDE_BITS)),
+                        "e = {e}, t = {t}"
+                    );
+                }
+                pure += 1.0 / table.guide.len() as f64;
+            }
+        }
+        // The share of `u` the guide alone decides.
+        if e == M_EXP_MAX {
+            assert!(pure > 0.9, "{pure}");
         }
     }
 }
