@@ -58,19 +58,22 @@
 //! per-step RDP alone (Zhu and Wang 2019, the general bound for Poisson-subsampled RDP).
 //!
 //! # Cost
-//! About 47 random bits and 1.006 proposals per coordinate at the DP scale (`σ ≈ 10⁶` grid
-//! steps), all in `u64` arithmetic but for a table of the envelope's law built once per process
-//! (3 ms). On one core that is 2.7 times the plain sampler (17 ns against 6.5 ns a coordinate on
-//! a 2-core machine; the sampler it replaces, Canonne, Kamath and Steinke's Algorithms 1–3, took
-//! 109 ns and 286 bits); coordinates are drawn in chunks of 16384 in parallel (rayon), each
-//! chunk from its own ChaCha20 stream keyed from the [`PrivacyRng`] (so the noise does not
-//! depend on the number of threads), each chunk's integers held as `i32` while they fit (half
-//! the memory, and a buffer small enough for the allocator to reuse), and the grid rounding and
-//! the noise applied a chunk at a time in one pass over the values in their own dtype, written
-//! over the gradient's buffer read back (Flex hands over a buffer no other tensor shares; else
-//! over a copy), after a check that every value is finite (`grid.rs`): 11.7-18.6 ms per million
-//! coordinates on both cores of a 2-core machine in four runs of one day, against 6.9-7.4 ms
-//! for the plain sampler (1.6-2.5x; the second core's share varies from run to run), 20-23 ms
+//! About 47 random bits decide a coordinate, and 1.006 proposals, at the DP scale (`σ ≈ 10⁶`
+//! grid steps), all in `u64` arithmetic but for a table of the envelope's law built once per
+//! process (3 ms). 19 draws in 20 take their interval from a 12-bit guide with no search and are
+//! decided by one 64-bit word of the stream, which they consume whole, so the core overlaps
+//! consecutive draws (`discrete/`): on one core of a 2-core machine a draw costs 10 ns with its
+//! ChaCha20 bits (22 ns before those two changes; the sampler it replaced, Canonne, Kamath and
+//! Steinke's Algorithms 1–3, took 109 ns and 286 bits), against 6.5 ns for the plain sampler.
+//! Coordinates are drawn in chunks of 16384 in parallel (rayon), each chunk from its own
+//! ChaCha20 stream keyed from the [`PrivacyRng`] (so the noise does not depend on the number
+//! of threads), each chunk's integers held as `i32` while they fit (half the memory, and a
+//! buffer small enough for the allocator to reuse), and the grid rounding and the noise applied
+//! a chunk at a time in one pass over the values in their own dtype, written over the
+//! gradient's buffer read back (Flex hands over a buffer no other tensor shares; else over a
+//! copy), after a check that every value is finite, in `f64` alone a block of values at a time
+//! where all are below `2^51` grid steps (`grid.rs`): 7.9-8.1 ms per million coordinates on both
+//! cores of a 2-core machine, against 6.9-7.2 ms for the plain sampler (1.1-1.15x), 13.2-13.4 ms
 //! on one thread (`cargo bench --bench noise`, `add_noise` whole on a fresh gradient, read back
 //! and written). The integers do not depend on the gradient, so a DP step
 //! ([`DpMechanism`](super::DpMechanism)) starts drawing them on a thread of its own before it
