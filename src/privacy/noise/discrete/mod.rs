@@ -491,7 +491,10 @@ impl DiscreteGaussian {
     /// proposal is in its interval with probability `w/⌈w⌉` and then kept with about
     /// `1.2533m/(1.2533m + 0.5)` (always when `w = 1`: `x = 0`). With `m = 1` the test of `k ≥ 1`
     /// takes several parts ([`accept_power`](Self::accept_power)). A floating-point estimate that
-    /// only picks `m`: the law does not depend on it.
+    /// only picks `m`: the law does not depend on it. Its figures predate the usual draw's
+    /// shortcut ([`usual`](Self::usual)), which made large scales twice as fast; timed again
+    /// after it (every `m`, σ = 3, 100, 10⁴, 1.1·2^20 and 10⁹), the `m` it picks is the fastest
+    /// or within 1% of it.
     fn cost(a: u64, d_exp: u32, e: u32) -> f64 {
         let unit = 1u64 << (d_exp + e);
         let w = a as f64 / unit as f64;
