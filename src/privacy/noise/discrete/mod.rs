@@ -598,15 +598,15 @@ impl DiscreteGaussian {
     /// interval and is kept at once (`x = 0`; or, for `k < m²`, the next `2e + 1` bits give a
     /// `c > 2k`: the first trial of [`accept`](Self::accept) fails), and the next bit is a sign
     /// that is kept. `None` when any of that fails or does not fit in `u` (then
-    /// [`parts`](Self::parts) reads the same bits to the same effect). About 99% of draws at
-    /// the DP scale.
+    /// [`parts`](Self::parts) reads the same bits to the same effect). 19 draws in 20 at the DP
+    /// scale.
     #[inline(always)]
     fn usual(&self, u: u64, k: u64, used: u32) -> Option<i64> {
         let c_bits = 2 * self.e + 1;
-        if used + self.j_bits + c_bits + 1 > 64 || k >= self.m2 {
+        if used + self.j_bits + c_bits + 1 > 64 {
             return None;
         }
-        // `used ≤ 61` and `j_bits ≤ 61`: the shifts are defined.
+        // `used ≤ 62`, `j_bits ≤ 62` and `1 ≤ c_bits ≤ 13`: the shifts are defined.
         let rest = u << used;
         let j = if self.j_bits == 0 {
             0
@@ -625,7 +625,7 @@ impl DiscreteGaussian {
         let negative = if n == 0 {
             // `x = 0`: kept; the sign next (`-0` rejected).
             tail >> 63 == 1
-        } else if tail >> (64 - c_bits) > 2 * k {
+        } else if k < self.m2 && tail >> (64 - c_bits) > 2 * k {
             (tail >> (63 - c_bits)) & 1 == 1
         } else {
             return None;
