@@ -142,13 +142,16 @@ impl<'a, R: Rng + ?Sized> Bits<'a, R> {
         (self.words[i] << offset) | ((self.words[i + 1] >> 1) >> (63 - offset))
     }
 
-    /// Keeps the unread bits of the last word, draws the others.
+    /// Keeps the unread bits of the last word, draws the others: `8·WORDS` bytes at once, each
+    /// word from 8 of them, little-endian (as `next_u64` makes a word of a stream's bytes).
     #[cold]
     #[inline(never)]
     fn refill(&mut self) {
         self.words[0] = self.words[WORDS];
-        for w in &mut self.words[1..] {
-            *w = self.rng.next_u64();
+        let mut bytes = [0u8; 8 * WORDS];
+        self.rng.fill_bytes(&mut bytes);
+        for (w, b) in self.words[1..].iter_mut().zip(bytes.as_chunks::<8>().0) {
+            *w = u64::from_le_bytes(*b);
         }
         self.pos -= 64 * WORDS;
     }

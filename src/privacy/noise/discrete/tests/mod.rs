@@ -48,8 +48,12 @@ impl rand::TryRng for Counter {
         self.0 += 1;
         Ok(self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15))
     }
+    /// The words' little-endian bytes, as a block generator's.
     fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
-        dst.fill(0);
+        for chunk in dst.chunks_mut(8) {
+            let word = self.try_next_u64()?.to_le_bytes();
+            chunk.copy_from_slice(&word[..chunk.len()]);
+        }
         Ok(())
     }
 }

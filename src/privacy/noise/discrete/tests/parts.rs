@@ -28,6 +28,17 @@ fn should_read_the_stream_in_order_most_significant_bit_first() {
     assert!(pos > 64 * (WORDS + 1) * 3);
 }
 
+/// A refill reads the generator's bytes; the words are its `next_u64` all the same.
+#[test]
+fn should_read_chacha_words_as_next_u64_does() {
+    let mut words = ChaCha20Rng::seed_from_u64(4);
+    let mut rng = ChaCha20Rng::seed_from_u64(4);
+    let mut bits = Bits::new(&mut rng);
+    for i in 0..3 * WORDS + 5 {
+        assert_eq!(bits.take(64), words.next_u64(), "word {i}");
+    }
+}
+
 #[test]
 fn should_draw_uniform_below() {
     for n in [7u64, 1000, (1 << 20) + 3, (1 << 46) + 12345] {
@@ -466,8 +477,17 @@ impl rand::TryRng for Rigged {
     fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
         Ok(self.0.take().unwrap_or_else(|| self.1.next_u64()))
     }
+    /// The given word's little-endian bytes first.
     fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
-        self.1.fill_bytes(dst);
+        let rest = match self.0.take() {
+            Some(word) => {
+                let n = dst.len().min(8);
+                dst[..n].copy_from_slice(&word.to_le_bytes()[..n]);
+                &mut dst[n..]
+            }
+            None => dst,
+        };
+        self.1.fill_bytes(rest);
         Ok(())
     }
 }
