@@ -29,7 +29,7 @@ fn grid_sum(m: f64, z: i64) -> f64 {
 }
 
 /// `γ·(round(x/γ) + Z)` for every coordinate `x` of `grads`, in order, `γ = 2^k`, with the
-/// integers `Z` of `draw` (as many: checked by [`PendingNoise::add`]).
+/// integers `Z` of `draw` (as many: checked by [`PendingNoise::add`](super::PendingNoise::add)).
 pub(super) fn hardened(grads: ParamGrads, draw: Draw, k: i32) -> Result<ParamGrads, PrivacyError> {
     let z = draw.finish();
     let mut offset = 0;

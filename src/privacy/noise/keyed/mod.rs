@@ -437,7 +437,7 @@ fn non_finite(grads: &ParamGrads) -> PrivacyError {
 }
 
 /// `values` (rank 1, finite) with the keyed noise of `noise` released on its grid, computed
-/// where they live: by the kernel on a wgpu or CUDA device, by [`reference`] on the host
+/// where they live: by the kernel on a wgpu or CUDA device, by [`reference()`] on the host
 /// elsewhere (the same values bit for bit).
 pub(crate) fn add(values: Tensor<1>, noise: Keyed) -> Tensor<1> {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -478,7 +478,7 @@ fn on_cube(values: Tensor<1>, noise: kernel::Noise) -> Tensor<1> {
     Tensor::from_dispatch(Cube::tensor(Value::Float(Cube::keyed_noise(values, noise))))
 }
 
-/// [`add`] on the host, through [`reference`] in the values' own dtype (`f32`, `f64`;
+/// [`add`] on the host, through [`reference()`] in the values' own dtype (`f32`, `f64`;
 /// others through `f64`).
 fn on_host(values: Tensor<1>, noise: Keyed) -> Tensor<1> {
     use burn::tensor::{DType, TensorData};

@@ -4,6 +4,7 @@
 mod law;
 mod parts;
 
+use super::bits::{WORDS, bernoulli_block};
 use super::*;
 use crate::privacy::noise::law::*;
 use rand::SeedableRng;
