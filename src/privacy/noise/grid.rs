@@ -70,7 +70,7 @@ pub(super) fn hardened(grads: ParamGrads, draw: Draw, k: i32) -> Result<ParamGra
 
 /// A float dtype the grid is read from and written to: every value is exact in `f64`, and the
 /// released value is the nearest one to the grid point (post-processing).
-trait GridFloat: Copy + Send + Sync + 'static {
+pub(super) trait GridFloat: Copy + Send + Sync + 'static {
     fn wide(self) -> f64;
     fn narrow(v: f64) -> Self;
 }
@@ -145,7 +145,7 @@ fn on_grid<E: GridFloat>(
 /// The index of the first value of `values` that is not finite, if any: in parallel, a block
 /// at a time, each block checked without a branch per value (rayon's `position_first` over the
 /// values, one call per value, took a third of the hardened noise's time on one thread).
-fn first_not_finite<E: GridFloat>(values: &[E]) -> Option<usize> {
+pub(super) fn first_not_finite<E: GridFloat>(values: &[E]) -> Option<usize> {
     const BLOCK: usize = 1 << 12;
     let finite = |x: &E| x.wide().is_finite();
     let block = values

@@ -8,9 +8,9 @@ pub(super) const WORDS: usize = 32;
 
 /// Random bits from `rng`, drawn `64·WORDS` at a time, consumed one or more at a time.
 pub(in crate::privacy::noise) struct Bits<'a, R: Rng + ?Sized> {
-    pub(super) rng: &'a mut R,
+    rng: &'a mut R,
     /// The stream: `words[0]`, `words[1]`, ..., each from its most significant bit.
-    pub(super) words: [u64; WORDS + 1],
+    words: [u64; WORDS + 1],
     /// The next bit's position in the stream; at most `64·(WORDS + 1)`.
     pub(super) pos: usize,
 }

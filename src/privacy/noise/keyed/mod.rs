@@ -429,7 +429,7 @@ fn non_finite(grads: &ParamGrads) -> PrivacyError {
     for (path, _, g) in grads.iter() {
         let values = copies::to_host(flat(g.clone())).convert::<f64>();
         let values = values.as_slice::<f64>().expect("f64");
-        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+        if let Some(i) = super::grid::first_not_finite(values) {
             return super::not_finite(path, i, values[i]);
         }
     }
