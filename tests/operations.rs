@@ -168,3 +168,26 @@ fn should_count_a_reshape_of_a_transposed_tensor_as_a_copy() {
     assert_eq!(fresh.of("reshape_copy"), 0, "{fresh}");
     assert_eq!(transposed.launches(), fresh.launches() + 1);
 }
+
+/// The DP mechanism's sum in `f64` (`WideSum`) runs the products of the `f32` sum, cast: every
+/// weight's factors cast and one matrix product, every clipped bias its rows and clip factors
+/// cast and one matrix product, never the rows multiplied out and reduced.
+#[test]
+fn should_sum_in_f64_with_the_products_of_the_f32_sum() {
+    use burn_vmap::accumulate::WideSum;
+    let device = Device::default();
+    let x = Tensor::<2>::random([64, 784], Distribution::Normal(0.0, 1.0), &device);
+    let (model, y) = (Mlp::new(&device), labels(64, &device));
+    let loss = |m: &Mlp, (x, y): (Tensor<2>, Tensor<1, Int>)| m.loss(x, y);
+    let clip = |g: ParamGrads| clip_by_global_norm(g, 1.0);
+    let batch = (x, y);
+    let narrow = micro_grad_module(loss).transform_fn(clip).accumulator(Sum);
+    let narrow = narrow.operations(&model, batch.clone()).unwrap();
+    let wide = micro_grad_module(loss).transform_fn(clip).accumulator(WideSum);
+    let wide = wide.operations(&model, batch).unwrap();
+    for kind in ["matmul", "sum_dim", "mul"] {
+        assert_eq!(wide.of(kind), narrow.of(kind), "{kind}\n{wide}\n{narrow}");
+    }
+    // Three weights' two factors and three biases' two operands.
+    assert_eq!(wide.of("cast"), narrow.of("cast") + 12, "{wide}\n{narrow}");
+}

@@ -81,6 +81,15 @@ fn should_give_module_gradients_equal_to_the_loop() {
         .transform_fn(|g| clip_by_global_norm(g, 0.1))
         .call(&net, (x.clone(), y.clone()))
         .unwrap();
+    // Summed in f64 as the DP mechanism sums (a clipped bias is its rows times the clip
+    // factors, cast and summed as one product; a weight's factors cast), also across
+    // microbatches.
+    let (wide, _) = micro_grad_module(loss)
+        .accumulator(burn_vmap::accumulate::WideSum)
+        .microbatch_size(3)
+        .transform_fn(|g| clip_by_global_norm(g, 0.1))
+        .call(&net, (x.clone(), y.clone()))
+        .unwrap();
     let mut want_sum: Vec<Vec<f32>> = Vec::new();
     let mut want_clipped: Vec<Vec<f32>> = Vec::new();
     for i in 0..n {
@@ -113,7 +122,11 @@ fn should_give_module_gradients_equal_to_the_loop() {
             }
         }
     }
-    for (grads, want) in [(&sum, &want_sum), (&clipped, &want_clipped)] {
+    for (grads, want) in [
+        (&sum, &want_sum),
+        (&clipped, &want_clipped),
+        (&wide, &want_clipped),
+    ] {
         for ((path, _, g), w) in grads.iter().zip(want) {
             let got = values(g);
             for (a, b) in got.iter().zip(w) {

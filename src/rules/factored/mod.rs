@@ -20,7 +20,7 @@
 //! | `sum_dim`/`mean_dim` over a leading dim (the examples, once unbatched) | one matrix product over every example's rows (`Xᵀ G`), or a scatter-add of rows for an embedding |
 //! | leaving a vmap level | the same move on both factors |
 //! | `cat`, `select` (shared indices) along a leading dim | the same op on both factors |
-//! | `cast` to another float dtype | every factor cast (`WideSum`'s `f64` sum over the examples) |
+//! | `cast` to another float dtype | every factor cast (`WideSum`'s `f64` sum over the examples); a per-example scaling of a dense `g` (a clipped bias) casts `g` and the factors, still one product over the examples |
 //!
 //! Equal factors: a layer rule tags each factor with the value it read (`crate::tensor::Tag`),
 //! and the Gram matrices of tagged factors are memoized at the current vmap level

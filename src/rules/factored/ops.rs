@@ -212,8 +212,21 @@ pub(crate) fn scalar<B: Backend>(t: VT<B>, s: Scalar, divide: bool) -> Declined<
 /// `Xᵀ G` cast to `dtype`: every factor cast (the product of the cast factors is the cast
 /// product of exact values; one-hot indices stay exact in any float dtype). A wide sum over the
 /// examples (`accumulate::WideSum`) casts the per-example gradients to `f64` this way before
-/// its matrix product.
+/// its matrix product. A pair `[g, s]` ([`scaled_pair`]: a clipped bias) casts both operands
+/// and stays a pair, so that its sum over the examples is still one matrix product
+/// ([`scaled_sum_dim`]) and not a reduction of the multiplied-out rows; in `f64` the product
+/// of two `f32` values is exact, so the wide sum is, if anything, closer to the exact one.
 pub(crate) fn cast<B: Backend>(t: VT<B>, dtype: burn_backend::FloatDType) -> Declined<VT<B>> {
+    if scaled_operands::<B>(&t).is_some() {
+        let Ok(pair) = t.into_hadamard() else {
+            unreachable!("checked to be a pair")
+        };
+        let pair = pair.map(|x| {
+            let (x, bdims) = x.into_parts();
+            VmapTensor::new(B::float_cast(x, dtype), bdims)
+        });
+        return Ok(VmapTensor::hadamard(pair, multiply_pair::<B>));
+    }
     let (f, bdims) = factored::<B>(t).into_factors()?;
     Ok(make::<B>(
         map_factors::<B>(f, |x| B::float_cast(x, dtype)),
