@@ -113,7 +113,12 @@ struct Memo {
     level: Level,
     key: Box<dyn Any>,
     value: Box<dyn Any>,
+    /// Held only while among the [`RECENT_CAP`] last used ([`memoized_recent`]).
+    recent: bool,
 }
+
+/// How many values [`memoized_recent`] holds per level.
+const RECENT_CAP: usize = 4;
 
 /// How many finished levels are remembered per thread.
 const FINISHED_CAP: usize = 4096;
@@ -200,8 +205,56 @@ where
         level,
         key: Box::new(key),
         value: Box::new(value.clone()),
+        recent: false,
     };
     MEMOS.with(|m| m.borrow_mut().push(memo));
+    value
+}
+
+/// [`memoized`] for large values: only the [`RECENT_CAP`] last used under the level are
+/// held (a hit makes a value the last used), so that memory stays bounded however many values
+/// a call computes (a wide sum's casts of layer inputs: equal ones are handed back one after
+/// the other).
+pub(crate) fn memoized_recent<K, V>(key: K, compute: impl FnOnce() -> V) -> V
+where
+    K: PartialEq + 'static,
+    V: Clone + 'static,
+{
+    let Some(level) = with_active(|a| a.last().map(|x| x.level)) else {
+        return compute();
+    };
+    let mine = |x: &Memo| x.level == level && x.recent;
+    let hit = MEMOS.with(|m| {
+        let mut m = m.borrow_mut();
+        let pos = m
+            .iter()
+            .position(|x| mine(x) && x.key.downcast_ref::<K>() == Some(&key))?;
+        let value = m[pos].value.downcast_ref::<V>()?.clone();
+        let memo = m.remove(pos);
+        m.push(memo);
+        Some(value)
+    });
+    if let Some(value) = hit {
+        return value;
+    }
+    let value = compute();
+    let memo = Memo {
+        level,
+        key: Box::new(key),
+        value: Box::new(value.clone()),
+        recent: true,
+    };
+    // Dropped outside the borrow: a value's drop runs backend code.
+    let evicted = MEMOS.with(|m| {
+        let mut m = m.borrow_mut();
+        let evicted = match m.iter().filter(|x| mine(x)).count() >= RECENT_CAP {
+            true => m.iter().position(mine).map(|pos| m.remove(pos)),
+            false => None,
+        };
+        m.push(memo);
+        evicted
+    });
+    drop(evicted);
     value
 }
 
@@ -290,5 +343,43 @@ mod tests {
         drop(outer);
         assert!(MEMOS.with(|m| m.borrow().is_empty()));
         assert_eq!(memoized(1u8, || count(70)), 70);
+    }
+
+    #[test]
+    fn should_hold_only_the_last_used_recent_memos() {
+        let calls = Cell::new(0);
+        let count = |v: usize| {
+            calls.set(calls.get() + 1);
+            v
+        };
+        assert_eq!(memoized_recent(0usize, || count(1)), 1);
+        assert_eq!(
+            memoized_recent(0usize, || count(2)),
+            2,
+            "no level: computed"
+        );
+        let scope = VmapScope::enter(Level::fresh(), 2, Randomness::Error);
+        for k in 0..RECENT_CAP {
+            assert_eq!(memoized_recent(k, || count(k)), k);
+        }
+        // A hit makes key 0 the last used; key 1 is then the first evicted.
+        assert_eq!(memoized_recent(0usize, || count(100)), 0);
+        assert_eq!(
+            memoized_recent(RECENT_CAP, || count(RECENT_CAP)),
+            RECENT_CAP
+        );
+        assert_eq!(memoized_recent(0usize, || count(100)), 0);
+        assert_eq!(memoized_recent(1usize, || count(101)), 101, "evicted");
+        assert_eq!(calls.get(), 2 + RECENT_CAP + 2);
+        // Plain memos are not evicted by recent ones, nor counted among them.
+        assert_eq!(memoized(7u8, || count(7)), 7);
+        for k in 10..20usize {
+            memoized_recent(k, || count(k));
+        }
+        assert_eq!(memoized(7u8, || count(8)), 7);
+        let recent = MEMOS.with(|m| m.borrow().iter().filter(|x| x.recent).count());
+        assert_eq!(recent, RECENT_CAP);
+        drop(scope);
+        assert!(MEMOS.with(|m| m.borrow().is_empty()));
     }
 }

@@ -183,6 +183,19 @@ pub fn check<M, I, A>(
             &clipped_sum(per, c as f32),
             &format!("clipped sum, {at}"),
         );
+        // Summed in f64 as the DP mechanism sums (`WideSum`: factors and clip factors cast,
+        // equal values cast once).
+        let (wide, _) = micro_grad_module(loss)
+            .microbatch_size(mb)
+            .accumulator(burn_vmap::accumulate::WideSum)
+            .transform_fn(|g| clip_by_global_norm(g, c))
+            .call(model, args.clone())
+            .unwrap();
+        close_all(
+            &wide,
+            &clipped_sum(per, c as f32),
+            &format!("clipped sum in f64, {at}"),
+        );
         let ((m1, m2), _) = micro_grad_module(loss)
             .microbatch_size(mb)
             .accumulator(Mean)

@@ -212,15 +212,30 @@ fn scale_part<B: Backend>(p: Part<FP<B>>, op: impl FnOnce(FP<B>) -> FP<B>) -> Pa
         Left::Dense(l) => {
             let (ls, rs) = (l.shape(), p.right.shape());
             let r = ls.num_dims();
-            let right_smaller =
-                r == rs.num_dims() && ls[..r - 1] == rs[..r - 1] && rs[r - 1] < ls[r - 1];
-            if right_smaller {
-                Part::new(Left::Dense(l), op(p.right))
+            let right_no_larger =
+                r == rs.num_dims() && ls[..r - 1] == rs[..r - 1] && rs[r - 1] <= ls[r - 1];
+            if right_no_larger {
+                Part {
+                    left: Left::Dense(l),
+                    right: op(p.right),
+                    left_tag: p.left_tag,
+                    right_tag: None,
+                }
             } else {
-                Part::new(Left::Dense(op(l)), p.right)
+                Part {
+                    left: Left::Dense(op(l)),
+                    right: p.right,
+                    left_tag: None,
+                    right_tag: p.right_tag,
+                }
             }
         }
-        one_hot => Part::new(one_hot, op(p.right)),
+        one_hot => Part {
+            left: one_hot,
+            right: op(p.right),
+            left_tag: p.left_tag,
+            right_tag: None,
+        },
     }
 }
 

@@ -12,7 +12,7 @@ use super::{
 use crate::level::Level;
 use crate::physical::{Float, move_dim, with_batch_sizes};
 use crate::rules::helpers::{align, cat_floats, reduce_unless_unit};
-use crate::tensor::{BatchDims, Factors, Left, Part, VmapTensor};
+use crate::tensor::{BatchDims, Factors, Left, Part, Tag, VmapTensor};
 
 /// `lhs + rhs` of two factored products of the same shape (a parameter used twice: the
 /// gradients of its uses add up): one sum holding the parts of both.
@@ -75,8 +75,10 @@ fn per_example_factor<B: Backend>(g: &VT<B>, s: &VT<B>) -> bool {
 /// `g * s` held as the pair `[g, s]`, `s` laid out as `[batch.., 1, ..]` of `g`'s rank.
 fn scaled_pair<B: Backend>(g: VT<B>, s: VT<B>) -> VT<B> {
     let dims = with_batch_sizes(&s.bdims, &vec![1; g.shape().num_dims()]);
+    let origin = s.origin();
     let (s, bdims) = s.into_parts();
-    let s = VmapTensor::new(reshape::<B>(s, dims.to_vec()), bdims);
+    // A reshape: the same value (the clip factors every clipped bias holds are cast once).
+    let s = VmapTensor::new(reshape::<B>(s, dims.to_vec()), bdims).with_origin(origin);
     VmapTensor::hadamard([g, s], multiply_pair::<B>)
 }
 
@@ -216,22 +218,72 @@ pub(crate) fn scalar<B: Backend>(t: VT<B>, s: Scalar, divide: bool) -> Declined<
 /// and stays a pair, so that its sum over the examples is still one matrix product
 /// ([`scaled_sum_dim`]) and not a reduction of the multiplied-out rows; in `f64` the product
 /// of two `f32` values is exact, so the wide sum is, if anything, closer to the exact one.
+///
+/// A value cast once is not cast again while the vmap level runs, if among its last few casts
+/// ([`cast_once`]): the clip factors every clipped bias holds, the input that a layer's query,
+/// key and value weights read.
 pub(crate) fn cast<B: Backend>(t: VT<B>, dtype: burn_backend::FloatDType) -> Declined<VT<B>> {
     if scaled_operands::<B>(&t).is_some() {
         let Ok(pair) = t.into_hadamard() else {
             unreachable!("checked to be a pair")
         };
         let pair = pair.map(|x| {
+            let tag = Tag {
+                origin: x.origin(),
+                bdims: x.bdims.clone(),
+                shape: x.physical_shape(),
+            };
             let (x, bdims) = x.into_parts();
-            VmapTensor::new(B::float_cast(x, dtype), bdims)
+            VmapTensor::new(cast_once::<B>(x, Some(tag), false, dtype), bdims)
         });
         return Ok(VmapTensor::hadamard(pair, multiply_pair::<B>));
     }
     let (f, bdims) = factored::<B>(t).into_factors()?;
-    Ok(make::<B>(
-        map_factors::<B>(f, |x| B::float_cast(x, dtype)),
-        bdims,
-    ))
+    let parts = f
+        .parts
+        .into_iter()
+        .map(|p| {
+            let left = match p.left {
+                Left::Dense(x) => Left::Dense(cast_once::<B>(x, p.left_tag, false, dtype)),
+                Left::OneHot(x) => Left::OneHot(cast_once::<B>(x, p.left_tag, true, dtype)),
+            };
+            Part::new(left, cast_once::<B>(p.right, p.right_tag, false, dtype))
+        })
+        .collect();
+    Ok(make::<B>(Factors { parts, ..f }, bdims))
+}
+
+/// What [`cast_once`] keys a cast by: the value (equal tags, equal tensors), whether it is a
+/// one-hot factor's indices, and the dtype.
+#[derive(PartialEq)]
+struct CastKey {
+    tag: Tag,
+    one_hot: bool,
+    dtype: burn_backend::FloatDType,
+}
+
+/// `x` (the value `tag` names, if any) cast to `dtype`, once while the current vmap level
+/// runs, among its last few casts ([`memoized_recent`](crate::level::memoized_recent): the
+/// equal values a wide sum casts are handed back one after the other, and a layer input in
+/// `f64` can be large); the cast is untagged (a tag names an `f32` value, whose Gram
+/// matrices are memoized by it).
+fn cast_once<B: Backend>(
+    x: FP<B>,
+    tag: Option<Tag>,
+    one_hot: bool,
+    dtype: burn_backend::FloatDType,
+) -> FP<B> {
+    match tag {
+        Some(tag) => {
+            let key = CastKey {
+                tag,
+                one_hot,
+                dtype,
+            };
+            crate::level::memoized_recent(key, || B::float_cast(x, dtype))
+        }
+        None => B::float_cast(x, dtype),
+    }
 }
 
 /// `sum` over every logical element, as `[1]` per example.

@@ -78,12 +78,18 @@ fn unit_axis<B: UserBackend>(v: Value<Vmap<B>>) -> Value<Vmap<B>> {
 /// for a float leaf to be summed or averaged, reduced over that axis on the engine
 /// (`[1, ...]`; a factored product's sum over examples is one matrix product).
 fn hand_back<B: UserBackend>(v: Value<Vmap<B>>, reduce: Reduce, level: Level, size: usize) -> Leaf {
-    let rows = unbatch::<Vmap<B>>(v, level, size, 0);
-    let out = match (reduce, rows) {
-        (Reduce::Sum, Value::Float(t)) => Value::Float(Vmap::<B>::float_sum_dim(t, 0)),
+    // Cast while still batched at `level`, where equal values are known as equal (the cast
+    // shares their casts: `rules::factored::cast`).
+    let v = match (reduce, v) {
         (Reduce::WideSum, Value::Float(t)) => {
             let wide = crate::compat::widest_float::<B>(&t.device());
-            let t = Vmap::<B>::float_cast(t, wide);
+            Value::Float(Vmap::<B>::float_cast(t, wide))
+        }
+        (_, v) => v,
+    };
+    let rows = unbatch::<Vmap<B>>(v, level, size, 0);
+    let out = match (reduce, rows) {
+        (Reduce::Sum | Reduce::WideSum, Value::Float(t)) => {
             Value::Float(Vmap::<B>::float_sum_dim(t, 0))
         }
         (Reduce::Mean, Value::Float(t)) => Value::Float(Vmap::<B>::float_mean_dim(t, 0)),
