@@ -9,7 +9,8 @@
 //!   step with plain `f32` noise (`NoiseKind::Plain`), whose difference from the whole step is
 //!   the hardened noise's cost;
 //! - the floor under the DP step: its clipped sum alone, summed in `f64` as the mechanism sums
-//!   it, against the standard step (paired only);
+//!   it, against the standard step (paired only), and its kernel launches on an unfused cubecl
+//!   backend against the `f32` clipped sum's (counted on Burn's capture backend);
 //! - `clip`: the mechanism's finite-safe clipping (`clip_and_flag`, which also counts
 //!   non-finite and clipped examples) against the plain `clip_by_global_norm`, each as the
 //!   `transform_fn` of the clipped sum, on the MLP and the transformer.
@@ -143,6 +144,25 @@ where
     let ratio = paired_ratio(budget(), &mut standard_step, &mut wide_sum);
     PAIRED.lock().unwrap().push(format!(
         "{name}: clipped sum in f64 alone / standard step = **{ratio}**"
+    ));
+    // Its kernel launches on an unfused cubecl backend against the f32 clipped sum's (counted
+    // on Burn's capture backend; `tests/operations.rs`): the casts to f64.
+    let narrow = micro_grad_module(move |m: &M, (x,): (X,)| loss(m, x))
+        .transform_fn(|g: ParamGrads| clip_and_flag(g, 1.0));
+    let count = |ops: burn_vmap::transform::operations::Operations| ops.launches();
+    let wide_launches = count(
+        wide.operations(&floor_model, (batch.clone(),))
+            .expect("records"),
+    );
+    let narrow_launches = count(
+        narrow
+            .operations(&floor_model, (batch.clone(),))
+            .expect("records"),
+    );
+    PAIRED.lock().unwrap().push(format!(
+        "{name}: launches, clipped sum in f64 / in f32 = {wide_launches} / {narrow_launches} = \
+         **{:.3}x**",
+        wide_launches as f64 / narrow_launches as f64
     ));
 
     let mut group = c.benchmark_group("clip");
