@@ -188,27 +188,7 @@ where
     K: PartialEq + 'static,
     V: Clone + 'static,
 {
-    let Some(level) = with_active(|a| a.last().map(|x| x.level)) else {
-        return compute();
-    };
-    let found = MEMOS.with(|m| {
-        m.borrow()
-            .iter()
-            .filter(|x| x.level == level && x.key.downcast_ref::<K>() == Some(&key))
-            .find_map(|x| x.value.downcast_ref::<V>().cloned())
-    });
-    if let Some(value) = found {
-        return value;
-    }
-    let value = compute();
-    let memo = Memo {
-        level,
-        key: Box::new(key),
-        value: Box::new(value.clone()),
-        recent: false,
-    };
-    MEMOS.with(|m| m.borrow_mut().push(memo));
-    value
+    memo(key, compute, false)
 }
 
 /// [`memoized`] for large values: only the [`RECENT_CAP`] last used under the level are
@@ -220,18 +200,30 @@ where
     K: PartialEq + 'static,
     V: Clone + 'static,
 {
+    memo(key, compute, true)
+}
+
+/// [`memoized`] (`recent` false) and [`memoized_recent`] (true): each kind looks up and evicts
+/// its own values.
+fn memo<K, V>(key: K, compute: impl FnOnce() -> V, recent: bool) -> V
+where
+    K: PartialEq + 'static,
+    V: Clone + 'static,
+{
     let Some(level) = with_active(|a| a.last().map(|x| x.level)) else {
         return compute();
     };
-    let mine = |x: &Memo| x.level == level && x.recent;
+    let mine = |x: &Memo| x.level == level && x.recent == recent;
     let hit = MEMOS.with(|m| {
         let mut m = m.borrow_mut();
         let pos = m
             .iter()
             .position(|x| mine(x) && x.key.downcast_ref::<K>() == Some(&key))?;
         let value = m[pos].value.downcast_ref::<V>()?.clone();
-        let memo = m.remove(pos);
-        m.push(memo);
+        if recent {
+            let memo = m.remove(pos);
+            m.push(memo); // the last used
+        }
         Some(value)
     });
     if let Some(value) = hit {
@@ -242,17 +234,15 @@ where
         level,
         key: Box::new(key),
         value: Box::new(value.clone()),
-        recent: true,
+        recent,
     };
     // Dropped outside the borrow: a value's drop runs backend code.
     let evicted = MEMOS.with(|m| {
         let mut m = m.borrow_mut();
-        let evicted = match m.iter().filter(|x| mine(x)).count() >= RECENT_CAP {
-            true => m.iter().position(mine).map(|pos| m.remove(pos)),
-            false => None,
-        };
+        let full = recent && m.iter().filter(|x| mine(x)).count() >= RECENT_CAP;
+        let evicted = full.then(|| m.iter().position(mine).map(|pos| m.remove(pos)));
         m.push(memo);
-        evicted
+        evicted.flatten()
     });
     drop(evicted);
     value
