@@ -190,16 +190,17 @@ fn should_sum_in_f64_with_the_products_of_the_f32_sum() {
     for kind in ["matmul", "sum_dim", "mul"] {
         assert_eq!(wide.of(kind), narrow.of(kind), "{kind}\n{wide}\n{narrow}");
     }
-    // Three weights' two factors, three biases' rows and their clip factors, shared (one
-    // value, cast once).
-    assert_eq!(wide.of("cast"), narrow.of("cast") + 10, "{wide}\n{narrow}");
+    // Each of the three weights' scaled inputs and output gradients, the latter also its bias's
+    // rows (one value, cast once), and the clip factors of all three biases (cast once).
+    assert_eq!(wide.of("cast"), narrow.of("cast") + 7, "{wide}\n{narrow}");
 }
 
 /// The launches of the DP mechanism's sum in `f64` (`WideSum`) against the `f32` clipped sum's,
 /// both clipped by `clip_and_flag` as the mechanism clips: the casts to `f64` are the
 /// difference, an equal value cast once (a bias's clip factors, the input of a layer's query,
-/// key and value weights). Held to today's ratios: MLP 1.164x (78 / 67), CNN 1.137x,
-/// transformer 1.114x, LSTM 1.172x (its weights' factors are cast step by step). Issue #44
+/// key and value weights, the output gradients of a layer's weight and bias). Held to today's
+/// ratios: MLP 1.119x (75 / 67), CNN 1.110x, transformer 1.110x (496 / 447), LSTM 1.169x (its
+/// weights' factors are cast step by step). Issue #44
 /// asks a DP step on a GPU to cost at most 1.15x the clipped sum, noise included.
 #[test]
 fn wide_sum_launches() {
@@ -236,7 +237,7 @@ fn wide_sum_launches() {
         &Mlp::new(&device),
         (x, y.clone()),
         |m, (x, y)| m.loss(x, y),
-        1.165,
+        1.12,
     );
     let x = Tensor::<4>::random([64, 1, 28, 28], Distribution::Normal(0.0, 1.0), &device);
     ratio(
@@ -244,7 +245,7 @@ fn wide_sum_launches() {
         &Cnn::new(&device),
         (x, y.clone()),
         |m, (x, y)| m.loss(x, y),
-        1.138,
+        1.111,
     );
     let model = Transformer::new(16, 64, &device);
     let batch = (tokens(64, 16, &device), y.clone());
@@ -253,7 +254,7 @@ fn wide_sum_launches() {
         &model,
         batch,
         |m, (x, y)| m.loss(x, y),
-        1.115,
+        1.111,
     );
     let batch = (tokens(64, 32, &device), y);
     ratio(
@@ -261,6 +262,6 @@ fn wide_sum_launches() {
         &Recurrent::new(&device),
         batch,
         |m, (x, y)| m.loss(x, y),
-        1.173,
+        1.17,
     );
 }

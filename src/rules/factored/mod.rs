@@ -203,17 +203,21 @@ fn scale_parts<B: Backend>(f: F<B>, mut op: impl FnMut(FP<B>) -> FP<B>) -> F<B> 
     Factors { parts, ..f }
 }
 
-/// A part scaled through one factor: the smaller of the two where both are dense and have the
-/// same leading dims and rows (a `Linear` to 10 classes scales its `[k, 10]` output gradients,
-/// not its `[k, 512]` inputs), otherwise the dense left one, or the right one where the rows are
-/// one-hot.
+/// A part scaled through one factor, the other left as it was (and keeping its tag): where
+/// both are dense and have the same leading dims and rows, the output gradients `[k, n]` if
+/// there are several rows and they are no wider than the inputs (a `Linear` to 10 classes
+/// scales its `[k, 10]` output gradients, not its `[k, 512]` inputs; at equal widths the input,
+/// which a layer's query, key and value weights share, stays as it was); with one row the
+/// inputs, whose scaling costs as little, so that the output gradients stay the value the
+/// bias's gradient holds (a wide sum casts it once for both). Otherwise the dense left one, or
+/// the right one where the rows are one-hot.
 fn scale_part<B: Backend>(p: Part<FP<B>>, op: impl FnOnce(FP<B>) -> FP<B>) -> Part<FP<B>> {
     match p.left {
         Left::Dense(l) => {
             let (ls, rs) = (l.shape(), p.right.shape());
             let r = ls.num_dims();
-            let right_no_larger =
-                r == rs.num_dims() && ls[..r - 1] == rs[..r - 1] && rs[r - 1] <= ls[r - 1];
+            let rows_match = r >= 2 && r == rs.num_dims() && ls[..r - 1] == rs[..r - 1];
+            let right_no_larger = rows_match && rs[r - 1] <= ls[r - 1] && ls[r - 2] > 1;
             if right_no_larger {
                 Part {
                     left: Left::Dense(l),

@@ -12,7 +12,7 @@ use super::{
 use crate::level::Level;
 use crate::physical::{Float, move_dim, with_batch_sizes};
 use crate::rules::helpers::{align, cat_floats, reduce_unless_unit};
-use crate::tensor::{BatchDims, Factors, Left, Part, Tag, VmapTensor};
+use crate::tensor::{BatchDims, Factors, Left, Origin, Part, Tag, VmapTensor};
 
 /// `lhs + rhs` of two factored products of the same shape (a parameter used twice: the
 /// gradients of its uses add up): one sum holding the parts of both.
@@ -253,11 +253,15 @@ pub(crate) fn cast<B: Backend>(t: VT<B>, dtype: burn_backend::FloatDType) -> Dec
     Ok(make::<B>(Factors { parts, ..f }, bdims))
 }
 
-/// What [`cast_once`] keys a cast by: the value (equal tags, equal tensors), whether it is a
-/// one-hot factor's indices, and the dtype.
+/// What [`cast_once`] keys a cast by: the value (equal origins at equal batch dims hold the
+/// same elements in the same order, perhaps in other shapes: a bias's output gradient `[n, d]`
+/// and the same rows as a weight's factor `[n, 1, d]`), whether it is a one-hot factor's
+/// indices, and the dtype.
 #[derive(PartialEq)]
 struct CastKey {
-    tag: Tag,
+    origin: Origin,
+    bdims: BatchDims,
+    elements: usize,
     one_hot: bool,
     dtype: burn_backend::FloatDType,
 }
@@ -265,25 +269,27 @@ struct CastKey {
 /// `x` (the value `tag` names, if any) cast to `dtype`, once while the current vmap level
 /// runs, among its last few casts ([`memoized_recent`](crate::level::memoized_recent): the
 /// equal values a wide sum casts are handed back one after the other, and a layer input in
-/// `f64` can be large); the cast is untagged (a tag names an `f32` value, whose Gram
-/// matrices are memoized by it).
+/// `f64` can be large), reshaped to `x`'s shape; the cast is untagged (a tag names an `f32`
+/// value, whose Gram matrices are memoized by it).
 fn cast_once<B: Backend>(
     x: FP<B>,
     tag: Option<Tag>,
     one_hot: bool,
     dtype: burn_backend::FloatDType,
 ) -> FP<B> {
-    match tag {
-        Some(tag) => {
-            let key = CastKey {
-                tag,
-                one_hot,
-                dtype,
-            };
-            crate::level::memoized_recent(key, || B::float_cast(x, dtype))
-        }
-        None => B::float_cast(x, dtype),
-    }
+    let Some(tag) = tag else {
+        return B::float_cast(x, dtype);
+    };
+    let key = CastKey {
+        origin: tag.origin,
+        bdims: tag.bdims,
+        elements: tag.shape.num_elements(),
+        one_hot,
+        dtype,
+    };
+    let shape = x.shape();
+    let cast = crate::level::memoized_recent(key, || B::float_cast(x, dtype));
+    reshape::<B>(cast, shape.to_vec())
 }
 
 /// `sum` over every logical element, as `[1]` per example.
