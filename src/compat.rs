@@ -40,7 +40,9 @@
 //! unfolds, a permute) that a nested recording replays as those ops, each through its rule.
 //!
 //! **Flex** (`burn-flex`, Burn 0.22's default CPU backend) needs none of the correctness
-//! workarounds above; it takes two speed routes, [`write_target`] and [`reshapes_at_once`]. The
+//! workarounds above; it takes two speed routes, [`write_target`] and [`reshapes_at_once`]; the
+//! cubecl backends, bound by their launches, two others, [`scales_broadcast_views`] and
+//! [`joins_parts_to_cast`]. The
 //! Flex timings above are medians of 15 alternating runs of a release build of burn-flex 0.22.1
 //! (simd, rayon) on a 2-core CPU. **Capture** (`burn_dispatch::backends::Capture`, a router over
 //! `burn-capture`'s channel, named `router<capture>`) records ops instead of running them: it
@@ -249,6 +251,18 @@ pub(crate) fn scales_broadcast_views<B: Backend>(device: &B::Device) -> bool {
 /// backends that copy on more reshapes (burn-ndarray did on every one).
 pub(crate) fn reshapes_at_once<B: Backend>(device: &B::Device) -> bool {
     flavor::<B>(device).flex || is_cubecl::<B>(device)
+}
+
+/// Whether a cast of a factored product of several parts (an LSTM's weight, one part per time
+/// step) joins the parts first (`rules::factored::cast`), so that a wide sum over the examples
+/// (`accumulate::WideSum`) takes two joins, two casts and one product per weight instead of two
+/// casts and one product per part: on the cubecl backends, whose steps are bound by their
+/// launches (the LSTM bench model's f64 clipped sum: 2663 launches joined against 3638, the f32
+/// sum's 3113, counted by `transform::operations`); not on Flex (0.22.1), where the joins'
+/// copies cost more than the products they save (the same sum: 75-83 ms joined against
+/// 60-62 ms, three alternating runs).
+pub(crate) fn joins_parts_to_cast<B: Backend>(device: &B::Device) -> bool {
+    is_cubecl::<B>(device)
 }
 
 // =================================================================================================

@@ -221,7 +221,8 @@ pub(crate) fn scalar<B: Backend>(t: VT<B>, s: Scalar, divide: bool) -> Declined<
 ///
 /// A value cast once is not cast again while the vmap level runs, if among its last few casts
 /// ([`cast_once`]): the clip factors every clipped bias holds, the input that a layer's query,
-/// key and value weights read.
+/// key and value weights read. Several parts (an LSTM's weight, a part per time step) are
+/// joined first where launches count (`compat::joins_parts_to_cast`).
 pub(crate) fn cast<B: Backend>(t: VT<B>, dtype: burn_backend::FloatDType) -> Declined<VT<B>> {
     if scaled_operands::<B>(&t).is_some() {
         let Ok(pair) = t.into_hadamard() else {
@@ -239,6 +240,12 @@ pub(crate) fn cast<B: Backend>(t: VT<B>, dtype: burn_backend::FloatDType) -> Dec
         return Ok(VmapTensor::hadamard(pair, multiply_pair::<B>));
     }
     let (f, bdims) = factored::<B>(t).into_factors()?;
+    let join =
+        f.parts.len() > 1 && crate::compat::joins_parts_to_cast::<B>(&f.parts[0].right.device());
+    let f = match join {
+        true => single_part::<B>(f),
+        false => f,
+    };
     let parts = f
         .parts
         .into_iter()
