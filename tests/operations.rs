@@ -6,8 +6,9 @@
 //!
 //! The counts are deterministic (a recording, not a timing). Each model's clipped sum is held
 //! to the ratio it has today (a launch added to the clipped step fails here), below the target
-//! of 1.3x (issue #45): MLP 1.17x (54 / 46), CNN 1.18x (60 / 51), transformers 1.12-1.18x,
-//! LSTM 1.02x. The DP mechanism's sum in `f64` is held to the `f32` sum's launches the same way.
+//! of 1.3x (issue #45): MLP 1.24x (57 / 46), CNN 1.24x (63 / 51), transformers 1.22-1.27x,
+//! LSTM 1.08x. A concatenation counts a launch an input, as burn-cubecl 0.22.1 runs it. The DP
+//! mechanism's sum in `f64` is held to the `f32` sum's launches the same way.
 
 #[path = "../benches/common/mod.rs"]
 mod common;
@@ -60,7 +61,7 @@ fn mlp_clipped_sum_launches() {
     let device = Device::default();
     let x = Tensor::<2>::random([64, 784], Distribution::Normal(0.0, 1.0), &device);
     let counts = launches(&Mlp::new(&device), x, labels(64, &device), Mlp::loss);
-    check("mlp_B64", counts, 1.175);
+    check("mlp_B64", counts, 1.24);
 }
 
 #[test]
@@ -68,16 +69,16 @@ fn cnn_clipped_sum_launches() {
     let device = Device::default();
     let x = Tensor::<4>::random([64, 1, 28, 28], Distribution::Normal(0.0, 1.0), &device);
     let counts = launches(&Cnn::new(&device), x, labels(64, &device), Cnn::loss);
-    check("cnn_B64", counts, 1.177);
+    check("cnn_B64", counts, 1.236);
 }
 
 #[test]
 fn transformer_clipped_sum_launches() {
     let device = Device::default();
     for ((b, t, d), ceiling) in [
-        ((64, 16, 64), 1.177),
-        ((32, 64, 128), 1.145),
-        ((16, 128, 128), 1.123),
+        ((64, 16, 64), 1.272),
+        ((32, 64, 128), 1.239),
+        ((16, 128, 128), 1.217),
     ] {
         let model = Transformer::new(t, d, &device);
         let counts = launches(
@@ -100,7 +101,7 @@ fn lstm_clipped_sum_launches() {
         labels(64, &device),
         Recurrent::loss,
     );
-    check("lstm_B64_T32", counts, 1.017);
+    check("lstm_B64_T32", counts, 1.082);
 }
 
 /// The count itself, on a step small enough to list: a linear layer's summed output.
@@ -199,10 +200,10 @@ fn should_sum_in_f64_with_the_products_of_the_f32_sum() {
 /// both clipped by `clip_and_flag` as the mechanism clips: the casts to `f64` are the
 /// difference, an equal value cast once (a bias's clip factors, the input of a layer's query,
 /// key and value weights, the output gradients of a layer's weight and bias). Held to today's
-/// ratios: MLP 1.119x (75 / 67), CNN 1.110x, transformer 1.110x (496 / 447), LSTM 0.855x (each
+/// ratios: MLP 1.113x (79 / 71), CNN 1.104x, transformer 1.101x (532 / 483), LSTM 1.014x (each
 /// weight's time steps joined, then cast and summed in one product: `compat::joins_parts_to_cast`;
-/// the f32 sum takes one product a step). Issue #44
-/// asks a DP step on a GPU to cost at most 1.15x the clipped sum, noise included.
+/// the f32 sum takes one product a step). Issue #44 asks a DP step on a GPU to cost at most
+/// 1.15x the clipped sum, noise included.
 #[test]
 fn wide_sum_launches() {
     fn ratio<M, X>(name: &str, model: &M, batch: X, loss: fn(&M, X) -> Tensor<1>, ceiling: f64)
@@ -238,7 +239,7 @@ fn wide_sum_launches() {
         &Mlp::new(&device),
         (x, y.clone()),
         |m, (x, y)| m.loss(x, y),
-        1.12,
+        1.113,
     );
     let x = Tensor::<4>::random([64, 1, 28, 28], Distribution::Normal(0.0, 1.0), &device);
     ratio(
@@ -246,7 +247,7 @@ fn wide_sum_launches() {
         &Cnn::new(&device),
         (x, y.clone()),
         |m, (x, y)| m.loss(x, y),
-        1.111,
+        1.104,
     );
     let model = Transformer::new(16, 64, &device);
     let batch = (tokens(64, 16, &device), y.clone());
@@ -255,7 +256,7 @@ fn wide_sum_launches() {
         &model,
         batch,
         |m, (x, y)| m.loss(x, y),
-        1.111,
+        1.102,
     );
     let batch = (tokens(64, 32, &device), y);
     ratio(
@@ -263,6 +264,21 @@ fn wide_sum_launches() {
         &Recurrent::new(&device),
         batch,
         |m, (x, y)| m.loss(x, y),
-        0.856,
+        1.014,
     );
+}
+
+/// A concatenation counts a launch an input: burn-cubecl 0.22.1 has no concatenation kernel, and
+/// Burn's default writes each input into the output with a `slice_assign`.
+#[test]
+fn should_count_a_concatenation_as_a_launch_an_input() {
+    let device = Device::default();
+    let model: Linear = LinearConfig::new(3, 2).init(&device);
+    let x = Tensor::<2>::ones([4, 3], &device);
+    let ops = standard_step_operations(&model, (x,), |m: &Linear, (x,): (Tensor<2>,)| {
+        let y = m.forward(x);
+        Tensor::cat(vec![y.clone(), y.clone(), y], 0).sum()
+    })
+    .unwrap();
+    assert_eq!(ops.of("cat"), 3, "{ops}");
 }

@@ -111,8 +111,16 @@ impl Operations {
             }
             _ => None,
         };
+        // burn-cubecl 0.22.1 has no concatenation kernel: Burn's default writes each input into
+        // the output with a `slice_assign`, a launch each.
+        let launches = match op {
+            OperationIr::BaseFloat(BaseOperationIr::Cat(c))
+            | OperationIr::BaseInt(BaseOperationIr::Cat(c))
+            | OperationIr::BaseBool(BaseOperationIr::Cat(c)) => c.tensors.len(),
+            _ => 1,
+        };
         if let Some(kind) = view.map(String::from).or_else(|| kind(op)) {
-            *self.kinds.entry(kind).or_default() += 1;
+            *self.kinds.entry(kind).or_default() += launches;
         }
     }
 }

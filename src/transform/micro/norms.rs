@@ -61,19 +61,14 @@ fn squared_global_norm<T: Tree + Clone>(tree: &T) -> Tensor<1> {
     sum_all(squares)
 }
 
-/// The sum of one-element tensors: from three of one dtype on, one concatenation and one sum
-/// (two kernels on a GPU, where a chain of additions launches one a term: a transformer's forty
-/// leaves' squared norms took forty launches to add up).
+/// The sum of one-element tensors, added one by one: `n - 1` kernels on a GPU, where a
+/// concatenation and a sum take `n + 1` (burn-cubecl 0.22.1 concatenates with a `slice_assign`
+/// an input), and an elementwise chain that Burn's fusion can make one.
 fn sum_all(parts: Vec<Tensor<1>>) -> Tensor<1> {
-    let one_dtype = parts.windows(2).all(|w| w[0].dtype() == w[1].dtype());
-    if parts.len() >= 3 && one_dtype {
-        Tensor::cat(parts, 0).sum()
-    } else {
-        parts
-            .into_iter()
-            .reduce(|a, b| a + b)
-            .expect("at least one part")
-    }
+    parts
+        .into_iter()
+        .reduce(|a, b| a + b)
+        .expect("at least one part")
 }
 
 /// Scales every float leaf of `tree` by the one-element tensor `factor`.
