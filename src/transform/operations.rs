@@ -65,7 +65,8 @@ pub struct Operations {
 }
 
 impl Operations {
-    /// Every operation, views and uploads included.
+    /// Every operation, views and uploads included; a concatenation counts once an input (the
+    /// `slice_assign` a cubecl backend runs for each, see [`launches`](Self::launches)).
     pub fn total(&self) -> usize {
         self.kinds.values().sum()
     }
@@ -73,7 +74,9 @@ impl Operations {
     /// The operations that launch a kernel on an unfused cubecl backend: every one but the
     /// views ([`is_view`](Self::is_view)), the uploads (`"init"`, a tensor made from host
     /// data: a copy, not a kernel) and the allocations (`"empty"`: burn-cubecl's `empty`
-    /// reserves memory and writes nothing).
+    /// reserves memory and writes nothing). A concatenation of `n` tensors is `n` launches:
+    /// burn-cubecl 0.22.1 has no concatenation kernel, and Burn's default writes each input into
+    /// the output with a `slice_assign`.
     pub fn launches(&self) -> usize {
         self.kinds
             .iter()
