@@ -212,34 +212,29 @@ fn scale_parts<B: Backend>(f: F<B>, mut op: impl FnMut(FP<B>) -> FP<B>) -> F<B> 
 /// bias's gradient holds (a wide sum casts it once for both). Otherwise the dense left one, or
 /// the right one where the rows are one-hot.
 fn scale_part<B: Backend>(p: Part<FP<B>>, op: impl FnOnce(FP<B>) -> FP<B>) -> Part<FP<B>> {
-    match p.left {
+    let scale_right = match &p.left {
         Left::Dense(l) => {
             let (ls, rs) = (l.shape(), p.right.shape());
             let r = ls.num_dims();
             let rows_match = r >= 2 && r == rs.num_dims() && ls[..r - 1] == rs[..r - 1];
-            let right_no_larger = rows_match && rs[r - 1] <= ls[r - 1] && ls[r - 2] > 1;
-            if right_no_larger {
-                Part {
-                    left: Left::Dense(l),
-                    right: op(p.right),
-                    left_tag: p.left_tag,
-                    right_tag: None,
-                }
-            } else {
-                Part {
-                    left: Left::Dense(op(l)),
-                    right: p.right,
-                    left_tag: None,
-                    right_tag: p.right_tag,
-                }
-            }
+            rows_match && rs[r - 1] <= ls[r - 1] && ls[r - 2] > 1
         }
-        one_hot => Part {
-            left: one_hot,
+        Left::OneHot(_) => true,
+    };
+    if scale_right {
+        return Part {
             right: op(p.right),
-            left_tag: p.left_tag,
             right_tag: None,
-        },
+            ..p
+        };
+    }
+    let Left::Dense(l) = p.left else {
+        unreachable!("one-hot rows scale the right factor")
+    };
+    Part {
+        left: Left::Dense(op(l)),
+        left_tag: None,
+        ..p
     }
 }
 
