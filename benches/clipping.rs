@@ -32,7 +32,8 @@
 //! machine's speed between criterion's groups does not move.
 //!
 //! Environment: `BURN_VMAP_BENCH_QUICK=1` for a shorter run; `BURN_VMAP_BENCH_ONLY=lstm` (or any
-//! part of a group's name) for some groups only.
+//! part of a group's name) for some groups only; `BURN_VMAP_BENCH_SKIP_LOOP=1` without Burn's
+//! per-example loop (on a GPU the LSTM's takes seconds an iteration).
 
 mod common;
 
@@ -180,6 +181,10 @@ fn quick() -> bool {
     std::env::var("BURN_VMAP_BENCH_QUICK").is_ok_and(|v| v == "1")
 }
 
+fn skip_loop() -> bool {
+    std::env::var("BURN_VMAP_BENCH_SKIP_LOOP").is_ok_and(|v| v == "1")
+}
+
 fn cases() -> Vec<Case> {
     let only = std::env::var("BURN_VMAP_BENCH_ONLY").unwrap_or_default();
     let device = Device::default();
@@ -238,6 +243,7 @@ fn cases() -> Vec<Case> {
 }
 
 fn main() {
+    common::start_run();
     let cases = cases();
     // Record every builder before timing (the steady state), and read peak memory.
     let mut memory = Vec::new();
@@ -258,6 +264,9 @@ fn main() {
         let mut g = c.benchmark_group(&case.name);
         g.sampling_mode(SamplingMode::Flat);
         for work in Work::ALL {
+            if work == Work::Loop && skip_loop() {
+                continue;
+            }
             g.bench_function(work.name(), |b| b.iter(|| (case.run)(work)));
         }
         g.finish();
@@ -313,24 +322,23 @@ fn main() {
     println!("|---|---|---|---|---|---|---|");
     for (case, (mem_s, mem_c)) in cases.iter().zip(memory) {
         let ns = |w: Work| mean_ns(&case.name, w.name());
-        let (Some(s), Some(cs), Some(mo), Some(lp), Some(rs)) = (
+        let (Some(s), Some(cs), Some(mo), Some(rs)) = (
             ns(Work::Standard),
             ns(Work::ClippedSum),
             ns(Work::Moments),
-            ns(Work::Loop),
             ns(Work::RecordAndStep),
         ) else {
             continue;
         };
+        let lp = ns(Work::Loop).map_or("–".into(), |lp| format!("{:.1}x", lp / s));
         let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
         println!(
-            "| {} | {:.2} ms | **{:.2}x** ({:.2} ms) | {:.2}x | {:.1}x | {:.1} ms | {:.1} / {:.1} MiB ({:.2}x) |",
+            "| {} | {:.2} ms | **{:.2}x** ({:.2} ms) | {:.2}x | {lp} | {:.1} ms | {:.1} / {:.1} MiB ({:.2}x) |",
             case.name,
             s / 1e6,
             cs / s,
             cs / 1e6,
             mo / s,
-            lp / s,
             (rs - cs).max(0.0) / 1e6,
             mib(mem_s),
             mib(mem_c),

@@ -303,6 +303,7 @@ fn rank_main() {
 }
 
 fn main() {
+    common::start_run();
     if std::env::var_os("OMPI_COMM_WORLD_SIZE").is_some() {
         rank_main();
         return;

@@ -236,6 +236,7 @@ criterion_group! {
 }
 
 fn main() {
+    common::start_run();
     benches();
     Criterion::default().configure_from_args().final_summary();
     println!("\n== ratios (same run), batch {BATCH} (the MLP also {BIG_BATCH}) ==");
@@ -244,7 +245,8 @@ fn main() {
         println!("- {line}");
     }
     println!("criterion's means:");
-    // (A filtered run, `cargo bench --bench dp -- mlp`, prints the models it ran.)
+    // A filtered run (`BURN_VMAP_BENCH_ONLY=mlp`, or `cargo bench --bench dp -- mlp`) prints the
+    // models it ran: `mean_ns` reads this run's estimates only.
     for model in ["mlp", "mlp_B1024", "cnn", "transformer"] {
         // Criterion stores `a/b` function ids as `a_b`.
         let ratio = |group: &str, num: &str, den: &str| {

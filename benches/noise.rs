@@ -55,6 +55,7 @@ fn noisy(grads: ParamGrads, kind: NoiseKind, rng: &mut PrivacyRng) {
 }
 
 fn main() {
+    common::start_run();
     let device = Device::default();
     let g = grads(&device);
     let coords = (SIDE * SIDE + SIDE) as f64;

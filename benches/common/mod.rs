@@ -18,10 +18,25 @@ use burn::nn::{
 };
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor};
+use std::sync::OnceLock;
+use std::time::SystemTime;
+
+/// When this bench's run started (`start_run`): criterion's estimates written before it are an
+/// earlier run's.
+static STARTED: OnceLock<SystemTime> = OnceLock::new();
+
+/// Marks the start of this run; a bench's `main` calls it first, so that `mean_ns` reads only
+/// what this run measured (a run filtered to some models prints those, never an earlier run's
+/// figures left on disk).
+pub fn start_run() {
+    STARTED.get_or_init(SystemTime::now);
+}
 
 /// Reads criterion's mean estimate (ns) of `group/id` from this run's JSON (criterion stores a
-/// function id `a/b` of `bench_function` as `a_b`, a `BenchmarkId` as `a/b`).
+/// function id `a/b` of `bench_function` as `a_b`, a `BenchmarkId` as `a/b`); `None` where this
+/// run (since `start_run`) wrote none.
 pub fn mean_ns(group: &str, id: &str) -> Option<f64> {
+    let since = *STARTED.get_or_init(SystemTime::now);
     // Criterion writes under the workspace's target directory; a bench runs in its package's.
     let dirs = [
         std::env::var("CARGO_TARGET_DIR").ok(),
@@ -30,6 +45,9 @@ pub fn mean_ns(group: &str, id: &str) -> Option<f64> {
     ];
     dirs.into_iter().flatten().find_map(|dir| {
         let path = format!("{dir}/criterion/{group}/{id}/new/estimates.json");
+        if std::fs::metadata(&path).ok()?.modified().ok()? < since {
+            return None;
+        }
         let text = std::fs::read_to_string(path).ok()?;
         let v: serde_json::Value = serde_json::from_str(&text).ok()?;
         v["mean"]["point_estimate"].as_f64()
