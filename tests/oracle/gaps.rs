@@ -103,3 +103,29 @@ fn known_gap_fusion_scatter_mask_gradient() {
         "fused wgpu: {fused:?} (fixed? remove the skip)"
     );
 }
+
+/// Under Burn's fusion (wgpu), tensors made after an empty one read back as zeros: plain Burn,
+/// no vmap, `zeros([2, 0, 3])` and then `full([2, 1, 3], 7)` and `+ 1` read back 0 for every 7
+/// and 8 (right on Flex and on wgpu without fusion). burn-vmap's engine runs unfused
+/// (`runtime::cube`), out of its reach; run on fusion (tried), a mean over an empty dim under
+/// `vmap` read 0 for NaN, its `full` made after the empty input.
+#[test]
+fn known_gap_fusion_tensors_made_after_an_empty_one() {
+    let made = |device: Device| {
+        let _empty = Tensor::<3>::zeros([2, 0, 3], &device);
+        let full = Tensor::<3>::full([2, 1, 3], 7.0, &device);
+        let more = full.clone() + 1.0;
+        let read = |t: Tensor<3>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+        (read(full), read(more))
+    };
+    let flex = made(Device::flex());
+    assert_eq!(flex, (vec![7.0; 6], vec![8.0; 6]), "Flex");
+    if !crate::run::FUSED {
+        return;
+    }
+    assert_eq!(
+        made(Device::default()),
+        (vec![0.0; 6], vec![0.0; 6]),
+        "fused wgpu (fixed? the engine could run on fusion: see runtime::cube)"
+    );
+}
