@@ -106,7 +106,7 @@ fn known_gap_fusion_scatter_mask_gradient() {
 
 /// Under Burn's fusion (wgpu), tensors made after an empty one read back as zeros: plain Burn,
 /// no vmap, `zeros([2, 0, 3])` and then `full([2, 1, 3], 7)` and `+ 1` read back 0 for every 7
-/// and 8 (right on Flex and on wgpu without fusion). burn-vmap's engine runs unfused
+/// and 8 (right on Flex). burn-vmap's engine runs unfused
 /// (`runtime::cube`), out of its reach; run on fusion (tried), a mean over an empty dim under
 /// `vmap` read 0 for NaN, its `full` made after the empty input.
 #[test]

@@ -212,30 +212,28 @@ fn scale_parts<B: Backend>(f: F<B>, mut op: impl FnMut(FP<B>) -> FP<B>) -> F<B> 
 /// bias's gradient holds (a wide sum casts it once for both). Otherwise the dense left one, or
 /// the right one where the rows are one-hot.
 fn scale_part<B: Backend>(p: Part<FP<B>>, op: impl FnOnce(FP<B>) -> FP<B>) -> Part<FP<B>> {
-    let scale_right = match &p.left {
-        Left::Dense(l) => {
-            let (ls, rs) = (l.shape(), p.right.shape());
-            let r = ls.num_dims();
-            let rows_match = r >= 2 && r == rs.num_dims() && ls[..r - 1] == rs[..r - 1];
-            rows_match && rs[r - 1] <= ls[r - 1] && ls[r - 2] > 1
-        }
-        Left::OneHot(_) => true,
-    };
-    if scale_right {
-        return Part {
+    match p.left {
+        Left::Dense(l) if !right_no_wider(&l, &p.right) => Part {
+            left: Left::Dense(op(l)),
+            left_tag: None,
+            ..p
+        },
+        left => Part {
+            left,
             right: op(p.right),
             right_tag: None,
             ..p
-        };
+        },
     }
-    let Left::Dense(l) = p.left else {
-        unreachable!("one-hot rows scale the right factor")
-    };
-    Part {
-        left: Left::Dense(op(l)),
-        left_tag: None,
-        ..p
-    }
+}
+
+/// Whether a dense left factor's right one holds the same rows, more than one of them, and is
+/// no wider: then it is the one to scale.
+fn right_no_wider<P: burn_backend::TensorMetadata>(l: &P, right: &P) -> bool {
+    let (ls, rs) = (l.shape(), right.shape());
+    let r = ls.num_dims();
+    let rows_match = r >= 2 && r == rs.num_dims() && ls[..r - 1] == rs[..r - 1];
+    rows_match && rs[r - 1] <= ls[r - 1] && ls[r - 2] > 1
 }
 
 /// The factors moved to the batch dims `target` (a superset of `own`), with size-1 dims for
