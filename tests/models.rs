@@ -1,7 +1,8 @@
 //! Unmodified burn-nn 0.22 models: per-example gradients equal the loop of Burn's own backward,
 //! one example at a time (1e-5; on CUDA TF32's 5e-3, `tests/shared/tolerance.rs`), for an MLP,
-//! a CNN (Conv2d + pooling), a TransformerEncoder with an Embedding, and an Lstm; and dropout
-//! drawn per example.
+//! a CNN (Conv2d + pooling), a TransformerEncoder with an Embedding, and an Lstm; an attention
+//! block with burn-nn's positional encodings (tensors that are not parameters) in training mode;
+//! and dropout drawn per example.
 
 #[path = "shared/tolerance.rs"]
 mod tolerance;
@@ -14,9 +15,10 @@ use burn::nn::transformer::{
 };
 use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfig,
+    PositionalEncoding, PositionalEncodingConfig, RotaryEncoding, RotaryEncodingConfig,
 };
 use burn::optim::GradientsParams;
-use burn::tensor::activation::{log_softmax, relu};
+use burn::tensor::activation::{log_softmax, relu, softmax};
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use burn_vmap::{ParamGrads, Tree, per_example_grads};
 
@@ -204,6 +206,57 @@ fn should_give_a_transformers_per_example_gradients_as_the_loop() {
         (tokens.clone(), ys.clone()),
         |i| (int_row(&tokens, i), int_row(&ys, i)),
         |m: &Classifier, ex| m.loss(ex),
+    );
+}
+
+/// An attention block with burn-nn's sinusoidal `PositionalEncoding` and `RotaryEncoding`, whose
+/// tables are tensors that are not parameters.
+#[derive(Module, Debug)]
+struct Positional {
+    embedding: Embedding,
+    positions: PositionalEncoding,
+    rope: RotaryEncoding,
+    query: Linear,
+    head: Linear,
+}
+
+impl Positional {
+    fn loss(&self, (tokens, y): (Tensor<1, Int>, Tensor<1, Int>)) -> Tensor<1> {
+        let x = self
+            .positions
+            .forward(self.embedding.forward(tokens.unsqueeze::<2>())); // [1, T, d]
+        let q = self.rope.forward(self.query.forward(x.clone()));
+        let k = self.rope.forward(x.clone());
+        let h = softmax(q.matmul(k.swap_dims(1, 2)), 2).matmul(x);
+        let [_, _, d] = h.dims();
+        cross_entropy(self.head.forward(h.mean_dim(1).reshape([d])), y)
+    }
+}
+
+/// In training mode (on an autodiff device, as an optimizer holds it) the tables are on the
+/// autodiff device too, which Burn's capture device refuses: they are recorded off autodiff.
+#[test]
+fn should_give_positional_encodings_per_example_gradients_as_the_loop_in_training_mode() {
+    let device = Device::default();
+    let (vocab, d, t) = (11, 8, 5);
+    let model = Positional {
+        embedding: EmbeddingConfig::new(vocab, d).init(&device),
+        positions: PositionalEncodingConfig::new(d)
+            .with_max_sequence_size(t)
+            .init(&device),
+        rope: RotaryEncodingConfig::new(t, d).init(&device),
+        query: LinearConfig::new(d, d).init(&device),
+        head: LinearConfig::new(d, 3).init(&device),
+    }
+    .train();
+    let tokens =
+        Tensor::<2, Int>::random([4, t], Distribution::Uniform(0.0, vocab as f64), &device);
+    let ys = Tensor::<2, Int>::from_ints([[1], [0], [2], [2]], &device);
+    check_against_loop(
+        &model,
+        (tokens.clone(), ys.clone()),
+        |i| (int_row(&tokens, i), int_row(&ys, i)),
+        |m: &Positional, ex| m.loss(ex),
     );
 }
 

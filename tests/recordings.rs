@@ -2,7 +2,9 @@
 //! across steps, give after a change of a field that is not a parameter (a temperature, a
 //! dropout probability, a `#[module(skip)]` value, an `Ignored<T>`) exactly what a fresh
 //! builder or a fresh mechanism gives, for the four burn-nn model families (an MLP, a CNN, a
-//! TransformerEncoder with an Embedding, an Lstm). Each case also checks that the change
+//! TransformerEncoder with an Embedding, an Lstm), and after a change of the values of a tensor
+//! that is not a float parameter (a tensor field, an integer parameter, burn-nn's
+//! `RotaryEncoding` rebuilt with another `theta`). Each case also checks that the change
 //! matters (the gradient before it differs), so no case passes by comparing equal things.
 
 #![allow(deprecated)] // `Ignored<T>`, still what models written for Burn 0.20 hold.
@@ -11,7 +13,7 @@ use std::sync::Arc;
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::InMemDataset;
-use burn::module::{Ignored, Module};
+use burn::module::{Ignored, Module, Param, ParamId};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::transformer::{
@@ -19,8 +21,9 @@ use burn::nn::transformer::{
 };
 use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfig,
+    RotaryEncoding, RotaryEncodingConfig,
 };
-use burn::tensor::activation::{log_softmax, relu};
+use burn::tensor::activation::{log_softmax, relu, softmax};
 use burn::tensor::{Device, Distribution, Int, Tensor};
 use burn_vmap::Tree;
 use burn_vmap::privacy::{DpConfig, DpMechanism, Neighbouring};
@@ -324,6 +327,131 @@ fn should_record_an_lstm_again_when_an_ignored_field_changes() {
         data,
         recurrent_loss,
     );
+}
+
+// --- tensors that are not float parameters: their values, not only their shapes ---------------
+
+/// An MLP whose logits are shifted by a prior the model holds as a plain tensor (a class prior
+/// re-estimated during training, say), and whose classes are relabelled by an integer
+/// parameter (a lookup that is not trained).
+#[derive(Module, Debug)]
+struct Shifted {
+    l1: Linear,
+    l2: Linear,
+    prior: Tensor<2>,
+    relabel: Param<Tensor<1, Int>>,
+}
+
+fn shifted_loss(m: &Shifted, (x, y): (Tensor<2>, Tensor<2, Int>)) -> Tensor<1> {
+    let logits = m.l2.forward(relu(m.l1.forward(x))) + m.prior.clone();
+    let logits = logits.select(1, m.relabel.val());
+    cross_entropy(logits, y)
+}
+
+fn shifted() -> (Shifted, Select<2, burn::tensor::Float>) {
+    let model = Shifted {
+        l1: LinearConfig::new(7, 9).init(&dev()),
+        l2: LinearConfig::new(9, 4).init(&dev()),
+        prior: Tensor::zeros([1, 4], &dev()),
+        relabel: Param::initialized(ParamId::new(), Tensor::arange(0..4, &dev())),
+    };
+    let x = Tensor::<2>::random([5, 7], Distribution::Normal(0.0, 1.0), &dev());
+    let y = Tensor::<2, Int>::from_ints([[0], [1], [3], [2], [1]], &dev());
+    (model, Select { x, y })
+}
+
+#[test]
+fn should_record_again_when_a_tensor_field_changes_its_values() {
+    let (model, data) = shifted();
+    // The same shape and the same parameters: only the prior's values differ.
+    let informed = Shifted {
+        prior: Tensor::from_floats([[2.0, -1.0, 0.5, -3.0]], &dev()),
+        ..model.clone()
+    };
+    check_kept_builder(
+        &model,
+        &informed,
+        (data.x.clone(), data.y.clone()),
+        shifted_loss,
+    );
+    check_kept_mechanism(
+        &model.clone().train(),
+        &informed.train(),
+        data,
+        shifted_loss,
+    );
+}
+
+#[test]
+fn should_record_again_when_an_integer_parameter_changes_its_values() {
+    let (model, data) = shifted();
+    // The same parameter (its id kept), other values.
+    let relabelled = Shifted {
+        relabel: Param::initialized(model.relabel.id, Tensor::from_ints([3, 2, 0, 1], &dev())),
+        ..model.clone()
+    };
+    check_kept_builder(
+        &model,
+        &relabelled,
+        (data.x.clone(), data.y.clone()),
+        shifted_loss,
+    );
+    check_kept_mechanism(
+        &model.clone().train(),
+        &relabelled.train(),
+        data,
+        shifted_loss,
+    );
+}
+
+/// burn-nn's `RotaryEncoding` holds its frequencies as tensors that are not parameters: a model
+/// whose encoding is rebuilt with another `theta` (the same shapes) is recorded again.
+#[derive(Module, Debug)]
+struct Rotary {
+    embedding: Embedding,
+    rope: RotaryEncoding,
+    attend: Linear,
+    head: Linear,
+}
+
+fn rotary_loss(m: &Rotary, (tokens, y): (Tensor<2, Int>, Tensor<2, Int>)) -> Tensor<1> {
+    let x = m.embedding.forward(tokens); // [1, T, d]
+    let q = m.rope.forward(m.attend.forward(x.clone()));
+    let k = m.rope.forward(x.clone());
+    let scores = q.matmul(k.swap_dims(1, 2)); // [1, T, T]
+    let h = softmax(scores, 2).matmul(x); // [1, T, d]
+    cross_entropy(m.head.forward(h.mean_dim(1).flatten(1, 2)), y)
+}
+
+fn rotary(theta: f32) -> RotaryEncoding {
+    RotaryEncodingConfig::new(8, 6)
+        .with_theta(theta)
+        .init(&dev())
+}
+
+#[test]
+fn should_record_again_when_a_rotary_encoding_is_rebuilt_with_another_theta() {
+    let (vocab, d, t) = (10, 6, 5);
+    let model = Rotary {
+        embedding: EmbeddingConfig::new(vocab, d).init(&dev()),
+        rope: rotary(10_000.0),
+        attend: LinearConfig::new(d, d).init(&dev()),
+        head: LinearConfig::new(d, 3).init(&dev()),
+    };
+    let x = Tensor::<2, Int>::random([4, t], Distribution::Uniform(0.0, vocab as f64), &dev());
+    let y = Tensor::<2, Int>::from_ints([[0], [2], [1], [2]], &dev());
+    let data = Select { x, y };
+    let faster = Rotary {
+        rope: rotary(3.0),
+        ..model.clone()
+    };
+    check_kept_builder(
+        &model,
+        &faster,
+        (data.x.clone(), data.y.clone()),
+        rotary_loss,
+    );
+    check_kept_mechanism(&model.clone().train(), &faster.train(), data, rotary_loss);
 }
 
 /// Switching back and forth reuses the recordings kept for each value: equal to a fresh builder

@@ -29,6 +29,7 @@ use burn::tensor::{Device, DeviceConfig};
 use burn_backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn_backend::{DeviceSettings, TensorData};
 use burn_dispatch::backends::Capture;
+use burn_dispatch::backends::capture::CapturedGraph;
 use burn_dispatch::{BackendTensor, Dispatch, DispatchTensor, DispatchTensorKind};
 use burn_ir::TensorId;
 
@@ -141,6 +142,96 @@ pub(crate) fn capture_with<R>(
     settings: DeviceSettings,
     record: impl FnOnce(&Device) -> Result<Recording<R>, VmapError>,
 ) -> Result<(Program, R), VmapError> {
+    capture_graph(
+        transform,
+        autodiff,
+        settings,
+        record,
+        |graph, inputs: Vec<TensorId>, outputs: Vec<TensorId>, extra, depth| {
+            // The graph's boundary is ours, in order, with Burn's aliases resolved: map our ids to
+            // it.
+            let declared = unique(&outputs);
+            let resolve = |id: &TensorId| {
+                let pos = declared
+                    .iter()
+                    .position(|d| d == id)
+                    .expect("declared above");
+                graph.graph.outputs[pos]
+            };
+            let outputs = outputs.iter().map(resolve).collect();
+            // Placeholders are their views; other inputs (a module's parameters) as Burn resolved
+            // them.
+            let inputs = VIEWS.with(|v| {
+                let v = v.borrow();
+                inputs
+                    .iter()
+                    .zip(&graph.graph.inputs)
+                    .map(
+                        |(ours, burns)| match v.get(depth).is_some_and(|m| m.contains_key(ours)) {
+                            true => *ours,
+                            false => *burns,
+                        },
+                    )
+                    .collect()
+            });
+            let customs = CUSTOMS
+                .with(|c| std::mem::take(&mut c.borrow_mut()[depth]))
+                .into_iter()
+                .collect::<HashMap<_, _>>();
+            let program = Program::new(
+                graph.graph.operations,
+                inputs,
+                outputs,
+                graph.values,
+                Arc::new(customs),
+            );
+            (program, extra)
+        },
+    )
+}
+
+/// The data of every tensor that reaches a capture device while `f` runs (a module moved there,
+/// in the order the tensors arrive), captured as [`capture_with`] captures (`autodiff`, the
+/// default dtypes of `settings`), nothing recorded as a program.
+///
+/// # Errors
+/// As [`capture_with`]'s.
+pub(crate) fn capture_values(
+    transform: &'static str,
+    autodiff: bool,
+    settings: DeviceSettings,
+    f: impl FnOnce(&Device) -> Result<(), VmapError>,
+) -> Result<Vec<TensorData>, VmapError> {
+    let record = |device: &Device| {
+        f(device)?;
+        Ok(Recording {
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            extra: (),
+        })
+    };
+    capture_graph(
+        transform,
+        autodiff,
+        settings,
+        record,
+        |graph, _, _, (), _| {
+            // Burn's tensor ids count up: the map's order is the order of arrival.
+            graph.values.into_values().collect()
+        },
+    )
+}
+
+/// Runs `record` in a scope of this thread's capture device for the current depth and gives
+/// `finish` the captured graph, the boundary `record` declared (our ids: outputs possibly
+/// repeated) and its extra result, with the depth, while the depth is still held.
+fn capture_graph<R, T>(
+    transform: &'static str,
+    autodiff: bool,
+    settings: DeviceSettings,
+    record: impl FnOnce(&Device) -> Result<Recording<R>, VmapError>,
+    finish: impl FnOnce(CapturedGraph, Vec<TensorId>, Vec<TensorId>, R, usize) -> T,
+) -> Result<T, VmapError> {
     let depth = DEPTH.get();
     let (device, fresh) = POOL.with(|pool| {
         let mut pool = pool.borrow_mut();
@@ -221,47 +312,18 @@ pub(crate) fn capture_with<R>(
         outcome = Some(result);
         scope.complete(inputs, outputs)
     });
-    let customs: HashMap<_, _> = CUSTOMS
-        .with(|c| std::mem::take(&mut c.borrow_mut()[depth]))
-        .into_iter()
-        .collect();
-    let (inputs, outputs, extra) = outcome.expect("the capture closure ran")?;
-    let captured = captured.map_err(|e| VmapError::FunctionPanicked {
-        transform,
-        message: format!("Burn rejected the recorded graph: {e}"),
-    })?;
-    // The graph's boundary is ours, in order, with Burn's aliases resolved: map our ids to it.
-    let declared = unique(&outputs);
-    let resolve = |id: &TensorId| {
-        let pos = declared
-            .iter()
-            .position(|d| d == id)
-            .expect("declared above");
-        captured.graph.outputs[pos]
-    };
-    let outputs = outputs.iter().map(resolve).collect();
-    // Placeholders are their views; other inputs (a module's parameters) as Burn resolved them.
-    let inputs = VIEWS.with(|v| {
-        let v = v.borrow();
-        inputs
-            .iter()
-            .zip(&captured.graph.inputs)
-            .map(
-                |(ours, burns)| match v.get(depth).is_some_and(|m| m.contains_key(ours)) {
-                    true => *ours,
-                    false => *burns,
-                },
-            )
-            .collect()
-    });
-    let program = Program::new(
-        captured.graph.operations,
-        inputs,
-        outputs,
-        captured.values,
-        Arc::new(customs),
-    );
-    Ok((program, extra))
+    let result = outcome
+        .expect("the capture closure ran")
+        .and_then(|(inputs, outputs, extra)| {
+            let captured = captured.map_err(|e| VmapError::FunctionPanicked {
+                transform,
+                message: format!("Burn rejected the recorded graph: {e}"),
+            })?;
+            Ok(finish(captured, inputs, outputs, extra, depth))
+        });
+    // What `finish` did not take of the custom operations is dropped with the capture.
+    CUSTOMS.with(|c| c.borrow_mut()[depth].clear());
+    result
 }
 
 /// A recording's boundary as the closure gave it: input ids, output ids, and its extra result.

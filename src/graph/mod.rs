@@ -20,7 +20,7 @@ mod ops;
 mod program;
 mod rewrite;
 
-pub(crate) use capture::{Recording, capture, capture_with, classify, placeholder};
+pub(crate) use capture::{Recording, capture, capture_values, capture_with, classify, placeholder};
 pub(crate) use custom::{CustomHandler, RuleProgram, record_call};
 pub(crate) use program::{Program, TensorSig};
 

@@ -11,15 +11,17 @@
 //! `Dropout`'s probability, a plain `f64` field (a temperature, a loss weight), a
 //! `#[module(skip)]` or `Ignored<T>` value, a non-parameter tensor field. A kept recording is
 //! reused only for a module whose [`constants`] (Burn's rendering of every such field) are the
-//! ones it was recorded with; any change records the loss again.
+//! ones it was recorded with, and whose tensors that are not float parameters hold the values
+//! it was recorded with ([`tensor_fields`]); any change records the loss again.
 
 use burn::module::{
-    DisplaySettings, Module, ModuleDisplay, ModuleMapper, ModuleVisitor, Param, ParamId,
+    DisplaySettings, Flag, Module, ModuleDisplay, ModuleMapper, ModuleVisitor, Param, ParamId,
 };
 use burn::tensor::{Float, Tensor};
+use burn_backend::TensorData;
 
 use crate::VmapError;
-use crate::graph::{Recording, TensorSig, capture_with, placeholder};
+use crate::graph::{Recording, TensorSig, capture_values, capture_with, placeholder};
 use crate::transform::run::Recorded;
 use crate::tree::{Leaf, Tree, TreeDef};
 
@@ -35,21 +37,87 @@ pub(crate) struct ModuleParams {
 }
 
 /// What identifies a module for a recording: its parameters' ids and shapes, its flags (a
-/// `Dropout`'s training flag changes what is recorded), and its [`constants`] once a transform
-/// that keeps recordings adds them ([`with_constants`](Self::with_constants)).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `Dropout`'s training flag changes what is recorded), and its [`constants`] and
+/// [`tensor_fields`] once a transform that keeps recordings adds them
+/// ([`with_constants`](Self::with_constants)).
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ModuleKey {
     params: Vec<(ParamId, TensorSig, bool)>,
     flags: Vec<(ParamId, bool)>,
     constants: Option<String>,
+    /// The values of the tensors that are not float parameters (empty when there are none).
+    fields: Vec<TensorData>,
 }
 
 impl ModuleKey {
-    /// The key with the module's [`constants`]: a recording kept under it is reused only for a
-    /// module whose every non-parameter field is the same.
-    pub(crate) fn with_constants<M: ModuleDisplay>(mut self, module: &M) -> Self {
-        self.constants = Some(constants(module));
-        self
+    /// The key with the module's [`constants`] and, where its rendering shows a tensor that is
+    /// not a float parameter, the values of those tensors ([`tensor_fields`], recorded with
+    /// the default dtypes of `settings`): a recording kept under it is reused only for a module
+    /// whose every non-parameter field is the same, values included.
+    ///
+    /// # Errors
+    /// As [`tensor_fields`]'.
+    pub(crate) fn with_constants<M: Module + ModuleDisplay>(
+        mut self,
+        transform: &'static str,
+        module: &M,
+        settings: burn_backend::DeviceSettings,
+    ) -> Result<Self, VmapError> {
+        let constants = constants(module);
+        if shows_tensor_field(&constants) {
+            self.fields = tensor_fields(transform, module, settings)?;
+        }
+        self.constants = Some(constants);
+        Ok(self)
+    }
+}
+
+/// Whether a module's [`constants`] show a tensor that is not a float parameter, whose values
+/// a recording takes as constants: a tensor field (`Tensor {rank: ..}`), or an integer or
+/// boolean parameter (`ParamTensor {rank: .., kind: int}`: only float parameters are a
+/// recording's inputs).
+fn shows_tensor_field(constants: &str) -> bool {
+    const TENSOR: &str = "Tensor {rank:";
+    constants.match_indices(TENSOR).any(|(at, _)| {
+        let rest = &constants[at..];
+        let rendering = &rest[..rest.find('}').unwrap_or(rest.len())];
+        !constants[..at].ends_with("Param") || !rendering.contains("kind: float")
+    })
+}
+
+/// The values of every tensor of `module` that a recording of a loss over it takes as a
+/// constant: its tensor fields that are not parameters (a `RotaryEncoding`'s frequencies, a
+/// mask, a buffer the training loop updates) and its integer and boolean parameters, in a fixed
+/// order. Burn's module visitors do not reach a plain tensor field, so they are read the way a
+/// recording reads them: a clone of the module, its float parameters replaced by one-element
+/// placeholders, is moved to a capture device, and the values that arrive are kept. On a GPU
+/// that is a read of those tensors (not of the parameters) to the host.
+///
+/// # Errors
+/// A capture error ([`VmapError::FunctionPanicked`] when Burn refuses the move).
+pub(crate) fn tensor_fields<M: Module>(
+    transform: &'static str,
+    module: &M,
+    settings: burn_backend::DeviceSettings,
+) -> Result<Vec<TensorData>, VmapError> {
+    capture_values(transform, false, settings, |device| {
+        // `valid`: a tensor field of a module in training mode is on an autodiff device, which
+        // the capture device refuses (the flags it turns off do not matter here). Its clone
+        // holds running statistics of its own (`RunningState::valid`), so the placeholders
+        // leave the user's alone.
+        let stripped = module.valid().map(&mut Placeholders(device.clone()));
+        drop(stripped.to_device(device));
+        Ok(())
+    })
+}
+
+/// Replaces each float parameter of a module with a one-element zero on the capture device.
+struct Placeholders(burn::tensor::Device);
+
+impl ModuleMapper for Placeholders {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let (id, _, mapper) = param.consume();
+        Param::from_mapped_value(id, Tensor::zeros([1; D], &self.0), mapper)
     }
 }
 
@@ -59,12 +127,8 @@ impl ModuleKey {
 /// displays bypassed). A field that is not a module is rendered by its `Debug` (a temperature,
 /// a `#[module(skip)]` or `Ignored<T>` value), a constant (`f64`, `usize`) by its value (`f64`
 /// in the shortest form that reads back to the same bits), a `Dropout` by its probability, a
-/// tensor that is not a parameter by its shape, a parameter by its shape.
-///
-/// Not covered: the *values* of a tensor field that is not a `Param` (Burn renders its shape
-/// only): they are read when the loss is recorded, like a tensor a jitted function closes
-/// over. Hold a tensor that changes as a `Param` (frozen with `set_require_grad(false)` if it
-/// is not trained).
+/// tensor that is not a parameter by its shape, a parameter by its shape. The values of such a
+/// tensor are [`tensor_fields`]'.
 pub(crate) fn constants<M: ModuleDisplay>(module: &M) -> String {
     let settings = DisplaySettings::new()
         .with_show_all_attributes(true)
@@ -202,6 +266,7 @@ impl ModuleParams {
                 .collect(),
             flags: collect.flags,
             constants: None,
+            fields: Vec::new(),
         };
         let params = Self {
             paths: collect.paths,
@@ -233,7 +298,7 @@ pub(crate) fn record_module_fn<M: Module, A: Tree, R: Tree>(
     let recorded = capture_with(transform, true, settings, |device| {
         // Burn refuses to move an autodiff tensor to a capture device: a module in training
         // mode (on an autodiff device, as an optimizer holds it) is recorded from its values.
-        let recorded_module = module.clone().map(&mut WithoutAutodiff).to_device(device);
+        let recorded_module = without_autodiff(module).to_device(device);
         let params = param_tensors(&recorded_module);
         let args: Vec<_> = sigs.iter().map(|s| placeholder(s, device)).collect();
         let tree = A::unflatten_named(def, args.iter().cloned().map(Leaf).collect(), "args")?;
@@ -268,12 +333,50 @@ impl Saved {
     }
 }
 
-/// Takes every float tensor of a module off its autodiff graph.
-struct WithoutAutodiff;
+/// A clone of `module` with no tensor on an autodiff device (a capture device refuses them),
+/// its parameters and flags (a `Dropout`'s training mode) as they are. Burn's mappers do not
+/// reach a tensor field that is not a parameter (a `RotaryEncoding`'s frequencies, on an
+/// autodiff device when the module is in training mode): `Module::valid` takes every tensor off
+/// autodiff, and the float parameters and flags, which `valid` changes too, are put back from
+/// the module's own, off autodiff.
+fn without_autodiff<M: Module>(module: &M) -> M {
+    let mut own = Own::default();
+    module.visit(&mut own);
+    module.valid().map(&mut own)
+}
 
-impl ModuleMapper for WithoutAutodiff {
+/// A module's float parameters (off autodiff) and flags by id, put back by [`without_autodiff`].
+#[derive(Default)]
+struct Own {
+    params: Vec<(ParamId, Box<dyn std::any::Any>)>,
+    flags: Vec<Param<Flag>>,
+}
+
+impl ModuleVisitor for Own {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let plain = param.clone().map(Tensor::without_autodiff);
+        self.params.push((param.id, Box::new(plain)));
+    }
+
+    fn visit_flag(&mut self, flag: &Param<Flag>) {
+        self.flags.push(flag.clone());
+    }
+}
+
+impl ModuleMapper for Own {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-        param.map(Tensor::without_autodiff)
+        let own = self.params.iter().position(|(id, _)| *id == param.id);
+        match own.map(|i| self.params.swap_remove(i).1.downcast::<Param<Tensor<D>>>()) {
+            Some(Ok(own)) => *own,
+            _ => param,
+        }
+    }
+
+    fn map_flag(&mut self, flag: Param<Flag>) -> Param<Flag> {
+        match self.flags.iter().position(|f| f.id == flag.id) {
+            Some(i) => self.flags.swap_remove(i),
+            None => flag,
+        }
     }
 }
 

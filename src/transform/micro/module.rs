@@ -38,9 +38,11 @@ const NAME: &str = "micro_grad_module";
 /// every call feeds the current ones). The rest of the model is part of the recording's key: a
 /// call with another value of a field that is not a parameter (a `Dropout`'s probability, a
 /// temperature, a `#[module(skip)]` value, read through Burn's `ModuleDisplay`, which
-/// `#[derive(Module)]` implements) records the loss again. The one thing read at recording
-/// only is the values of a tensor field that is not a `Param` (its shape is checked): hold a
-/// tensor that changes as a frozen `Param`. `args` is a tuple whose entries are all batched on
+/// `#[derive(Module)]` implements) records the loss again, as does a change of the values of a
+/// tensor field that is not a `Param` (a `RotaryEncoding`'s frequencies, a buffer the training
+/// loop updates), which are read for that at every call (on a GPU, a read to the host of those
+/// tensors: hold a large tensor that changes as a frozen `Param` instead, an input of the
+/// recording that is never read back). `args` is a tuple whose entries are all batched on
 /// axis 0 unless [`batch_argnums`](MicroGrad::batch_argnums) says otherwise. Everything else is
 /// as [`micro_grad`](crate::micro_grad): `keep_batch_dim` (default `true`: `loss_fn` sees a
 /// batch of one, so an existing batched forward pass works unchanged), microbatching,
@@ -302,11 +304,14 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
         let (params, key) = module::ModuleParams::of(NAME, model)?;
         // A recording stands for the loss at this module's constants too (a temperature, a
         // dropout probability): a change records again instead of replaying a stale graph.
-        let key = key.with_constants(model);
         let (leaves, def) = args.flatten();
         let plan = self.opts.plan(&leaves, &def)?;
         let mapped = map_inputs(leaves, def, &plan.in_axes)?;
         let sigs = with_unit_dims(example_sigs(&mapped.leaves, &mapped.axes), &plan.unit);
+        let settings = common_device(NAME, &mapped.leaves)
+            .map(|d| d.settings())
+            .unwrap_or_else(|_| burn::tensor::Device::default().settings());
+        let key = key.with_constants(NAME, model, settings)?;
         // One recording per module (parameter ids, shapes, flags, constants) and argument
         // signature.
         let key_def = TreeDef::Node {
@@ -314,9 +319,6 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
             keys: vec![Key::Index(0), Key::Index(1)],
             children: vec![TreeDef::static_value(key), mapped.def.clone()],
         };
-        let settings = common_device(NAME, &mapped.leaves)
-            .map(|d| d.settings())
-            .unwrap_or_else(|_| burn::tensor::Device::default().settings());
         let loss = self.caches.loss.get_or_record(&key_def, &sigs, true, || {
             let f = |m: &Mod, a: A| loss_tree(self.f.loss(m, a));
             record_module_fn(NAME, model, &f, &mapped.def, &sigs, settings)
