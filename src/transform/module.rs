@@ -393,3 +393,44 @@ impl ModuleMapper for Restore {
         Param::from_mapped_value(id, value, mapper)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::module::{Module, Param, ParamId};
+    use burn::nn::{DropoutConfig, LinearConfig, RotaryEncodingConfig};
+    use burn::tensor::{Bool, Device, Int, Tensor};
+
+    use super::{constants, shows_tensor_field};
+
+    #[derive(Module, Debug)]
+    struct Flags {
+        mask: Param<Tensor<1, Bool>>,
+    }
+
+    #[derive(Module, Debug)]
+    struct Lookup {
+        table: Param<Tensor<1, Int>>,
+    }
+
+    /// Burn's own renderings: float parameters and plain settings show no tensor that a
+    /// recording takes as a constant; a tensor field and integer or boolean parameters do.
+    #[test]
+    fn should_tell_the_tensors_a_recording_takes_as_constants_from_burns_rendering() {
+        let device = Device::default();
+        let linear = LinearConfig::new(3, 2).init(&device);
+        assert!(!shows_tensor_field(&constants(&linear)));
+        assert!(!shows_tensor_field(&constants(
+            &DropoutConfig::new(0.5).init()
+        )));
+        let rope = RotaryEncodingConfig::new(4, 2).init(&device);
+        assert!(shows_tensor_field(&constants(&rope)));
+        let mask = Flags {
+            mask: Param::initialized(ParamId::new(), Tensor::from_data([true], &device)),
+        };
+        assert!(shows_tensor_field(&constants(&mask)));
+        let table = Lookup {
+            table: Param::initialized(ParamId::new(), Tensor::from_ints([1, 2], &device)),
+        };
+        assert!(shows_tensor_field(&constants(&table)));
+    }
+}
