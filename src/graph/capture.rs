@@ -147,7 +147,7 @@ pub(crate) fn capture_with<R>(
         autodiff,
         settings,
         record,
-        |graph, inputs: Vec<TensorId>, outputs: Vec<TensorId>, extra, depth| {
+        |graph, (inputs, outputs, extra): Boundary<R>, depth| {
             // The graph's boundary is ours, in order, with Burn's aliases resolved: map our ids to
             // it.
             let declared = unique(&outputs);
@@ -210,27 +210,21 @@ pub(crate) fn capture_values(
             extra: (),
         })
     };
-    capture_graph(
-        transform,
-        autodiff,
-        settings,
-        record,
-        |graph, _, _, (), _| {
-            // Burn's tensor ids count up: the map's order is the order of arrival.
-            graph.values.into_values().collect()
-        },
-    )
+    capture_graph(transform, autodiff, settings, record, |graph, _, _| {
+        // Burn's tensor ids count up: the map's order is the order of arrival.
+        graph.values.into_values().collect()
+    })
 }
 
 /// Runs `record` in a scope of this thread's capture device for the current depth and gives
-/// `finish` the captured graph, the boundary `record` declared (our ids: outputs possibly
-/// repeated) and its extra result, with the depth, while the depth is still held.
+/// `finish` the captured graph and the boundary `record` declared (our ids: outputs possibly
+/// repeated; its extra result), with the depth, while the depth is still held.
 fn capture_graph<R, T>(
     transform: &'static str,
     autodiff: bool,
     settings: DeviceSettings,
     record: impl FnOnce(&Device) -> Result<Recording<R>, VmapError>,
-    finish: impl FnOnce(CapturedGraph, Vec<TensorId>, Vec<TensorId>, R, usize) -> T,
+    finish: impl FnOnce(CapturedGraph, Boundary<R>, usize) -> T,
 ) -> Result<T, VmapError> {
     let depth = DEPTH.get();
     let (device, fresh) = POOL.with(|pool| {
@@ -314,12 +308,12 @@ fn capture_graph<R, T>(
     });
     let result = outcome
         .expect("the capture closure ran")
-        .and_then(|(inputs, outputs, extra)| {
+        .and_then(|boundary| {
             let captured = captured.map_err(|e| VmapError::FunctionPanicked {
                 transform,
                 message: format!("Burn rejected the recorded graph: {e}"),
             })?;
-            Ok(finish(captured, inputs, outputs, extra, depth))
+            Ok(finish(captured, boundary, depth))
         });
     // What `finish` did not take of the custom operations is dropped with the capture.
     CUSTOMS.with(|c| c.borrow_mut()[depth].clear());
