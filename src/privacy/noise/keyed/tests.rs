@@ -465,13 +465,16 @@ mod device {
     }
 
     /// The integers themselves (zeros on the grid 1: the release is `Z`, exact in `f32` below
-    /// `2^24`), 10^7 a scale, against the exact pmf.
+    /// `2^24`), 10^7 at a small scale and at the DP scale, against the exact pmf. (About 30 s a
+    /// scale on lavapipe, the kernel's time; σ = 1, 2 and 10 are drawn 10^6 times by the CPU
+    /// reference, `should_draw_the_discrete_gaussian_at_small_scales`, which the device equals
+    /// bit for bit.)
     #[test]
     fn should_draw_the_discrete_gaussian_ten_million_times() {
         let Some(device) = device() else { return };
         let n = 10_000_000;
         let zeros = Tensor::<1>::zeros([n], &device);
-        for (scale, seed) in [(1u32, 1u64), (3, 2), (1_153_434, 3)] {
+        for (scale, seed) in [(3u32, 2u64), (1_153_434, 3)] {
             let noise = Keyed {
                 key: Key::draw(&mut PrivacyRng::seeded(seed)),
                 first: 0,
