@@ -291,13 +291,17 @@ pub enum VmapError {
         transform: &'static str,
     },
     /// The function read a tensor that is not one of its arguments (a tensor it closes over, on
-    /// the user's device). Transforms record the function once for one example on Burn's
-    /// capture device, so every tensor it uses must come in through its arguments.
+    /// the user's device), or a tensor of its module that does not move with the module (a
+    /// `#[module(skip)]` or `Ignored<T>` field: Burn's `to_device` leaves it where it is).
+    /// Transforms record the function once for one example on Burn's capture device, so every
+    /// tensor it uses must come in through its arguments or as a module's parameter or tensor
+    /// field.
     #[error(
         "{transform}: the function uses a tensor that is not one of its arguments ({detail}); \
              a transformed function is recorded once for one example, so pass every tensor it \
              reads as an argument (unmapped: in_axes None) or, for a model, through the \
-             transform's module argument"
+             transform's module argument as a parameter or a plain tensor field (a tensor in a \
+             #[module(skip)] or Ignored<T> field does not move with the module)"
     )]
     ForeignTensor {
         /// The transform.

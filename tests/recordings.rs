@@ -4,8 +4,10 @@
 //! builder or a fresh mechanism gives, for the four burn-nn model families (an MLP, a CNN, a
 //! TransformerEncoder with an Embedding, an Lstm), and after a change of the values of a tensor
 //! that is not a float parameter (a tensor field, an integer parameter, burn-nn's
-//! `RotaryEncoding` rebuilt with another `theta`). Each case also checks that the change
-//! matters (the gradient before it differs), so no case passes by comparing equal things.
+//! `RotaryEncoding` rebuilt with another `theta`, a tensor in a `Vec` or an `Option` field).
+//! Each case also checks that the change matters (the gradient before it differs), so no case
+//! passes by comparing equal things. A tensor that does not move with its module (a
+//! `#[module(skip)]` or `Ignored<T>` field) is refused by every transform.
 
 #![allow(deprecated)] // `Ignored<T>`, still what models written for Burn 0.20 hold.
 
@@ -27,7 +29,7 @@ use burn::tensor::activation::{log_softmax, relu, softmax};
 use burn::tensor::{Device, Distribution, Int, Tensor};
 use burn_vmap::Tree;
 use burn_vmap::privacy::{DpConfig, DpMechanism, Neighbouring};
-use burn_vmap::{ParamGrads, clip_by_global_norm, micro_grad_module};
+use burn_vmap::{ParamGrads, VmapError, clip_by_global_norm, micro_grad_module, per_example_grads};
 
 fn dev() -> Device {
     Device::default()
@@ -452,6 +454,103 @@ fn should_record_again_when_a_rotary_encoding_is_rebuilt_with_another_theta() {
         rotary_loss,
     );
     check_kept_mechanism(&model.clone().train(), &faster.train(), data, rotary_loss);
+}
+
+/// Tensors a model holds in a `Vec` or an `Option` field are tensor fields too: their values
+/// are part of what a kept recording is reused for.
+#[derive(Module, Debug)]
+struct Held {
+    l: Linear,
+    priors: Vec<Tensor<2>>,
+    bias: Option<Tensor<2>>,
+}
+
+fn held_loss(m: &Held, (x, y): (Tensor<2>, Tensor<2, Int>)) -> Tensor<1> {
+    let mut logits = m.l.forward(x) + m.priors[1].clone();
+    if let Some(bias) = &m.bias {
+        logits = logits + bias.clone();
+    }
+    cross_entropy(logits, y)
+}
+
+#[test]
+fn should_record_again_when_a_tensor_in_a_vec_or_an_option_changes() {
+    let (_, data) = shifted();
+    let zeros = || Tensor::<2>::zeros([1, 4], &dev());
+    let model = Held {
+        l: LinearConfig::new(7, 4).init(&dev()),
+        priors: vec![zeros(), zeros()],
+        bias: Some(zeros()),
+    };
+    let shift = || Tensor::<2>::from_floats([[2.0, -1.0, 0.5, -3.0]], &dev());
+    let in_vec = Held {
+        priors: vec![zeros(), shift()],
+        ..model.clone()
+    };
+    let in_option = Held {
+        bias: Some(shift()),
+        ..model.clone()
+    };
+    for after in [in_vec, in_option] {
+        check_kept_builder(&model, &after, (data.x.clone(), data.y.clone()), held_loss);
+        check_kept_mechanism(
+            &model.clone().train(),
+            &after.train(),
+            data.clone(),
+            held_loss,
+        );
+    }
+}
+
+/// A tensor in a `#[module(skip)]` or `Ignored<T>` field does not move with its module (Burn's
+/// `to_device` leaves it on the user's device), so a recording cannot take it: every transform
+/// refuses it with an error that names such fields, never a stale or wrong gradient.
+#[derive(Module, Debug)]
+struct Skipped {
+    l: Linear,
+    #[module(skip)]
+    prior: Tensor<2>,
+    held: Ignored<Tensor<2>>,
+}
+
+fn skipped_loss(m: &Skipped, (x, y): (Tensor<2>, Tensor<2, Int>)) -> Tensor<1> {
+    cross_entropy(m.l.forward(x) + m.prior.clone(), y)
+}
+
+fn ignored_loss(m: &Skipped, (x, y): (Tensor<2>, Tensor<2, Int>)) -> Tensor<1> {
+    cross_entropy(m.l.forward(x) + m.held.0.clone(), y)
+}
+
+#[test]
+fn should_refuse_a_tensor_that_does_not_move_with_its_module() {
+    let (_, data) = shifted();
+    let model = Skipped {
+        l: LinearConfig::new(7, 4).init(&dev()),
+        prior: Tensor::zeros([1, 4], &dev()),
+        held: Ignored(Tensor::zeros([1, 4], &dev())),
+    };
+    let refused = |err: VmapError| {
+        assert!(matches!(err, VmapError::ForeignTensor { .. }), "{err}");
+        assert!(err.to_string().contains("#[module(skip)]"), "{err}");
+    };
+    for loss in [skipped_loss, ignored_loss] {
+        let batch = (data.x.clone(), data.y.clone());
+        let err = micro_grad_module(move |m: &Skipped, (b,): (Batch<2, burn::tensor::Float>,)| {
+            loss(m, b)
+        })
+        .call(&model, (batch.clone(),))
+        .unwrap_err();
+        refused(err);
+        let err = per_example_grads(
+            &model,
+            batch,
+            move |m: &Skipped, (x, y): (Tensor<1>, Tensor<1, Int>)| {
+                loss(m, (x.unsqueeze(), y.unsqueeze()))
+            },
+        )
+        .unwrap_err();
+        refused(err);
+    }
 }
 
 /// Switching back and forth reuses the recordings kept for each value: equal to a fresh builder
