@@ -223,6 +223,27 @@ pub enum VmapError {
         /// The layer's type (`BatchNorm`).
         layer: &'static str,
     },
+    /// The module holds one parameter at two paths (the same `ParamId`: a tied or shared
+    /// parameter, a `Param` cloned into two fields). Burn's backward sums the gradients of its
+    /// uses into one; burn-vmap does not form that sum per example, and taking its uses apart
+    /// would return two partial gradients under one id, and clip their joint norm, not the
+    /// norm of their sum (which can exceed the clipping norm: no privacy guarantee). Refused
+    /// before anything runs; the module is left as it was.
+    #[error(
+        "{transform}: the parameter at `{second}` is the one at `{first}` (the same ParamId: a \
+             tied or shared parameter); its gradient is the sum of its uses, which per-example \
+             transforms do not form yet, and clipping its uses apart would not bound the norm of \
+             that sum; give each use a parameter of its own (a new ParamId), or use one field \
+             for both"
+    )]
+    SharedParameter {
+        /// The transform refusing the module.
+        transform: &'static str,
+        /// The parameter's first path in the module's visiting order (`a.weight`).
+        first: String,
+        /// The path where it is met again (`b.weight`).
+        second: String,
+    },
     /// A chunk size that is zero or negative (`chunked_vmap`, `checkpoint_chunked_scan`).
     #[error("{transform}: chunk_size must be positive, got chunk_size = {chunk_size}")]
     ChunkSizeNotPositive {

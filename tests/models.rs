@@ -377,6 +377,46 @@ struct Normalized {
     norm: burn::nn::BatchNorm,
 }
 
+/// A weight tied across two layers (one `Param` cloned into both: the same `ParamId`).
+#[derive(Module, Debug)]
+struct Tied {
+    a: Linear,
+    b: Linear,
+}
+
+/// One parameter at two paths: Burn's backward sums its uses into one gradient, which the
+/// per-example transforms do not form; they refuse the module naming both paths (taking the
+/// uses apart returned two partial gradients under one id, clipped by their joint norm).
+#[test]
+fn should_refuse_a_parameter_tied_across_two_layers_naming_both_paths() {
+    let device = Device::default();
+    let a = LinearConfig::new(3, 3).init(&device);
+    let model = Tied { a: a.clone(), b: a };
+    let xs = Tensor::<2>::random([4, 3], Distribution::Default, &device);
+    let loss = |m: &Tied, x: Tensor<1>| m.b.forward(m.a.forward(x)).powi_scalar(2).sum();
+    let refused = |err: burn_vmap::VmapError| {
+        assert!(
+            matches!(&err, burn_vmap::VmapError::SharedParameter { first, second, .. }
+                if first == "a.weight" && second == "b.weight"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("a new ParamId"), "{err}");
+    };
+    refused(per_example_grads(&model, xs.clone(), loss).unwrap_err());
+    let err =
+        burn_vmap::micro_grad_module(move |m: &Tied, (x,): (Tensor<2>,)| loss(m, x.squeeze_dim(0)))
+            .call(&model, (xs.clone(),))
+            .unwrap_err();
+    refused(err);
+    // Untied (each layer a parameter of its own), the same model runs.
+    let untied = Tied {
+        b: LinearConfig::new(3, 3).init(&device),
+        ..model
+    };
+    let grads = per_example_grads(&untied, xs, loss).unwrap();
+    assert_eq!(grads.get::<3>("b.weight").unwrap().dims(), [4, 3, 3]);
+}
+
 /// BatchNorm in training mode mixes the examples of a batch and writes its running statistics:
 /// refused with its path before anything runs; in eval mode (running statistics) it is
 /// per-example and allowed.

@@ -545,6 +545,32 @@ fn should_refuse_batch_norm_naming_its_path() {
     assert_eq!(dp.mechanism().steps(), 0, "a refused step is not accounted");
 }
 
+/// Two layers holding one parameter (the same `ParamId`).
+#[derive(Module, Debug)]
+struct Tied {
+    a: Linear,
+    b: Linear,
+}
+
+/// A tied parameter's uses clipped apart would bound their joint norm, not the norm of their
+/// sum (up to √2·C for two equal uses): the step refuses the model, unaccounted.
+#[test]
+fn should_refuse_a_tied_parameter_unaccounted() {
+    let a = LinearConfig::new(3, 3).init(&dev());
+    let m = Tied { a: a.clone(), b: a };
+    let mut dp = sgd(seeded(config(C, SIGMA, 1.0), 1));
+    let loss = |m: &Tied, (x, _y): Batch| m.b.forward(m.a.forward(x)).sum();
+    let b = next(dp.mechanism(), 4);
+    let err = dp.step(0.1, m, loss, b).map(|_| ()).unwrap_err();
+    match &err {
+        PrivacyError::Vmap(VmapError::SharedParameter { first, second, .. }) => {
+            assert_eq!((first.as_str(), second.as_str()), ("a.weight", "b.weight"));
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(dp.mechanism().steps(), 0, "a refused step is not accounted");
+}
+
 // -------------------------------------------------------------------------------------------
 // The eight defects of the mechanism before 0.3 (issue 26), one test each: each fails on the
 // mechanism they were found in.

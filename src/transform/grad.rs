@@ -44,7 +44,7 @@ impl ParamGrads {
     ///
     /// # Errors
     /// [`VmapError::MixesExamples`] for a layer that mixes the examples of a batch (BatchNorm
-    /// in training mode), as a batch would be refused.
+    /// in training mode), and [`VmapError::SharedParameter`], as a batch would be refused.
     pub(crate) fn zeros<M: Module>(transform: &'static str, module: &M) -> Result<Self, VmapError> {
         let (params, _) = ModuleParams::of(transform, module)?;
         let entries = params
@@ -330,8 +330,9 @@ impl Lift for ParamGrads {
 /// ```
 ///
 /// # Errors
-/// The errors of [`vmap`](crate::vmap) (batch sizes, axes, recording), and
-/// [`VmapError::LossNotScalar`] when the loss of one example has more than one element.
+/// The errors of [`vmap`](crate::vmap) (batch sizes, axes, recording),
+/// [`VmapError::LossNotScalar`] when the loss of one example has more than one element,
+/// [`VmapError::MixesExamples`] and [`VmapError::SharedParameter`] (a tied parameter).
 pub fn per_example_grads<M, I, A, F>(
     module: &M,
     inputs: I,

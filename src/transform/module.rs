@@ -139,6 +139,16 @@ pub(crate) fn constants<M: ModuleDisplay>(module: &M) -> String {
     module.format(settings)
 }
 
+/// The paths of the first parameter met twice (the same `ParamId` at two paths: a tied or
+/// shared parameter, a `Param` cloned into two fields), first and second.
+fn shared(paths: &[String], ids: &[ParamId]) -> Option<(String, String)> {
+    let mut seen = std::collections::HashMap::with_capacity(ids.len());
+    ids.iter().enumerate().find_map(|(i, id)| {
+        seen.insert(*id, i)
+            .map(|first| (paths[first].clone(), paths[i].clone()))
+    })
+}
+
 /// Layers whose training mode mixes the examples of a batch (batch statistics), and writes
 /// module state (running statistics): refused in training mode, allowed in eval mode.
 const MIXES_EXAMPLES: &[&str] = &["Struct:BatchNorm"];
@@ -224,7 +234,8 @@ impl ModuleParams {
     ///
     /// # Errors
     /// [`VmapError::MixesExamples`] for a layer that mixes the examples of a batch in training
-    /// mode (`BatchNorm`), named by its path, before anything is recorded.
+    /// mode (`BatchNorm`), named by its path, and [`VmapError::SharedParameter`] for one
+    /// parameter at two paths, before anything is recorded.
     pub(crate) fn of<M: Module>(
         transform: &'static str,
         module: &M,
@@ -236,6 +247,13 @@ impl ModuleParams {
                 transform,
                 path,
                 layer,
+            });
+        }
+        if let Some((first, second)) = shared(&collect.paths, &collect.ids) {
+            return Err(VmapError::SharedParameter {
+                transform,
+                first,
+                second,
             });
         }
         // On an autodiff device (a module in training mode, as an optimizer holds it) a

@@ -54,7 +54,9 @@ const NAME: &str = "micro_grad_module";
 ///
 /// A module with a layer that mixes the examples of a batch in training mode (`BatchNorm`) is
 /// refused with [`VmapError::MixesExamples`] before anything runs; with `model.valid()` it runs
-/// per example and changes no state. `Dropout` in training mode draws a mask per example.
+/// per example and changes no state. `Dropout` in training mode draws a mask per example. A
+/// module holding one parameter at two paths (a tied weight: the same `ParamId`) is refused
+/// with [`VmapError::SharedParameter`].
 ///
 /// # Example: per-example clipping (DP-SGD's gradient)
 /// ```
@@ -81,7 +83,8 @@ const NAME: &str = "micro_grad_module";
 /// ```
 ///
 /// # Errors
-/// See [`micro_grad`](crate::micro_grad), and [`VmapError::MixesExamples`].
+/// See [`micro_grad`](crate::micro_grad), [`VmapError::MixesExamples`] and
+/// [`VmapError::SharedParameter`].
 pub fn micro_grad_module<F>(loss_fn: F) -> MicroGrad<F, Sum, Identity, NoMetrics, ModuleParams> {
     MicroGrad::new(
         loss_fn,
