@@ -228,7 +228,9 @@ pub enum VmapError {
     /// uses into one; burn-vmap does not form that sum per example, and taking its uses apart
     /// would return two partial gradients under one id, and clip their joint norm, not the
     /// norm of their sum (which can exceed the clipping norm: no privacy guarantee). Refused
-    /// before anything runs; the module is left as it was.
+    /// before anything runs; the module is left as it was. Burn 0.22.1's own optimizers do not
+    /// keep such a tie either: a step updates the parameter at the first path only. A layer
+    /// called twice in one forward pass (one field) is the tie that holds, and is supported.
     #[error(
         "{transform}: the parameter at `{second}` is the one at `{first}` (the same ParamId: a \
              tied or shared parameter); its gradient is the sum of its uses, which per-example \

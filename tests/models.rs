@@ -417,6 +417,41 @@ fn should_refuse_a_parameter_tied_across_two_layers_naming_both_paths() {
     assert_eq!(grads.get::<3>("b.weight").unwrap().dims(), [4, 3, 3]);
 }
 
+/// Why refusing loses nothing a Burn user has (README, "Tied weights"): Burn 0.22.1's own
+/// training does not keep a tie by clone. Its backward sums both uses into the one id, and its
+/// optimizer step updates the parameter at the first path only; the clone at the second keeps
+/// its initial value. A Burn release that changes this makes the README's sentence stale.
+#[test]
+fn should_pin_that_burns_own_step_breaks_a_tie_by_clone() {
+    use burn::optim::{Optimizer, SgdConfig};
+    let device = Device::default().autodiff();
+    let a = LinearConfig::new(3, 3).init(&device);
+    let initial = a.weight.val().into_data();
+    let mut model = Tied { a: a.clone(), b: a };
+    let mut optim = SgdConfig::new().init();
+    let x = Tensor::<2>::random([4, 3], Distribution::Default, &device);
+    for _ in 0..2 {
+        let loss = model
+            .b
+            .forward(model.a.forward(x.clone()))
+            .powi_scalar(2)
+            .sum();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(0.1, model, grads);
+    }
+    assert_eq!(model.a.weight.id, model.b.weight.id);
+    assert_ne!(
+        model.a.weight.val().into_data(),
+        initial,
+        "the first path trains"
+    );
+    assert_eq!(
+        model.b.weight.val().into_data(),
+        initial,
+        "the second does not"
+    );
+}
+
 /// BatchNorm in training mode mixes the examples of a batch and writes its running statistics:
 /// refused with its path before anything runs; in eval mode (running statistics) it is
 /// per-example and allowed.
