@@ -8,18 +8,30 @@
 mod tolerance;
 
 use burn::module::{Module, ParamId};
+use burn::nn::attention::{CrossAttention, CrossAttentionConfig, generate_autoregressive_mask};
 use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
 use burn::nn::conv::{
     Conv1d, Conv1dConfig, Conv2d, Conv2dConfig, ConvTranspose2d, ConvTranspose2dConfig,
+};
+use burn::nn::conv::{Conv3d, Conv3dConfig, ConvTranspose1d, ConvTranspose1dConfig};
+use burn::nn::pool::{
+    AdaptiveAvgPool1d, AdaptiveAvgPool1dConfig, AvgPool1d, AvgPool1dConfig, MaxPool1d,
+    MaxPool1dConfig,
 };
 use burn::nn::pool::{
     AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, AvgPool2d, AvgPool2dConfig, MaxPool2d,
     MaxPool2dConfig,
 };
+use burn::nn::transformer::{
+    PositionWiseFeedForward, PositionWiseFeedForwardConfig, TransformerDecoder,
+    TransformerDecoderConfig, TransformerDecoderInput,
+};
 use burn::nn::{
-    BatchNormConfig, Embedding, EmbeddingConfig, Gelu, GroupNorm, GroupNormConfig, InstanceNorm,
-    InstanceNormConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig, Lstm, LstmConfig,
-    PaddingConfig2d, Relu, Sigmoid, Tanh,
+    BatchNormConfig, Embedding, EmbeddingConfig, GaussianNoise, GaussianNoiseConfig, Gelu,
+    GroupNorm, GroupNormConfig, Gru, GruConfig, InstanceNorm, InstanceNormConfig, LayerNorm,
+    LayerNormConfig, Linear, LinearConfig, LocalResponseNorm, LocalResponseNormConfig, Lstm,
+    LstmConfig, PRelu, PReluConfig, PaddingConfig2d, PixelShuffle, PixelShuffleConfig, Relu,
+    RmsNorm, RmsNormConfig, Sigmoid, SwiGlu, SwiGluConfig, Tanh, Unfold4d, Unfold4dConfig,
 };
 use burn::optim::GradientsParams;
 use burn::tensor::activation::{log_softmax, softmax};
@@ -86,6 +98,7 @@ fn burn_grad(grads: &GradientsParams, id: ParamId, rank: usize) -> Vec<f32> {
         2 => grads.get::<2>(id).map(values),
         3 => grads.get::<3>(id).map(values),
         4 => grads.get::<4>(id).map(values),
+        5 => grads.get::<5>(id).map(values),
         r => panic!("rank {r}"),
     };
     data.expect("Burn gives the parameter a gradient")
@@ -375,4 +388,231 @@ fn should_batch_multi_head_attention_with_a_mask_per_example() {
 fn should_batch_batch_norm_in_eval_mode() {
     let bn = BatchNormConfig::new(3).init(&dev());
     forward_oracle::<_, 3, 4, 3, 4>(&bn, normal([E, 4, 3, 5]), |m, x| m.forward(x), "batch_norm");
+}
+
+/// A GRU (gates computed apart from the LSTM's, the reset gate after the product).
+#[test]
+fn should_batch_gru() {
+    let gru: Gru = GruConfig::new(3, 4, true).init(&dev());
+    both::<_, 3, 4, 3, 4>(&gru, normal([E, 2, 3, 3]), |m, x| m.forward(x, None), "gru");
+}
+
+#[test]
+fn should_batch_conv3d_and_conv_transpose1d() {
+    let c3: Conv3d = Conv3dConfig::new([2, 3], [2, 3, 2])
+        .with_stride([1, 2, 1])
+        .init(&dev());
+    both::<_, 5, 6, 5, 6>(
+        &c3,
+        normal([E, 2, 2, 3, 5, 4]),
+        |m, x| m.forward(x),
+        "conv3d",
+    );
+    let ct: ConvTranspose1d = ConvTranspose1dConfig::new([2, 3], 3)
+        .with_stride(2)
+        .init(&dev());
+    both::<_, 3, 4, 3, 4>(
+        &ct,
+        normal([E, 2, 2, 5]),
+        |m, x| m.forward(x),
+        "conv_transpose1d",
+    );
+}
+
+#[derive(Module, Debug)]
+struct Gated {
+    fc: Linear,
+    prelu: PRelu,
+    swiglu: SwiGlu,
+    rms: RmsNorm,
+    ff: PositionWiseFeedForward,
+}
+
+#[test]
+fn should_batch_rms_norm_prelu_swiglu_and_the_feed_forward_block() {
+    let m = Gated {
+        fc: LinearConfig::new(5, 6).init(&dev()),
+        prelu: PReluConfig::new().with_num_parameters(6).init(&dev()),
+        swiglu: SwiGluConfig::new(6, 4).with_bias(true).init(&dev()),
+        rms: RmsNormConfig::new(4).init(&dev()),
+        ff: PositionWiseFeedForwardConfig::new(4, 8)
+            .with_dropout(0.0)
+            .init(&dev()),
+    };
+    both::<_, 2, 3, 2, 3>(
+        &m,
+        normal([E, 3, 5]),
+        |m, x| {
+            let h = m.prelu.forward(m.fc.forward(x));
+            m.ff.forward(m.rms.forward(m.swiglu.forward(h)))
+        },
+        "gated",
+    );
+}
+
+#[test]
+fn should_batch_a_transformer_decoder_and_cross_attention_with_a_causal_mask() {
+    let dec: TransformerDecoder = TransformerDecoderConfig::new(8, 16, 2, 1)
+        .with_dropout(0.0)
+        .init(&dev());
+    let target = normal([E, 1, 4, 8]);
+    let memory = normal([E, 1, 3, 8]);
+    let f = |m: &TransformerDecoder, (t, mem): (Tensor<3>, Tensor<3>)| {
+        let mask = generate_autoregressive_mask(1, 4, &t.device());
+        m.forward(TransformerDecoderInput::new(t, mem).target_mask_attn(mask))
+    };
+    let example_i = |i| {
+        (
+            example::<4, 3, _>(&target, i),
+            example::<4, 3, _>(&memory, i),
+        )
+    };
+    grads_oracle(
+        &dec,
+        (target.clone(), memory.clone()),
+        example_i,
+        |m, ex| smooth(f(m, ex)),
+        "decoder",
+    );
+}
+
+#[test]
+fn should_batch_cross_attention() {
+    let target = normal([E, 1, 4, 8]);
+    let cross: CrossAttention = CrossAttentionConfig::new(8, 6, 2, 1, 4)
+        .with_dropout(0.0)
+        .init(&dev());
+    let context = normal([E, 1, 3, 6]);
+    let g = |m: &CrossAttention, (q, c): (Tensor<3>, Tensor<3>)| m.forward(q, c, None);
+    let example_c = |i| {
+        (
+            example::<4, 3, _>(&target, i),
+            example::<4, 3, _>(&context, i),
+        )
+    };
+    grads_oracle(
+        &cross,
+        (target.clone(), context.clone()),
+        example_c,
+        |m, ex| smooth(g(m, ex)),
+        "cross_attention",
+    );
+}
+
+#[derive(Module, Debug)]
+struct Conv1dThen<L> {
+    conv: Conv1d,
+    layer: L,
+}
+
+#[test]
+fn should_batch_one_dimensional_pools_and_reshaping_layers_after_a_convolution() {
+    let conv = || Conv1dConfig::new(2, 4, 2).init(&dev());
+    let xs = normal([E, 2, 2, 9]);
+    let max = Conv1dThen::<MaxPool1d> {
+        conv: conv(),
+        layer: MaxPool1dConfig::new(3).with_stride(2).init(),
+    };
+    both::<_, 3, 4, 3, 4>(
+        &max,
+        xs.clone(),
+        |m, x| m.layer.forward(m.conv.forward(x)),
+        "max_pool1d",
+    );
+    let avg = Conv1dThen::<AvgPool1d> {
+        conv: conv(),
+        layer: AvgPool1dConfig::new(2).init(),
+    };
+    both::<_, 3, 4, 3, 4>(
+        &avg,
+        xs.clone(),
+        |m, x| m.layer.forward(m.conv.forward(x)),
+        "avg_pool1d",
+    );
+    let ada = Conv1dThen::<AdaptiveAvgPool1d> {
+        conv: conv(),
+        layer: AdaptiveAvgPool1dConfig::new(3).init(),
+    };
+    both::<_, 3, 4, 3, 4>(
+        &ada,
+        xs,
+        |m, x| m.layer.forward(m.conv.forward(x)),
+        "adaptive_avg_pool1d",
+    );
+    let lrn = ConvThen::<LocalResponseNorm> {
+        conv: Conv2dConfig::new([2, 4], [2, 2]).init(&dev()),
+        layer: LocalResponseNormConfig::new(3).init(),
+    };
+    let xs2 = normal([E, 2, 2, 5, 4]);
+    both::<_, 4, 5, 4, 5>(
+        &lrn,
+        xs2.clone(),
+        |m, x| m.layer.forward(m.conv.forward(x)),
+        "local_response_norm",
+    );
+    let shuffle = ConvThen::<PixelShuffle> {
+        conv: Conv2dConfig::new([2, 4], [2, 2]).init(&dev()),
+        layer: PixelShuffleConfig::new(2).init(),
+    };
+    both::<_, 4, 5, 4, 5>(
+        &shuffle,
+        xs2.clone(),
+        |m, x| m.layer.forward(m.conv.forward(x)),
+        "pixel_shuffle",
+    );
+    let unfold = ConvThen::<Unfold4d> {
+        conv: Conv2dConfig::new([2, 3], [2, 2]).init(&dev()),
+        layer: Unfold4dConfig::new([2, 2]).init(),
+    };
+    both::<_, 4, 5, 3, 4>(
+        &unfold,
+        xs2,
+        |m, x| m.layer.forward(m.conv.forward(x)),
+        "unfold4d",
+    );
+}
+
+#[derive(Module, Debug)]
+struct Noisy {
+    l1: Linear,
+    noise: GaussianNoise,
+    l2: Linear,
+}
+
+/// `GaussianNoise` in training mode draws as `Dropout` does: independently per example and per
+/// call, at its std (the gradient of `l2.weight` is the noised hidden layer, so each example's
+/// noise shows in it); in eval mode it adds nothing.
+#[test]
+fn should_draw_gaussian_noise_per_example_and_per_call_and_none_in_eval_mode() {
+    let (n, d_in, d_h) = (4, 3, 400);
+    let model = Noisy {
+        l1: LinearConfig::new(d_in, d_h).init(&dev()),
+        noise: GaussianNoiseConfig::new(0.5).init(),
+        l2: LinearConfig::new(d_h, 1).init(&dev()),
+    };
+    let xs = Tensor::<2>::ones([n, d_in], &dev());
+    let h = values(model.l1.forward(Tensor::<2>::ones([1, d_in], &dev())));
+    let loss = |m: &Noisy, x: Tensor<1>| m.l2.forward(m.noise.forward(m.l1.forward(x))).sum();
+    // Each example's noise: its l2.weight gradient less the noiseless hidden layer.
+    let noises = |model: &Noisy| -> Vec<Vec<f32>> {
+        let grads = per_example_grads(model, xs.clone(), loss).unwrap();
+        let w2 = values(grads.get::<3>("l2.weight").unwrap()); // [n, d_h, 1]
+        (0..n)
+            .map(|i| (0..d_h).map(|k| w2[i * d_h + k] - h[k]).collect())
+            .collect()
+    };
+    let first = noises(&model);
+    for (i, z) in first.iter().enumerate() {
+        let std = (z.iter().map(|v| v * v).sum::<f32>() / d_h as f32).sqrt();
+        assert!((0.4..0.6).contains(&std), "example {i}: noise std {std}");
+        for other in &first[..i] {
+            assert_ne!(z, other, "two examples drew the same noise");
+        }
+    }
+    assert_ne!(noises(&model), first, "a second call drew the same noise");
+    let eval = noises(&model.valid());
+    assert!(
+        eval.iter().flatten().all(|v| *v == 0.0),
+        "noise in eval mode"
+    );
 }
