@@ -61,6 +61,7 @@ fn grad_of(g: &GradientsParams, id: ParamId, shape: &[usize]) -> Vec<f32> {
         2 => values(g.get::<2>(id), len),
         3 => values(g.get::<3>(id), len),
         4 => values(g.get::<4>(id), len),
+        5 => values(g.get::<5>(id), len),
         r => panic!("rank {r}"),
     }
 }

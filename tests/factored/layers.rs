@@ -1,0 +1,174 @@
+//! More burn-nn layers against the loop (`oracle::check`): 3-d and transposed convolutions, a
+//! GRU, gated and normalized layers, a transformer decoder and cross-attention; clipped sums
+//! (in f32 and in f64) microbatched and not.
+
+use burn::module::Module;
+use burn::nn::attention::{CrossAttention, CrossAttentionConfig, generate_autoregressive_mask};
+use burn::nn::conv::{
+    Conv3d, Conv3dConfig, ConvTranspose1d, ConvTranspose1dConfig, ConvTranspose2d,
+    ConvTranspose2dConfig,
+};
+use burn::nn::transformer::{
+    PositionWiseFeedForward, PositionWiseFeedForwardConfig, TransformerDecoder,
+    TransformerDecoderConfig, TransformerDecoderInput,
+};
+use burn::nn::{
+    Gru, GruConfig, Linear, LinearConfig, PRelu, PReluConfig, RmsNorm, RmsNormConfig, SwiGlu,
+    SwiGluConfig,
+};
+use burn::tensor::{Distribution, Tensor};
+
+use super::alloc::shared;
+use super::oracle::{check, dev, ready};
+
+/// The batch, and the microbatchings each case runs.
+const B: usize = 6;
+const MBS: [Option<usize>; 2] = [None, Some(3)];
+
+fn normal<const D: usize>(shape: [usize; D]) -> Tensor<D> {
+    Tensor::random(shape, Distribution::Normal(0.0, 1.0), &dev())
+}
+
+#[test]
+fn should_clip_3d_and_transposed_convolutions_like_the_loop() {
+    let _shared = shared();
+    let c3: Conv3d = ready(
+        Conv3dConfig::new([2, 3], [2, 3, 2])
+            .with_stride([1, 2, 1])
+            .init(&dev()),
+    );
+    let xs = normal([B, 2, 3, 5, 4]);
+    let example = |i| (xs.clone().narrow(0, i, 1),);
+    let loss = |m: &Conv3d, (x,): (Tensor<5>,)| m.forward(x).sin().sum();
+    check("conv3d", &c3, (xs.clone(),), B, example, loss, 0.3, &MBS);
+
+    let t1: ConvTranspose1d = ready(
+        ConvTranspose1dConfig::new([2, 3], 3)
+            .with_stride(2)
+            .init(&dev()),
+    );
+    let xs = normal([B, 2, 5]);
+    let example = |i| (xs.clone().narrow(0, i, 1),);
+    let loss = |m: &ConvTranspose1d, (x,): (Tensor<3>,)| m.forward(x).sin().sum();
+    check(
+        "conv_transpose1d",
+        &t1,
+        (xs.clone(),),
+        B,
+        example,
+        loss,
+        0.3,
+        &MBS,
+    );
+
+    let t2: ConvTranspose2d = ready(
+        ConvTranspose2dConfig::new([2, 4], [3, 2])
+            .with_stride([2, 1])
+            .with_groups(2)
+            .init(&dev()),
+    );
+    let xs = normal([B, 2, 4, 3]);
+    let example = |i| (xs.clone().narrow(0, i, 1),);
+    let loss = |m: &ConvTranspose2d, (x,): (Tensor<4>,)| m.forward(x).sin().sum();
+    check(
+        "conv_transpose2d",
+        &t2,
+        (xs.clone(),),
+        B,
+        example,
+        loss,
+        0.3,
+        &MBS,
+    );
+}
+
+#[test]
+fn should_clip_a_gru_like_the_loop() {
+    let _shared = shared();
+    let gru: Gru = ready(GruConfig::new(3, 4, true).init(&dev()));
+    let xs = normal([B, 4, 3]);
+    let example = |i| (xs.clone().narrow(0, i, 1),);
+    let loss = |m: &Gru, (x,): (Tensor<3>,)| m.forward(x, None).sin().sum();
+    check("gru", &gru, (xs.clone(),), B, example, loss, 0.3, &MBS);
+}
+
+#[derive(Module, Debug)]
+struct Gated {
+    fc: Linear,
+    prelu: PRelu,
+    swiglu: SwiGlu,
+    rms: RmsNorm,
+    ff: PositionWiseFeedForward,
+}
+
+#[test]
+fn should_clip_gated_and_normalized_layers_like_the_loop() {
+    let _shared = shared();
+    let model = ready(Gated {
+        fc: LinearConfig::new(5, 6).init(&dev()),
+        prelu: PReluConfig::new().with_num_parameters(6).init(&dev()),
+        swiglu: SwiGluConfig::new(6, 4).with_bias(true).init(&dev()),
+        rms: RmsNormConfig::new(4).init(&dev()),
+        ff: PositionWiseFeedForwardConfig::new(4, 8)
+            .with_dropout(0.0)
+            .init(&dev()),
+    });
+    let xs = normal([B, 5]);
+    let example = |i| (xs.clone().narrow(0, i, 1),);
+    let loss = |m: &Gated, (x,): (Tensor<2>,)| {
+        let h = m.prelu.forward(m.fc.forward(x));
+        m.ff.forward(m.rms.forward(m.swiglu.forward(h))).sin().sum()
+    };
+    check("gated", &model, (xs.clone(),), B, example, loss, 0.3, &MBS);
+}
+
+/// Attention whose keys come from another sequence. Flex only in CI: the encoder's attention
+/// is clipped on wgpu by `should_clip_a_transformer_like_the_loop`, and this case's kernels
+/// take 19 s to compile on lavapipe.
+#[test]
+#[cfg_attr(
+    feature = "wgpu",
+    ignore = "19 s of kernel compilation on lavapipe; the encoder's attention runs on wgpu"
+)]
+fn should_clip_a_transformer_decoder_and_cross_attention_like_the_loop() {
+    let _shared = shared();
+    let decoder: TransformerDecoder = ready(
+        TransformerDecoderConfig::new(8, 16, 2, 1)
+            .with_dropout(0.0)
+            .init(&dev()),
+    );
+    let target = normal([B, 4, 8]);
+    let memory = normal([B, 3, 8]);
+    let example = |i| {
+        (
+            target.clone().narrow(0, i, 1),
+            memory.clone().narrow(0, i, 1),
+        )
+    };
+    let loss = |m: &TransformerDecoder, (t, mem): (Tensor<3>, Tensor<3>)| {
+        let [b, l, _] = t.dims();
+        let mask = generate_autoregressive_mask(b, l, &t.device());
+        let input = TransformerDecoderInput::new(t, mem).target_mask_attn(mask);
+        m.forward(input).sin().sum()
+    };
+    let args = (target.clone(), memory.clone());
+    check("decoder", &decoder, args, B, example, loss, 0.3, &MBS);
+
+    // One key/value head shared by two query heads.
+    let cross: CrossAttention = ready(
+        CrossAttentionConfig::new(8, 6, 2, 1, 4)
+            .with_dropout(0.0)
+            .init(&dev()),
+    );
+    let context = normal([B, 3, 6]);
+    let example = |i| {
+        (
+            target.clone().narrow(0, i, 1),
+            context.clone().narrow(0, i, 1),
+        )
+    };
+    let loss =
+        |m: &CrossAttention, (q, c): (Tensor<3>, Tensor<3>)| m.forward(q, c, None).sin().sum();
+    let args = (target.clone(), context.clone());
+    check("cross_attention", &cross, args, B, example, loss, 0.3, &MBS);
+}
