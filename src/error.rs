@@ -10,8 +10,10 @@ use thiserror::Error;
 #[non_exhaustive]
 pub enum VmapError {
     /// The mapped axes of the batched arguments differ in size.
-    #[error("vmap: inconsistent batch sizes: {}; every mapped axis must have the same size", fmt_sizes(.arguments))]
+    #[error("{transform}: inconsistent batch sizes: {}; every mapped axis must have the same size", fmt_sizes(.arguments))]
     InconsistentBatchSizes {
+        /// The transform (`vmap`, `per_example_grads`, ...).
+        transform: &'static str,
         /// `(argument path, size of its mapped axis)` for every mapped argument.
         arguments: Vec<(String, usize)>,
     },
@@ -137,9 +139,11 @@ pub enum VmapError {
     },
     /// The loss of one example has more than one element.
     #[error(
-        "micro_grad: the loss of one example must have exactly one element, got shape {shape:?}; reduce it (e.g. .sum() or .mean())"
+        "{transform}: the loss of one example must have exactly one element, got shape {shape:?}; reduce it (e.g. .sum() or .mean())"
     )]
     LossNotScalar {
+        /// The transform (`per_example_grads`, `micro_grad`, ...).
+        transform: &'static str,
         /// The per-example loss shape.
         shape: Vec<usize>,
     },

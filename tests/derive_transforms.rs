@@ -126,6 +126,7 @@ fn should_report_derived_paths_in_vmap_errors() {
     assert_eq!(
         err,
         VmapError::InconsistentBatchSizes {
+            transform: "vmap",
             arguments: vec![("args.weight".into(), 4), ("args.bias".into(), 5)]
         }
     );

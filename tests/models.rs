@@ -423,7 +423,7 @@ fn should_refuse_a_parameter_tied_across_two_layers_naming_both_paths() {
 /// its initial value. A Burn release that changes this makes the README's sentence stale.
 #[test]
 fn should_pin_that_burns_own_step_breaks_a_tie_by_clone() {
-    use burn::optim::{Optimizer, SgdConfig};
+    use burn::optim::SgdConfig;
     let device = Device::default().autodiff();
     let a = LinearConfig::new(3, 3).init(&device);
     let initial = a.weight.val().into_data();

@@ -110,8 +110,9 @@ pub(crate) struct Mapped {
 ///
 /// # Errors
 /// [`VmapError::TreeMismatch`], [`VmapError::AxisOutOfRange`], [`VmapError::NothingMapped`],
-/// [`VmapError::InconsistentBatchSizes`].
+/// [`VmapError::InconsistentBatchSizes`] naming `transform`.
 pub(crate) fn map_inputs(
+    transform: &'static str,
     leaves: Vec<Leaf>,
     def: TreeDef,
     in_axes: &Axes,
@@ -145,7 +146,10 @@ pub(crate) fn map_inputs(
             .into_iter()
             .map(|(i, s)| (paths[i].clone(), s))
             .collect();
-        return Err(VmapError::InconsistentBatchSizes { arguments });
+        return Err(VmapError::InconsistentBatchSizes {
+            transform,
+            arguments,
+        });
     }
     Ok(Mapped {
         leaves,

@@ -129,7 +129,7 @@ impl<F> ChunkedVmapped<F> {
         O: Tree,
     {
         let (leaves, def) = inputs.flatten();
-        let mapped = map_inputs(leaves, def, &self.axes.in_axes)?;
+        let mapped = map_inputs(NAME, leaves, def, &self.axes.in_axes)?;
         let size = mapped.size;
         if size <= self.chunk_size {
             let (leaves, out_def) = self.run_chunk::<A, R>(mapped)?;

@@ -346,7 +346,7 @@ where
 {
     const T: &str = "per_example_grads";
     let (leaves, def) = inputs.flatten();
-    let mapped = map_inputs(leaves, def, &Axes::from(0))?;
+    let mapped = map_inputs(T, leaves, def, &Axes::from(0))?;
     let (params, _) = ModuleParams::of(T, module)?;
     let sigs = example_sigs(&mapped.leaves, &mapped.axes);
     let device = common_device(T, &mapped.leaves)?;
@@ -424,6 +424,7 @@ impl Job for ExampleGrads<'_> {
             let numel = loss.shape().num_elements();
             if numel != 1 {
                 return Err(VmapError::LossNotScalar {
+                    transform,
                     shape: loss.shape().to_vec(),
                 });
             }

@@ -341,6 +341,7 @@ where
         .expect("the loss is the first output");
     if loss_sig.shape.num_elements() != 1 {
         return Err(VmapError::LossNotScalar {
+            transform: T,
             shape: loss_sig.shape.to_vec(),
         });
     }

@@ -135,7 +135,7 @@ impl<F> Vmapped<F> {
         O: Tree,
     {
         let (leaves, def) = inputs.flatten();
-        let mapped = map_inputs(leaves, def, &self.axes.in_axes)?;
+        let mapped = map_inputs("vmap", leaves, def, &self.axes.in_axes)?;
         let (leaves, out_def) = self.run_mapped::<A, R>(mapped)?;
         O::unflatten_named(&out_def, leaves, "out")
     }

@@ -115,7 +115,7 @@ pub(crate) fn check_error(
     let mentions = |n: usize| numbers.contains(&(n as u64));
     match kind {
         "inconsistent_batch_sizes" => {
-            let VmapError::InconsistentBatchSizes { arguments } = e else {
+            let VmapError::InconsistentBatchSizes { arguments, .. } = e else {
                 return Err(format!("expected InconsistentBatchSizes, got {e:?}"));
             };
             let want = json_usizes(&details["batch_sizes"]);

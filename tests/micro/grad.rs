@@ -423,7 +423,7 @@ fn should_return_micro_grad_errors() {
         )),
     );
     assert!(
-        matches!(&e, VmapError::LossNotScalar { shape } if shape == &vec![2]),
+        matches!(&e, VmapError::LossNotScalar { shape, .. } if shape == &vec![2]),
         "{e}"
     );
 

@@ -402,7 +402,7 @@ fn should_return_typed_errors() {
         .call((xs.clone(), Tensor::<2>::ones([4, 3], &dev())))
         .unwrap_err();
     assert!(
-        matches!(&e, VmapError::InconsistentBatchSizes { arguments } if arguments.len() == 2),
+        matches!(&e, VmapError::InconsistentBatchSizes { arguments, .. } if arguments.len() == 2),
         "{e}"
     );
 

@@ -94,7 +94,7 @@ fn should_report_chunked_vmap_errors() {
     let err = g
         .call((tensor::<2>(1, [10, 3]), tensor::<2>(2, [4, 3])))
         .unwrap_err();
-    let VmapError::InconsistentBatchSizes { arguments } = &err else {
+    let VmapError::InconsistentBatchSizes { arguments, .. } = &err else {
         panic!("{err:?}")
     };
     assert_eq!(

@@ -516,7 +516,7 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ArgGrads> {
         const NAME: &str = "micro_grad";
         let (leaves, def) = args.flatten();
         let plan = self.opts.plan(&leaves, &def)?;
-        let mapped = map_inputs(leaves, def, &plan.in_axes)?;
+        let mapped = map_inputs(NAME, leaves, def, &plan.in_axes)?;
         let sigs = with_unit_dims(example_sigs(&mapped.leaves, &mapped.axes), &plan.unit);
         let loss = self
             .caches

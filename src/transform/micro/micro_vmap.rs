@@ -309,7 +309,7 @@ impl<F, S> MicroVmap<F, S> {
     {
         let spec = accumulator_spec(&self.accumulator.clone().flatten().1)?;
         let (leaves, def) = inputs.flatten();
-        let mapped = map_inputs(leaves, def, &self.in_axes)?;
+        let mapped = map_inputs(T, leaves, def, &self.in_axes)?;
         let device = common_device(T, &mapped.leaves)?;
         let sigs = example_sigs(&mapped.leaves, &mapped.axes);
         let autodiff = any_autodiff(&mapped.leaves);

@@ -309,7 +309,7 @@ impl<F, S, T, M> MicroGrad<F, S, T, M, ModuleParams> {
         // dropout probability): a change records again instead of replaying a stale graph.
         let (leaves, def) = args.flatten();
         let plan = self.opts.plan(&leaves, &def)?;
-        let mapped = map_inputs(leaves, def, &plan.in_axes)?;
+        let mapped = map_inputs(NAME, leaves, def, &plan.in_axes)?;
         let sigs = with_unit_dims(example_sigs(&mapped.leaves, &mapped.axes), &plan.unit);
         let settings = common_device(NAME, &mapped.leaves)
             .map(|d| d.settings())

@@ -220,6 +220,7 @@ impl Job for GradStep<'_> {
             let shape = loss.shape();
             if shape.num_elements() != 1 {
                 return Err(VmapError::LossNotScalar {
+                    transform,
                     shape: shape.to_vec(),
                 });
             }
