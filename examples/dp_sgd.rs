@@ -112,6 +112,27 @@ fn main() {
 
 fn run() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().collect();
+    run_with(&args).map(drop)
+}
+
+/// What a run printed: both models' test accuracies and the DP model's ε.
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome {
+    /// The test accuracy of the model trained without privacy, in `[0, 1]`.
+    pub baseline_accuracy: f64,
+    /// The test accuracy of the DP-SGD model, in `[0, 1]`.
+    pub private_accuracy: f64,
+    /// The DP-SGD model's ε at the run's δ.
+    pub epsilon: f64,
+}
+
+/// The example with the command line `args` (the options above).
+///
+/// # Errors
+/// A flag that does not parse or contradicts another, a missing data file, a refused model or
+/// setting.
+pub fn run_with(args: &[String]) -> Result<Outcome, Box<dyn Error>> {
+    let args = args.to_vec();
     let mnist: Option<PathBuf> = common::flag(&args, "--mnist")?;
     let seed: u64 = common::flag(&args, "--seed")?.unwrap_or(7);
     let mut rng = SplitMix64(seed);
@@ -189,26 +210,31 @@ fn run() -> Result<(), Box<dyn Error>> {
 
     let (xt, yt) = test.all(&device);
     let (baseline, private) = (baseline.valid(), private.valid());
+    let outcome = Outcome {
+        baseline_accuracy: baseline.accuracy(xt.clone(), yt.clone()),
+        private_accuracy: private.accuracy(xt, yt),
+        epsilon: dp.mechanism().epsilon()?,
+    };
     println!();
     println!("{:<44} {:>14} {:>8}", "", "test accuracy", "time");
     println!(
         "{:<44} {:>13.1}% {:>7.1}s",
         "non-private SGD (outside the guarantee)",
-        100.0 * baseline.accuracy(xt.clone(), yt.clone()),
+        100.0 * outcome.baseline_accuracy,
         t_baseline.as_secs_f64()
     );
     println!(
         "{:<44} {:>13.1}% {:>7.1}s",
         "DP-SGD",
-        100.0 * private.accuracy(xt, yt),
+        100.0 * outcome.private_accuracy,
         t_private.as_secs_f64()
     );
     println!();
     println!(
         "privacy of the DP-SGD model: ε = {:.3} at δ = {delta:.1e} (the Rényi DP of the \
          Poisson-subsampled discrete Gaussian: its hardened noise)",
-        dp.mechanism().epsilon()?,
+        outcome.epsilon,
     );
     println!("{}", dp.mechanism().statement()?);
-    Ok(())
+    Ok(outcome)
 }

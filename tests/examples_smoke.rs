@@ -1,10 +1,12 @@
 //! The pieces of the `gradient_moments` and `per_example_gradients` examples, at tiny sizes,
 //! against independent oracles: the shipped digits, the per-example moments against a loop of
 //! Burn's own single-example backward passes and the batch gradient, the moment optimizers
-//! against Burn's Adam and their definitions, and both examples run end to end.
-//!
-//! (The `dp_sgd` example's smoke tests, which the Burn 0.21 crate kept in this file too, are
-//! ported with that example.)
+//! against Burn's Adam and their definitions; and the three examples run end to end, the
+//! README's main one (`dp_sgd`) among them.
+
+#[allow(dead_code)]
+#[path = "../examples/dp_sgd.rs"]
+mod dp_sgd;
 
 #[allow(dead_code)]
 #[path = "../examples/gradient_moments.rs"]
@@ -442,4 +444,33 @@ fn should_run_the_per_example_gradients_example() {
     // It asserts its own checks: the mean of the per-example gradients is Burn's batch
     // gradient, both transforms agree, clipping bounds the norms.
     per_example_gradients::main();
+}
+
+/// The README's main example, one epoch (23 steps of expected batch 64 on the digits): both
+/// models learn (chance is 10%), ε is the accountant's for those steps, and flags that do not
+/// parse or contradict each other are errors. On Flex, where the README's command runs it (on
+/// lavapipe its 23 steps take 16 s; the DP step is tested there in `tests/privacy.rs`).
+#[test]
+#[cfg_attr(
+    feature = "wgpu",
+    ignore = "the README runs it on Flex; 16 s on lavapipe, and tests/privacy.rs steps on wgpu"
+)]
+fn should_run_the_main_dp_sgd_example() {
+    let args = |a: &[&str]| -> Vec<String> {
+        std::iter::once("dp_sgd")
+            .chain(a.iter().copied())
+            .map(String::from)
+            .collect()
+    };
+    let outcome = dp_sgd::run_with(&args(&["--epochs", "1"])).unwrap();
+    assert!(outcome.baseline_accuracy > 0.5, "{outcome:?}");
+    assert!(outcome.private_accuracy > 0.3, "{outcome:?}");
+    assert!(
+        outcome.epsilon.is_finite() && outcome.epsilon > 0.0,
+        "{outcome:?}"
+    );
+    let e = dp_sgd::run_with(&args(&["--sigma", "1", "--target-epsilon", "2"])).unwrap_err();
+    assert!(e.to_string().contains("not both"), "{e}");
+    let e = dp_sgd::run_with(&args(&["--clip", "one"])).unwrap_err();
+    assert!(e.to_string().contains("--clip: cannot parse `one`"), "{e}");
 }
