@@ -64,6 +64,27 @@ fn main() {
 
 fn run() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().collect();
+    run_with(&args).map(drop)
+}
+
+/// What a run printed: the validation accuracy, the DP steps taken and ε.
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome {
+    /// The trained model's validation accuracy, in `[0, 1]`.
+    pub accuracy: f64,
+    /// The DP steps taken, a resumed run's first run's included.
+    pub steps: u64,
+    /// ε of those steps at the run's δ.
+    pub epsilon: f64,
+}
+
+/// The example with the command line `args` (the options above).
+///
+/// # Errors
+/// A flag that does not parse, a resume without `--dir`, a refused setting, a training that
+/// stopped on an error.
+pub fn run_with(args: &[String]) -> Result<Outcome, Box<dyn Error>> {
+    let args = args.to_vec();
     let seed: u64 = common::flag(&args, "--seed")?.unwrap_or(7);
     let mut rng = SplitMix64(seed);
     let (train, test) = common::load_digits()?.split(common::DIGITS_TEST, &mut rng);
@@ -137,11 +158,16 @@ fn run() -> Result<(), Box<dyn Error>> {
 
     let model = result.model.into_inner();
     let (x, y) = test.all(&device);
+    let outcome = Outcome {
+        accuracy: model.valid().accuracy(x, y),
+        steps: dp.steps(),
+        epsilon: dp.epsilon()?,
+    };
     println!(
         "\nvalidation accuracy {:.1}% after {} DP steps",
-        100.0 * model.valid().accuracy(x, y),
-        dp.steps()
+        100.0 * outcome.accuracy,
+        outcome.steps
     );
     println!("{}", dp.statement()?);
-    Ok(())
+    Ok(outcome)
 }
