@@ -5,6 +5,7 @@
 //! main one (`dp_sgd`) and the burn-train one (`dp_learner`, resumed from its checkpoint) among
 //! them.
 
+#[cfg(feature = "train")]
 #[allow(dead_code)]
 #[path = "../examples/dp_learner.rs"]
 mod dp_learner;
@@ -483,6 +484,7 @@ fn should_run_the_main_dp_sgd_example() {
 /// The burn-train example for one epoch (23 steps), then resumed from its checkpoint for a
 /// second: the model learns (chance is 10%; in eight runs 45-71% after the first epoch, 74-85%
 /// after the second), and the resumed run accounts both epochs' steps.
+#[cfg(feature = "train")]
 #[test]
 #[cfg_attr(
     feature = "wgpu",
