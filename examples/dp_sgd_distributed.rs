@@ -77,15 +77,34 @@ fn main() {
             std::process::exit(1);
         }
     };
-    if let Err(e) = run(&mpi) {
+    let args: Vec<String> = std::env::args().collect();
+    if let Err(e) = run_with(&mpi, &args) {
         eprintln!("dp_sgd_distributed: rank {}: {e}", mpi.rank());
         // A collective may be in flight (a stalled peer): stop every process of the job.
         mpi.abort(1);
     }
 }
 
-fn run(mpi: &Mpi) -> Result<(), Box<dyn Error>> {
-    let args: Vec<String> = std::env::args().collect();
+/// What a run printed on rank 0 (every rank computes it): the test accuracy, the steps taken and
+/// ε.
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome {
+    /// The trained model's test accuracy, in `[0, 1]`.
+    pub accuracy: f64,
+    /// The DP steps taken, those before a resumed checkpoint included.
+    pub steps: u64,
+    /// ε of those steps at the run's δ.
+    pub epsilon: f64,
+}
+
+/// The example on this process of the job `mpi`, with the command line `args` (the options
+/// above).
+///
+/// # Errors
+/// A flag that does not parse, an unreadable checkpoint, a refused setting, a failed or
+/// timed-out collective.
+pub fn run_with(mpi: &Mpi, args: &[String]) -> Result<Outcome, Box<dyn Error>> {
+    let args = args.to_vec();
     let seed: u64 = common::flag(&args, "--seed")?.unwrap_or(7);
     let epochs: usize = common::flag(&args, "--epochs")?.unwrap_or(30);
     let expected_batch: usize = common::flag(&args, "--expected-batch")?.unwrap_or(64);
@@ -187,19 +206,24 @@ fn run(mpi: &Mpi) -> Result<(), Box<dyn Error>> {
         dp.save_checkpoint(dir, &model, &optimizer)?;
     }
 
+    let (xt, yt) = test.all(&device);
+    let outcome = Outcome {
+        accuracy: model.valid().accuracy(xt, yt),
+        steps: dp.mechanism().steps(),
+        epsilon: dp.epsilon()?,
+    };
     if lead {
-        let (xt, yt) = test.all(&device);
         println!(
             "\ntest accuracy {:.1}% after {:.1}s on {size} process{}",
-            100.0 * model.valid().accuracy(xt, yt),
+            100.0 * outcome.accuracy,
             start.elapsed().as_secs_f64(),
             if size == 1 { "" } else { "es" }
         );
         println!(
             "privacy: ε = {:.3} (PLD) at δ = {delta:.1e}\n",
-            dp.epsilon()?
+            outcome.epsilon
         );
         println!("{}", dp.statement()?);
     }
-    Ok(())
+    Ok(outcome)
 }

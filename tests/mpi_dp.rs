@@ -2,9 +2,14 @@
 //! Data-parallel DP-SGD (`burn_vmap::distributed::DistributedDp`) over the MPI engine, under
 //! `mpirun -np 2` and `-np 3 --oversubscribe` on loopback (the harness in `tests/mpirun/`):
 //! the update of one mechanism on the union of the shards, the noise added once, an empty
-//! shard, a stalled peer, a killed peer and the restart from the last checkpoint.
+//! shard, a stalled peer, a killed peer and the restart from the last checkpoint; and the
+//! `dp_sgd_distributed` example end to end, resumed from its checkpoint.
 
 mod mpirun;
+
+#[allow(dead_code)]
+#[path = "../examples/dp_sgd_distributed.rs"]
+mod dp_sgd_distributed;
 
 use std::process::Output;
 use std::sync::Arc;
@@ -801,4 +806,53 @@ fn should_match_one_process_on_the_same_sampled_batches() {
         },
         |np, out| assert_same_on_every_rank(np, out, "SAMPLED"),
     );
+}
+
+/// The `dp_sgd_distributed` example on 2 processes: one epoch (23 steps) with a checkpoint, then
+/// started again on the same directory for a second epoch. Both runs end on the same model on
+/// every rank (one accuracy), the resumed one accounts both epochs' steps and learns (chance is
+/// 10%).
+#[test]
+fn should_run_and_resume_the_distributed_example() {
+    const NAME: &str = "should_run_and_resume_the_distributed_example";
+    const NP: usize = 2;
+    let run = |epochs: &str, dir: &str| -> Vec<String> {
+        let flags = ["--epochs", epochs, "--checkpoint", dir, "--every", "10"];
+        let flags = flags.into_iter().chain(["--timeout", "20"]);
+        std::iter::once("dp_sgd_distributed")
+            .chain(flags)
+            .map(String::from)
+            .collect()
+    };
+    if under_mpirun() {
+        let (phase, dir) = (std::env::var(PHASE).unwrap(), std::env::var(DIR).unwrap());
+        let epochs = if phase == "first" { "1" } else { "2" };
+        let mpi = Mpi::init().unwrap();
+        let out = dp_sgd_distributed::run_with(&mpi, &run(epochs, &dir)).unwrap();
+        say(format!(
+            "RUN rank={} steps={} accuracy={:.4} eps={:.6}",
+            mpi.rank(),
+            out.steps,
+            out.accuracy,
+            out.epsilon
+        ));
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("burn-vmap-{NAME}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let dir_s = dir.to_str().unwrap();
+    let mut runs = ["first", "resumed"].map(|phase| {
+        let out = mpirun_with(NAME, NP, &[(PHASE, phase), (DIR, dir_s)]);
+        assert!(out.status.success(), "{phase} run: {out:?}");
+        assert_same_on_every_rank(NP, &out, "RUN");
+        tagged(&out, "RUN").remove(0)
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    let (resumed, first) = (runs[1].clone(), std::mem::take(&mut runs[0]));
+    let number = |line: &str, key: &str| field(line, key).parse::<f64>().unwrap();
+    assert_eq!(number(&first, "steps"), 23.0, "{first}");
+    assert_eq!(number(&resumed, "steps"), 46.0, "{resumed}");
+    assert!(number(&resumed, "eps") > number(&first, "eps"), "{resumed}");
+    assert!(number(&resumed, "accuracy") > 0.5, "{resumed}");
+    eprintln!("first: {first}\nresumed: {resumed}");
 }
