@@ -5,6 +5,9 @@
 //! main one (`dp_sgd`) and the burn-train one (`dp_learner`, resumed from its checkpoint) among
 //! them.
 
+// Each example is compiled as it is shipped, with its own copy of `examples/common`.
+#![allow(clippy::duplicate_mod)]
+
 #[cfg(feature = "train")]
 #[allow(dead_code)]
 #[path = "../examples/dp_learner.rs"]
