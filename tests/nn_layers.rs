@@ -13,7 +13,10 @@ use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig
 use burn::nn::conv::{
     Conv1d, Conv1dConfig, Conv2d, Conv2dConfig, ConvTranspose2d, ConvTranspose2dConfig,
 };
-use burn::nn::conv::{Conv3d, Conv3dConfig, ConvTranspose1d, ConvTranspose1dConfig};
+use burn::nn::conv::{
+    Conv3d, Conv3dConfig, ConvTranspose1d, ConvTranspose1dConfig, ConvTranspose3d,
+    ConvTranspose3dConfig, DeformConv2d, DeformConv2dConfig,
+};
 use burn::nn::pool::{
     AdaptiveAvgPool1d, AdaptiveAvgPool1dConfig, AvgPool1d, AvgPool1dConfig, MaxPool1d,
     MaxPool1dConfig,
@@ -27,11 +30,12 @@ use burn::nn::transformer::{
     TransformerDecoderConfig, TransformerDecoderInput,
 };
 use burn::nn::{
-    BatchNormConfig, Embedding, EmbeddingConfig, GaussianNoise, GaussianNoiseConfig, Gelu,
-    GroupNorm, GroupNormConfig, Gru, GruConfig, InstanceNorm, InstanceNormConfig, LayerNorm,
-    LayerNormConfig, Linear, LinearConfig, LocalResponseNorm, LocalResponseNormConfig, Lstm,
-    LstmConfig, PRelu, PReluConfig, PaddingConfig2d, PixelShuffle, PixelShuffleConfig, Relu,
-    RmsNorm, RmsNormConfig, Sigmoid, SwiGlu, SwiGluConfig, Tanh, Unfold4d, Unfold4dConfig,
+    BatchNormConfig, BiGru, BiGruConfig, BiLstm, BiLstmConfig, BiRnn, BiRnnConfig, Embedding,
+    EmbeddingConfig, GaussianNoise, GaussianNoiseConfig, Gelu, GroupNorm, GroupNormConfig, Gru,
+    GruConfig, InstanceNorm, InstanceNormConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig,
+    LocalResponseNorm, LocalResponseNormConfig, Lstm, LstmConfig, PRelu, PReluConfig,
+    PaddingConfig2d, PixelShuffle, PixelShuffleConfig, Relu, RmsNorm, RmsNormConfig, Rnn,
+    RnnConfig, Sigmoid, SwiGlu, SwiGluConfig, Tanh, Unfold4d, Unfold4dConfig,
 };
 use burn::optim::GradientsParams;
 use burn::tensor::activation::{log_softmax, softmax};
@@ -614,5 +618,93 @@ fn should_draw_gaussian_noise_per_example_and_per_call_and_none_in_eval_mode() {
     assert!(
         eval.iter().flatten().all(|v| *v == 0.0),
         "noise in eval mode"
+    );
+}
+
+#[derive(Module, Debug)]
+struct Recurrent {
+    rnn: Rnn,
+    birnn: BiRnn,
+    bilstm: BiLstm,
+    bigru: BiGru,
+}
+
+/// The bidirectional and plain RNNs (reversed, with a clipped state). Flex only in CI: their
+/// ops are the LSTM's and GRU's, which run on wgpu above.
+#[test]
+#[cfg_attr(
+    feature = "wgpu",
+    ignore = "CI time on lavapipe; the LSTM's and GRU's ops run on wgpu"
+)]
+fn should_batch_plain_and_bidirectional_recurrent_layers() {
+    let m = Recurrent {
+        rnn: RnnConfig::new(3, 4, true)
+            .with_reverse(true)
+            .with_clip(Some(2.0))
+            .init(&dev()),
+        birnn: BiRnnConfig::new(3, 4, true).init(&dev()),
+        bilstm: BiLstmConfig::new(3, 4, true).init(&dev()),
+        bigru: BiGruConfig::new(3, 4, true).init(&dev()),
+    };
+    both::<_, 3, 4, 3, 4>(
+        &m,
+        normal([E, 2, 3, 3]),
+        |m, x| {
+            let (a, _) = m.rnn.forward(x.clone(), None);
+            let (b, _) = m.birnn.forward(x.clone(), None);
+            let (c, state) = m.bilstm.forward(x.clone(), None);
+            let (d, _) = m.bigru.forward(x, None);
+            Tensor::cat(vec![a, b, c, d], 2) + state.cell.sum().unsqueeze::<3>()
+        },
+        "recurrent",
+    );
+}
+
+/// A 3-d transposed convolution and a deformable one (offsets and a mask per example). Flex
+/// only in CI: Burn's own deformable convolution fails on cubecl (`CUBECL_SKIPS`).
+#[test]
+#[cfg_attr(
+    feature = "wgpu",
+    ignore = "Burn's deform_conv2d fails on cubecl; CI time on lavapipe"
+)]
+fn should_batch_conv_transpose3d_and_a_deformable_convolution() {
+    let ct: ConvTranspose3d = ConvTranspose3dConfig::new([2, 3], [2, 2, 3])
+        .with_stride([2, 1, 1])
+        .init(&dev());
+    both::<_, 5, 6, 5, 6>(
+        &ct,
+        normal([E, 2, 2, 2, 3, 3]),
+        |m, x| m.forward(x),
+        "conv_transpose3d",
+    );
+    let dc: DeformConv2d = DeformConv2dConfig::new([2, 3], [3, 3]).init(&dev());
+    let xs = normal([E, 2, 2, 5, 5]);
+    let offsets = normal([E, 2, 18, 3, 3]) * 0.5;
+    let masks = burn::tensor::activation::sigmoid(normal([E, 2, 9, 3, 3]));
+    let f =
+        |m: &DeformConv2d, (x, o, k): (Tensor<4>, Tensor<4>, Tensor<4>)| m.forward(x, o, Some(k));
+    let example_i = |i| {
+        (
+            example::<5, 4, _>(&xs, i),
+            example::<5, 4, _>(&offsets, i),
+            example::<5, 4, _>(&masks, i),
+        )
+    };
+    let got: Tensor<5> =
+        vmap(|ex: (Tensor<4>, Tensor<4>, Tensor<4>)| f(&dc.clone().to_device(&ex.0.device()), ex))
+            .call((xs.clone(), offsets.clone(), masks.clone()))
+            .unwrap();
+    let want: Vec<Tensor<4>> = (0..E).map(|i| f(&dc, example_i(i))).collect();
+    assert_close(
+        &values(got),
+        &values(Tensor::stack::<5>(want, 0)),
+        "deform_conv2d",
+    );
+    grads_oracle(
+        &dc,
+        (xs.clone(), offsets.clone(), masks.clone()),
+        example_i,
+        |m, ex| smooth(f(m, ex)),
+        "deform_conv2d",
     );
 }
