@@ -10,6 +10,8 @@
 
 #[path = "factored/alloc.rs"]
 mod alloc;
+#[path = "shared/gated.rs"]
+mod gated;
 #[path = "factored/layers.rs"]
 mod layers;
 #[path = "factored/memory.rs"]

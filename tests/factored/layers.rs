@@ -2,23 +2,19 @@
 //! GRU, gated and normalized layers, a transformer decoder and cross-attention; clipped sums
 //! (in f32 and in f64) microbatched and not.
 
-use burn::module::Module;
 use burn::nn::attention::{CrossAttention, CrossAttentionConfig, generate_autoregressive_mask};
 use burn::nn::conv::{
     Conv3d, Conv3dConfig, ConvTranspose1d, ConvTranspose1dConfig, ConvTranspose2d,
     ConvTranspose2dConfig,
 };
 use burn::nn::transformer::{
-    PositionWiseFeedForward, PositionWiseFeedForwardConfig, TransformerDecoder,
-    TransformerDecoderConfig, TransformerDecoderInput,
+    TransformerDecoder, TransformerDecoderConfig, TransformerDecoderInput,
 };
-use burn::nn::{
-    Gru, GruConfig, Linear, LinearConfig, PRelu, PReluConfig, RmsNorm, RmsNormConfig, SwiGlu,
-    SwiGluConfig,
-};
+use burn::nn::{Gru, GruConfig};
 use burn::tensor::{Distribution, Tensor};
 
 use super::alloc::shared;
+use super::gated::Gated;
 use super::oracle::{check, dev, ready};
 
 /// The batch, and the microbatchings each case runs.
@@ -92,33 +88,13 @@ fn should_clip_a_gru_like_the_loop() {
     check("gru", &gru, (xs.clone(),), B, example, loss, 0.3, &MBS);
 }
 
-#[derive(Module, Debug)]
-struct Gated {
-    fc: Linear,
-    prelu: PRelu,
-    swiglu: SwiGlu,
-    rms: RmsNorm,
-    ff: PositionWiseFeedForward,
-}
-
 #[test]
 fn should_clip_gated_and_normalized_layers_like_the_loop() {
     let _shared = shared();
-    let model = ready(Gated {
-        fc: LinearConfig::new(5, 6).init(&dev()),
-        prelu: PReluConfig::new().with_num_parameters(6).init(&dev()),
-        swiglu: SwiGluConfig::new(6, 4).with_bias(true).init(&dev()),
-        rms: RmsNormConfig::new(4).init(&dev()),
-        ff: PositionWiseFeedForwardConfig::new(4, 8)
-            .with_dropout(0.0)
-            .init(&dev()),
-    });
+    let model = ready(Gated::new(&dev()));
     let xs = normal([B, 5]);
     let example = |i| (xs.clone().narrow(0, i, 1),);
-    let loss = |m: &Gated, (x,): (Tensor<2>,)| {
-        let h = m.prelu.forward(m.fc.forward(x));
-        m.ff.forward(m.rms.forward(m.swiglu.forward(h))).sin().sum()
-    };
+    let loss = |m: &Gated, (x,): (Tensor<2>,)| m.forward(x).sin().sum();
     check("gated", &model, (xs.clone(),), B, example, loss, 0.3, &MBS);
 }
 
