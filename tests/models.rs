@@ -465,14 +465,45 @@ fn should_refuse_batch_norm_in_training_mode_and_allow_it_in_eval_mode() {
     let xs = Tensor::<2>::random([5, 3], Distribution::Default, &device);
     let loss = |m: &Normalized, x: Tensor<1>| {
         let h = m.l1.forward(x).unsqueeze::<2>(); // [1, 4]
-        m.norm.forward(h).sum()
+        m.norm.forward(h).sin().sum()
     };
     let err = per_example_grads(&model, xs.clone(), loss).unwrap_err();
     assert!(
         matches!(&err, burn_vmap::VmapError::MixesExamples { path, layer: "BatchNorm", .. } if path == "norm"),
         "{err}"
     );
-    let eval = model.valid();
-    let grads = per_example_grads(&eval, xs, loss).unwrap();
+    // Running statistics away from their initial values: one training-mode forward of Burn's.
+    let warm = model.train();
+    drop(warm.norm.forward(warm.l1.forward(xs.clone() * 3.0 + 1.0)));
+    let eval = warm.valid();
+    let stats = |m: &Normalized| {
+        let (mean, var) = (m.norm.running_mean.value(), m.norm.running_var.value());
+        (values(mean.into_data()), values(var.into_data()))
+    };
+    let before = stats(&eval);
+    assert_ne!(before.0, vec![0.0; 4], "warmed up");
+    let grads = per_example_grads(&eval, xs.clone(), loss).unwrap();
     assert_eq!(grads.get::<3>("l1.weight").unwrap().dims(), [5, 3, 4]);
+    assert_eq!(
+        stats(&eval),
+        before,
+        "the transform leaves the statistics alone"
+    );
+    // Each example's gradient is Burn's own backward in eval mode: on an autodiff device, the
+    // training flag off (the running statistics normalize).
+    for i in 0..5 {
+        let mut trained = eval.clone().train();
+        trained.norm.training = eval.norm.training.clone();
+        let theirs = GradientsParams::from_grads(loss(&trained, row(&xs, i)).backward(), &trained);
+        for (path, id, g) in grads.iter() {
+            let all = values(g.to_data());
+            let per = all.len() / 5;
+            let want = burn_grad(&theirs, id, g.shape().num_dims() - 1);
+            for (a, b) in all[i * per..(i + 1) * per].iter().zip(&want) {
+                let tol = tolerance::device_tol(1e-5) * b.abs().max(1.0);
+                assert!((a - b).abs() <= tol, "{path}, example {i}: {a} vs {b}");
+            }
+        }
+    }
+    assert_eq!(stats(&eval), before, "nor does Burn in eval mode");
 }
