@@ -495,6 +495,8 @@ fn should_run_the_main_dp_sgd_example() {
 )]
 fn should_run_and_resume_the_dp_learner_example() {
     let dir = std::env::temp_dir().join(format!("burn_vmap_dp_learner_{}", std::process::id()));
+    // A first run, not a resumed one: nothing left from an earlier process of the same id.
+    let _ = std::fs::remove_dir_all(&dir);
     let args = |a: &[&str]| -> Vec<String> {
         ["dp_learner", "--dir", &dir.display().to_string()]
             .into_iter()
