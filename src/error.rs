@@ -34,10 +34,15 @@ pub enum VmapError {
         shape: Vec<usize>,
     },
     /// No argument is mapped.
-    #[error("vmap: no argument is mapped: every in_axes entry is None; map at least one argument")]
-    NothingMapped,
+    #[error(
+        "{transform}: no argument is mapped: every in_axes entry is None; map at least one argument"
+    )]
+    NothingMapped {
+        /// The transform.
+        transform: &'static str,
+    },
     /// An axis specification does not match the structure of the arguments or outputs.
-    #[error("vmap: {what} does not match the tree at {path}: {why}")]
+    #[error("{what} does not match the tree at {path}: {why}")]
     TreeMismatch {
         /// Which specification (`in_axes`, `out_axes`, `accumulator`, ...).
         what: String,
@@ -48,7 +53,7 @@ pub enum VmapError {
     },
     /// A leaf's rank does not match the tensor type it is rebuilt into.
     #[error(
-        "vmap: {path}: expected a {expected} tensor of rank {expected_rank}, got a {got} tensor of rank {got_rank} (shape {shape:?}); \
+        "{path}: expected a {expected} tensor of rank {expected_rank}, got a {got} tensor of rank {got_rank} (shape {shape:?}); \
              a mapped axis is removed from the function's view of its argument"
     )]
     LeafMismatch {
@@ -66,7 +71,7 @@ pub enum VmapError {
         shape: Vec<usize>,
     },
     /// A tree has fewer or more leaves than the type it is rebuilt into.
-    #[error("vmap: {path}: the tree has {got} leaves where {expected} were expected")]
+    #[error("{path}: the tree has {got} leaves where {expected} were expected")]
     LeafCount {
         /// Path in the tree.
         path: String,

@@ -129,6 +129,40 @@ fn should_name_the_transform_and_the_mistake() {
         matches!(err, VmapError::InconsistentBatchSizes { .. }),
         "{err}"
     );
+    // A loss written for a batch (rank 2) where it sees one example (rank 1): the message
+    // names the argument, not a transform the user did not call.
+    let err = per_example_grads(&model, xs.clone(), |m: &Linear, x: Tensor<2>| {
+        m.forward(x).sum()
+    })
+    .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            VmapError::LeafMismatch {
+                expected_rank: 2,
+                got_rank: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().starts_with("args"), "{err}");
+    // Nothing mapped, under a transform other than `vmap`.
+    let err = burn_vmap::transform::chunked_vmap(|x: Tensor<2>| x, 2)
+        .unwrap()
+        .in_axes(Option::<isize>::None)
+        .call(xs.clone())
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            VmapError::NothingMapped {
+                transform: "chunked_vmap"
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().starts_with("chunked_vmap: "), "{err}");
     // A tensor the loss closes over instead of taking it as an argument.
     let target = Tensor::<1>::ones([2], &dev());
     let err = per_example_grads(&model, xs, |m: &Linear, x: Tensor<1>| {

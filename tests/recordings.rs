@@ -576,3 +576,33 @@ fn should_switch_between_kept_recordings() {
         assert_eq!(values(&g), values(&fresh), "temperature {t}");
     }
 }
+
+/// What a module transform reads of the model is compared at every call (above); what a
+/// function closes over is not: a number it reads through an atomic (or a `Mutex`) is a
+/// constant of the recording, as under `jax.jit` (the README, "What a recording implies"). As an
+/// argument, it is read at every call.
+#[test]
+fn should_read_a_closed_over_number_when_recording_and_an_argument_at_every_call() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SCALE: AtomicU32 = AtomicU32::new(0);
+    let set = |s: f32| SCALE.store(s.to_bits(), Ordering::Relaxed);
+    let read = |t: Tensor<2>| t.into_data().to_vec::<f32>().unwrap();
+    let xs = Tensor::<2>::ones([3, 2], &dev());
+
+    set(2.0);
+    let closed =
+        burn_vmap::vmap(|x: Tensor<1>| x.mul_scalar(f32::from_bits(SCALE.load(Ordering::Relaxed))));
+    assert_eq!(read(closed.call(xs.clone()).unwrap()), vec![2.0; 6]);
+    set(5.0);
+    // Read once, when `f` was recorded: a fresh transform records it again.
+    assert_eq!(read(closed.call(xs.clone()).unwrap()), vec![2.0; 6]);
+    let fresh =
+        burn_vmap::vmap(|x: Tensor<1>| x.mul_scalar(f32::from_bits(SCALE.load(Ordering::Relaxed))));
+    assert_eq!(read(fresh.call(xs.clone()).unwrap()), vec![5.0; 6]);
+
+    let passed = burn_vmap::vmap(|(x, s): (Tensor<1>, Tensor<1>)| x * s).in_axes([Some(0), None]);
+    for s in [2.0, 5.0] {
+        let scale = Tensor::<1>::from_floats([s], &dev());
+        assert_eq!(read(passed.call((xs.clone(), scale)).unwrap()), vec![s; 6]);
+    }
+}

@@ -109,7 +109,7 @@ pub(crate) struct Mapped {
 /// least one leaf mapped, all mapped axes of one size.
 ///
 /// # Errors
-/// [`VmapError::TreeMismatch`], [`VmapError::AxisOutOfRange`], [`VmapError::NothingMapped`],
+/// [`VmapError::TreeMismatch`], [`VmapError::AxisOutOfRange`]; [`VmapError::NothingMapped`] and
 /// [`VmapError::InconsistentBatchSizes`] naming `transform`.
 pub(crate) fn map_inputs(
     transform: &'static str,
@@ -138,7 +138,7 @@ pub(crate) fn map_inputs(
         }
     }
     let Some(&(_, size)) = sizes.first() else {
-        return Err(VmapError::NothingMapped);
+        return Err(VmapError::NothingMapped { transform });
     };
     if sizes.iter().any(|(_, s)| *s != size) {
         let paths = def.leaf_paths("args");

@@ -28,7 +28,9 @@ use crate::tree::{Leaf, Lift, Tree, TreeDef};
 ///   device than the recording, and is an error ([`VmapError::ForeignTensor`]) naming the fix
 ///   (pass it as an argument with `in_axes` `None`);
 /// - `f`'s control flow cannot depend on tensor values (reading one is
-///   [`VmapError::ValueRead`]), as under `jax.jit`.
+///   [`VmapError::ValueRead`]), as under `jax.jit`;
+/// - a number `f` closes over is read when `f` is recorded: one that changes later (behind a
+///   `Mutex` or an atomic) is not seen by this `Vmapped`; pass it as a tensor argument.
 ///
 /// # Example
 /// ```

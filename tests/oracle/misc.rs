@@ -350,7 +350,10 @@ fn errors_name_the_mistake() {
         .in_axes(Option::<isize>::None)
         .call_as::<_, _, _, Tensor<2>>(a.clone())
         .unwrap_err();
-    assert!(matches!(err, VmapError::NothingMapped), "{err}");
+    assert!(
+        matches!(err, VmapError::NothingMapped { transform: "vmap" }),
+        "{err}"
+    );
     let err = vmap(|a: Tensor<1>| a)
         .out_axes(3)
         .call(a.clone())
