@@ -430,6 +430,14 @@ fn should_batch_rms_norm_prelu_swiglu_and_the_feed_forward_block() {
     both::<_, 2, 3, 2, 3>(&m, normal([E, 3, 5]), |m, x| m.forward(x), "gated");
 }
 
+/// Example `i` of two float batches: the arguments of a layer of two inputs.
+fn two_inputs<'a>(
+    a: &'a Tensor<4>,
+    b: &'a Tensor<4>,
+) -> impl Fn(usize) -> (Tensor<3>, Tensor<3>) + 'a {
+    move |i| (example::<4, 3, _>(a, i), example::<4, 3, _>(b, i))
+}
+
 #[test]
 fn should_batch_a_transformer_decoder_with_a_causal_mask() {
     let dec: TransformerDecoder = TransformerDecoderConfig::new(8, 16, 2, 1)
@@ -441,16 +449,10 @@ fn should_batch_a_transformer_decoder_with_a_causal_mask() {
         let mask = generate_autoregressive_mask(1, 4, &t.device());
         m.forward(TransformerDecoderInput::new(t, mem).target_mask_attn(mask))
     };
-    let example_i = |i| {
-        (
-            example::<4, 3, _>(&target, i),
-            example::<4, 3, _>(&memory, i),
-        )
-    };
     grads_oracle(
         &dec,
         (target.clone(), memory.clone()),
-        example_i,
+        two_inputs(&target, &memory),
         |m, ex| smooth(f(m, ex)),
         "decoder",
     );
@@ -464,16 +466,10 @@ fn should_batch_cross_attention() {
         .init(&dev());
     let context = normal([E, 1, 3, 6]);
     let g = |m: &CrossAttention, (q, c): (Tensor<3>, Tensor<3>)| m.forward(q, c, None);
-    let example_c = |i| {
-        (
-            example::<4, 3, _>(&target, i),
-            example::<4, 3, _>(&context, i),
-        )
-    };
     grads_oracle(
         &cross,
         (target.clone(), context.clone()),
-        example_c,
+        two_inputs(&target, &context),
         |m, ex| smooth(g(m, ex)),
         "cross_attention",
     );
