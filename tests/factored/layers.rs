@@ -1,7 +1,9 @@
 //! More burn-nn layers against the loop (`oracle::check`): 3-d and transposed convolutions, a
-//! GRU, gated and normalized layers, a transformer decoder and cross-attention; clipped sums
-//! (in f32 and in f64) microbatched and not.
+//! GRU, gated and normalized layers, a transformer decoder and cross-attention, a layer applied
+//! twice and an embedding tied to the output projection; clipped sums (in f32 and in f64)
+//! microbatched and not.
 
+use burn::module::Module;
 use burn::nn::attention::{CrossAttention, CrossAttentionConfig, generate_autoregressive_mask};
 use burn::nn::conv::{
     Conv3d, Conv3dConfig, ConvTranspose1d, ConvTranspose1dConfig, ConvTranspose2d,
@@ -10,8 +12,9 @@ use burn::nn::conv::{
 use burn::nn::transformer::{
     TransformerDecoder, TransformerDecoderConfig, TransformerDecoderInput,
 };
-use burn::nn::{Gru, GruConfig};
-use burn::tensor::{Distribution, Tensor};
+use burn::nn::{Embedding, EmbeddingConfig, Gru, GruConfig, Linear, LinearConfig};
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Distribution, Int, Tensor, TensorData};
 
 use super::alloc::shared;
 use super::gated::Gated;
@@ -147,4 +150,72 @@ fn should_clip_a_transformer_decoder_and_cross_attention_like_the_loop() {
         |m: &CrossAttention, (q, c): (Tensor<3>, Tensor<3>)| m.forward(q, c, None).sin().sum();
     let args = (target.clone(), context.clone());
     check("cross_attention", &cross, args, B, example, loss, 0.3, &MBS);
+}
+
+/// A layer applied twice in one forward (a shared block, a Siamese tower): one parameter with two
+/// factored contributions per example, whose norm takes their cross term.
+#[derive(Module, Debug)]
+struct Twice {
+    fc: Linear,
+}
+
+#[test]
+fn should_clip_a_layer_applied_twice_like_the_loop() {
+    let _shared = shared();
+    let m = ready(Twice {
+        fc: LinearConfig::new(4, 4).init(&dev()),
+    });
+    // One row an example, and a sequence of three.
+    let xs = normal([B, 4]);
+    let example = |i| (xs.clone().narrow(0, i, 1),);
+    let loss = |m: &Twice, (x,): (Tensor<2>,)| m.fc.forward(m.fc.forward(x).tanh()).sin().sum();
+    check("twice", &m, (xs.clone(),), B, example, loss, 0.3, &MBS);
+    let xs = normal([B, 3, 4]);
+    let example = |i| (xs.clone().narrow(0, i, 1),);
+    let loss = |m: &Twice, (x,): (Tensor<3>,)| m.fc.forward(m.fc.forward(x).tanh()).sin().sum();
+    check(
+        "twice over a sequence",
+        &m,
+        (xs.clone(),),
+        B,
+        example,
+        loss,
+        0.3,
+        &MBS,
+    );
+}
+
+/// A language model whose output projection is its embedding's weight (GPT-2's tying, one
+/// `Param` read twice: a lookup and a matrix product), tokens repeated within an example.
+#[derive(Module, Debug)]
+struct TiedLm {
+    embed: Embedding,
+    fc: Linear,
+}
+
+#[test]
+fn should_clip_an_embedding_tied_to_the_output_projection_like_the_loop() {
+    let _shared = shared();
+    let m = ready(TiedLm {
+        embed: EmbeddingConfig::new(7, 4).init(&dev()),
+        fc: LinearConfig::new(4, 4).init(&dev()),
+    });
+    let tokens: Vec<i64> = (0..B * 5).map(|k| ((k * 3) % 7) as i64).collect();
+    let tokens = Tensor::<2, Int>::from_data(TensorData::new(tokens, [B, 5]), &dev());
+    let example = |i| (tokens.clone().narrow(0, i, 1),);
+    let loss = |m: &TiedLm, (t,): (Tensor<2, Int>,)| {
+        let h = m.fc.forward(m.embed.forward(t)).tanh(); // [1, 5, 4]
+        let logits = h.matmul(m.embed.weight.val().transpose().unsqueeze::<3>()); // [1, 5, 7]
+        log_softmax(logits, 2).sin().sum()
+    };
+    check(
+        "tied lm",
+        &m,
+        (tokens.clone(),),
+        B,
+        example,
+        loss,
+        0.3,
+        &MBS,
+    );
 }

@@ -176,7 +176,15 @@ pub fn check<M, I, A>(
                 .iter()
                 .map(|(_, id, g)| (id, g.shape().to_vec()))
                 .collect();
-            loop_grads(model, n, &params, &example, loss)
+            let per = loop_grads(model, n, &params, &example, loss);
+            // The clip factor is exercised: a case where no example is clipped would not check
+            // the per-example norms.
+            let norm = |g: &Flat| g.iter().flatten().map(|v| v * v).sum::<f32>().sqrt();
+            assert!(
+                per.iter().any(|g| norm(g) > c as f32),
+                "{what}: no example's gradient is above the clipping norm {c}"
+            );
+            per
         });
         let at = format!("{what}, microbatch {mb:?}");
         close_all(
