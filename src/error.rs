@@ -322,8 +322,8 @@ pub enum VmapError {
         /// The transform.
         transform: &'static str,
     },
-    /// The function read a tensor that is not one of its arguments (a tensor it closes over, on
-    /// the user's device), or a tensor of its module that does not move with the module (a
+    /// The function read a tensor that is not one of its arguments (a tensor it closes over, or
+    /// one it created on a device it closes over: the user's device), or a tensor of its module that does not move with the module (a
     /// `#[module(skip)]` or `Ignored<T>` field: Burn's `to_device` leaves it where it is).
     /// Transforms record the function once for one example on Burn's capture device, so every
     /// tensor it uses must come in through its arguments or as a module's parameter or tensor
@@ -333,7 +333,8 @@ pub enum VmapError {
              a transformed function is recorded once for one example, so pass every tensor it \
              reads as an argument (unmapped: in_axes None) or, for a model, through the \
              transform's module argument as a parameter or a plain tensor field (a tensor in a \
-             #[module(skip)] or Ignored<T> field does not move with the module)"
+             #[module(skip)] or Ignored<T> field does not move with the module); create a \
+             tensor on an argument's device (`&x.device()`), not on a device it closes over"
     )]
     ForeignTensor {
         /// The transform.

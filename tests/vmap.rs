@@ -225,3 +225,42 @@ fn should_combine_an_unmapped_rank0_argument_with_mapped_scalars() {
     assert_eq!(out.dims(), [3, 2]);
     assert_eq!(values(out), vec![1.0, 10.0, 2.0, 20.0, 3.0, 30.0]);
 }
+
+/// Burn code often creates tensors on a device it holds (`&device`, `&self.device`): inside a
+/// transform that is the user's device, not the recording's, and every way of doing it is
+/// refused by name with the fix, which works.
+#[test]
+fn should_refuse_a_tensor_created_on_a_device_the_function_closes_over() {
+    let device = Device::default();
+    let xs = Tensor::<2>::from_floats([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], &device);
+    let refused = |err: VmapError| {
+        assert!(matches!(err, VmapError::ForeignTensor { .. }), "{err}");
+        assert!(err.to_string().contains("`&x.device()`"), "{err}");
+    };
+    let d = device.clone();
+    refused(
+        vmap(move |x: Tensor<1>| x + Tensor::<1>::ones([2], &d))
+            .call(xs.clone())
+            .unwrap_err(),
+    );
+    let d = device.clone();
+    let arange = move |x: Tensor<1>| x + Tensor::<1, Int>::arange(0..2, &d).float();
+    refused(vmap(arange).call(xs.clone()).unwrap_err());
+    let d = device.clone();
+    let constant = move |x: Tensor<1>| x + Tensor::<1>::from_floats([10.0, 20.0], &d);
+    refused(vmap(constant).call(xs.clone()).unwrap_err());
+    let d = device.clone();
+    refused(
+        vmap(move |x: Tensor<1>| x.to_device(&d))
+            .call(xs.clone())
+            .unwrap_err(),
+    );
+    // On the argument's device.
+    let out: Tensor<2> = vmap(|x: Tensor<1>| {
+        let device = x.device();
+        x + Tensor::<1>::from_floats([10.0, 20.0], &device)
+    })
+    .call(xs)
+    .unwrap();
+    assert_eq!(values(out), vec![11.0, 22.0, 13.0, 24.0, 15.0, 26.0]);
+}
