@@ -4,6 +4,8 @@
 //! block with burn-nn's positional encodings (tensors that are not parameters) in training mode;
 //! and dropout drawn per example.
 
+#[path = "shared/tied.rs"]
+mod tied;
 #[path = "shared/tolerance.rs"]
 mod tolerance;
 
@@ -21,6 +23,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::activation::{log_softmax, relu, softmax};
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use burn_vmap::{ParamGrads, Tree, per_example_grads};
+use tied::Tied;
 
 /// Gradient of parameter `id` (of rank `rank`) in Burn's own `GradientsParams`, as flat values.
 fn burn_grad(grads: &GradientsParams, id: ParamId, rank: usize) -> Vec<f32> {
@@ -377,21 +380,13 @@ struct Normalized {
     norm: burn::nn::BatchNorm,
 }
 
-/// A weight tied across two layers (one `Param` cloned into both: the same `ParamId`).
-#[derive(Module, Debug)]
-struct Tied {
-    a: Linear,
-    b: Linear,
-}
-
 /// One parameter at two paths: Burn's backward sums its uses into one gradient, which the
 /// per-example transforms do not form; they refuse the module naming both paths (taking the
 /// uses apart returned two partial gradients under one id, clipped by their joint norm).
 #[test]
 fn should_refuse_a_parameter_tied_across_two_layers_naming_both_paths() {
     let device = Device::default();
-    let a = LinearConfig::new(3, 3).init(&device);
-    let model = Tied { a: a.clone(), b: a };
+    let model = Tied::new(&device);
     let xs = Tensor::<2>::random([4, 3], Distribution::Default, &device);
     let loss = |m: &Tied, x: Tensor<1>| m.b.forward(m.a.forward(x)).powi_scalar(2).sum();
     let refused = |err: burn_vmap::VmapError| {
@@ -425,9 +420,8 @@ fn should_refuse_a_parameter_tied_across_two_layers_naming_both_paths() {
 fn should_pin_that_burns_own_step_breaks_a_tie_by_clone() {
     use burn::optim::SgdConfig;
     let device = Device::default().autodiff();
-    let a = LinearConfig::new(3, 3).init(&device);
-    let initial = a.weight.val().into_data();
-    let mut model = Tied { a: a.clone(), b: a };
+    let mut model = Tied::new(&device);
+    let initial = model.a.weight.val().into_data();
     let mut optim = SgdConfig::new().init();
     let x = Tensor::<2>::random([4, 3], Distribution::Default, &device);
     for _ in 0..2 {

@@ -5,6 +5,9 @@
 //! add/remove, clones and seeds, one sampling rate, one parameter set, the statement, resume),
 //! the budget and the replace-one relation.
 
+#[path = "shared/tied.rs"]
+mod tied;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -19,6 +22,7 @@ use burn_vmap::privacy::{
     PrivacyError, PrivacyRng, Sampled, clip_per_layer,
 };
 use burn_vmap::{ParamGrads, VmapError, clip_by_global_norm, global_norm, micro_grad_module};
+use tied::Tied;
 
 type Batch = (Tensor<2>, Tensor<2>);
 /// One example's features and targets, as the datasets hold it.
@@ -545,19 +549,11 @@ fn should_refuse_batch_norm_naming_its_path() {
     assert_eq!(dp.mechanism().steps(), 0, "a refused step is not accounted");
 }
 
-/// Two layers holding one parameter (the same `ParamId`).
-#[derive(Module, Debug)]
-struct Tied {
-    a: Linear,
-    b: Linear,
-}
-
 /// A tied parameter's uses clipped apart would bound their joint norm, not the norm of their
 /// sum (up to √2·C for two equal uses): the step refuses the model, unaccounted.
 #[test]
 fn should_refuse_a_tied_parameter_unaccounted() {
-    let a = LinearConfig::new(3, 3).init(&dev());
-    let m = Tied { a: a.clone(), b: a };
+    let m = Tied::new(&dev());
     let mut dp = sgd(seeded(config(C, SIGMA, 1.0), 1));
     let loss = |m: &Tied, (x, _y): Batch| m.b.forward(m.a.forward(x)).sum();
     let b = next(dp.mechanism(), 4);
