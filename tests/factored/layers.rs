@@ -219,3 +219,47 @@ fn should_clip_an_embedding_tied_to_the_output_projection_like_the_loop() {
         &MBS,
     );
 }
+
+/// A small vision transformer: patches by a strided convolution, a class token and position
+/// embeddings as raw parameters (the class token concatenated to each example's patches,
+/// broadcast; the positions added), Burn's encoder, the class token's output classified.
+#[derive(Module, Debug)]
+struct Vit {
+    patch: burn::nn::conv::Conv2d,
+    cls: burn::module::Param<Tensor<3>>,
+    pos: burn::module::Param<Tensor<3>>,
+    encoder: burn::nn::transformer::TransformerEncoder,
+    norm: burn::nn::LayerNorm,
+    head: Linear,
+}
+
+#[test]
+fn should_clip_a_vision_transformer_with_a_class_token_like_the_loop() {
+    use burn::nn::transformer::{TransformerEncoderConfig, TransformerEncoderInput};
+    let _shared = shared();
+    let d = 8;
+    let model = ready(Vit {
+        patch: burn::nn::conv::Conv2dConfig::new([2, d], [2, 2])
+            .with_stride([2, 2])
+            .init(&dev()),
+        cls: burn::module::Param::from_tensor(normal([1, 1, d])),
+        pos: burn::module::Param::from_tensor(normal([1, 5, d])),
+        encoder: TransformerEncoderConfig::new(d, 16, 2, 1)
+            .with_dropout(0.0)
+            .init(&dev()),
+        norm: burn::nn::LayerNormConfig::new(d).init(&dev()),
+        head: LinearConfig::new(d, 3).init(&dev()),
+    });
+    let xs = normal([B, 2, 4, 4]);
+    let example = |i| (xs.clone().narrow(0, i, 1),);
+    let loss = |m: &Vit, (x,): (Tensor<4>,)| {
+        let [n, _, _, _] = x.dims();
+        let p = m.patch.forward(x).flatten::<3>(2, 3).swap_dims(1, 2); // [n, 4, d]
+        let cls = m.cls.val().expand([n as i64, 1, -1]);
+        let h = Tensor::cat(vec![cls, p], 1) + m.pos.val(); // [n, 5, d]
+        let h = m.encoder.forward(TransformerEncoderInput::new(h));
+        let first = m.norm.forward(h.narrow(1, 0, 1)).squeeze_dim::<2>(1);
+        log_softmax(m.head.forward(first), 1).sin().sum()
+    };
+    check("vit", &model, (xs.clone(),), B, example, loss, 0.02, &MBS);
+}
