@@ -263,3 +263,35 @@ fn should_clip_a_vision_transformer_with_a_class_token_like_the_loop() {
     };
     check("vit", &model, (xs.clone(),), B, example, loss, 0.02, &MBS);
 }
+
+/// A LoRA adapter (DP fine-tuning's usual set-up): a frozen base `Linear` and a trainable
+/// low-rank pair beside it. The frozen weight has no gradient and no part in the norm.
+#[derive(Module, Debug)]
+struct Lora {
+    base: Linear,
+    down: Linear,
+    up: Linear,
+}
+
+#[test]
+fn should_clip_a_low_rank_adapter_beside_a_frozen_layer_like_the_loop() {
+    let _shared = shared();
+    let model = ready(Lora {
+        base: LinearConfig::new(6, 5).init(&dev()).no_grad(),
+        down: LinearConfig::new(6, 2).with_bias(false).init(&dev()),
+        up: LinearConfig::new(2, 5).with_bias(false).init(&dev()),
+    });
+    let xs = normal([B, 3, 6]);
+    let example = |i| (xs.clone().narrow(0, i, 1),);
+    let loss = |m: &Lora, (x,): (Tensor<3>,)| {
+        (m.base.forward(x.clone()) + m.up.forward(m.down.forward(x)))
+            .sin()
+            .sum()
+    };
+    check("lora", &model, (xs.clone(),), B, example, loss, 0.3, &MBS);
+    let (sum, _) = burn_vmap::micro_grad_module(loss)
+        .call(&model, (xs.clone(),))
+        .unwrap();
+    let paths: Vec<String> = sum.iter().map(|(path, _, _)| path.to_string()).collect();
+    assert_eq!(paths, ["down.weight", "up.weight"]);
+}
