@@ -323,8 +323,9 @@ pub enum VmapError {
         transform: &'static str,
     },
     /// The function read a tensor that is not one of its arguments (a tensor it closes over, or
-    /// one it created on a device it closes over: the user's device), or a tensor of its module that does not move with the module (a
-    /// `#[module(skip)]` or `Ignored<T>` field: Burn's `to_device` leaves it where it is).
+    /// one it created on a device it closes over: the user's device), or a tensor of its module
+    /// that does not move with the module (a `#[module(skip)]` or `Ignored<T>` field: Burn's
+    /// `to_device` leaves it where it is).
     /// Transforms record the function once for one example on Burn's capture device, so every
     /// tensor it uses must come in through its arguments or as a module's parameter or tensor
     /// field.
