@@ -6,6 +6,8 @@
 
 #[path = "shared/gated.rs"]
 mod gated;
+#[path = "shared/strict.rs"]
+mod strict;
 #[path = "shared/tolerance.rs"]
 mod tolerance;
 
@@ -39,20 +41,12 @@ use burn::nn::{
 };
 use burn::optim::GradientsParams;
 use burn::tensor::activation::{log_softmax, softmax};
-use burn::tensor::{Bool, Device, Distribution, Int, Tensor, TensorData};
+use burn::tensor::{Bool, Int, Tensor, TensorData};
 use burn_vmap::{Tree, per_example_grads, vmap};
 use gated::Gated;
+use strict::{dev, normal};
 
 const E: usize = 3;
-
-fn dev() -> Device {
-    burn_vmap::strict::set_strict(true);
-    Device::default()
-}
-
-fn normal<const D: usize>(shape: [usize; D]) -> Tensor<D> {
-    Tensor::random(shape, Distribution::Normal(0.0, 1.0), &dev())
-}
 
 fn values<const D: usize, K: burn::tensor::kind::Basic + burn::tensor::kind::TensorKind>(
     t: Tensor<D, K>,

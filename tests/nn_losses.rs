@@ -3,6 +3,8 @@
 //! `per_example_grads` equals Burn's own backward of each example alone (`support::check_grads`),
 //! with strict mode on (an op that fell back to a per-example loop would panic).
 
+#[path = "shared/strict.rs"]
+mod strict;
 mod support;
 
 use burn::module::Module;
@@ -14,7 +16,8 @@ use burn::nn::loss::{
 };
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::{log_softmax, softmax, softplus};
-use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
+use burn::tensor::{Int, Tensor, TensorData};
+use strict::{dev, normal};
 use support::{check_grads, example};
 
 /// Examples, rows an example, input features, classes.
@@ -22,15 +25,6 @@ const B: usize = 4;
 const T: usize = 3;
 const F: usize = 4;
 const K: usize = 5;
-
-fn dev() -> Device {
-    burn_vmap::strict::set_strict(true);
-    Device::default()
-}
-
-fn normal<const D: usize>(shape: [usize; D]) -> Tensor<D> {
-    Tensor::random(shape, Distribution::Normal(0.0, 1.0), &dev())
-}
 
 fn ints<const D: usize>(shape: [usize; D], value: impl Fn(usize) -> i64) -> Tensor<D, Int> {
     let n = shape.iter().product();

@@ -84,12 +84,16 @@ pub fn loop_grads<M: Module, A>(
         .collect()
 }
 
+/// The global norm of one example's gradient.
+fn norm(g: &Flat) -> f32 {
+    g.iter().flatten().map(|v| v * v).sum::<f32>().sqrt()
+}
+
 /// Each example's whole gradient clipped to global norm `c`, summed.
 pub fn clipped_sum(per: &[Flat], c: f32) -> Flat {
     let mut out: Flat = per[0].iter().map(|g| vec![0.0; g.len()]).collect();
     for g in per {
-        let norm = g.iter().flatten().map(|v| v * v).sum::<f32>().sqrt();
-        let s = c / norm.max(c);
+        let s = c / norm(g).max(c);
         for (acc, leaf) in out.iter_mut().zip(g) {
             for (a, v) in acc.iter_mut().zip(leaf) {
                 *a += v * s;
@@ -185,7 +189,6 @@ pub fn check<M, I, A>(
             // The clip factor at work: where `c` clips no example (a random case's small
             // gradients), the case runs at half the largest example's norm instead, so the
             // per-example norms are checked in every case that has a nonzero gradient.
-            let norm = |g: &Flat| g.iter().flatten().map(|v| v * v).sum::<f32>().sqrt();
             let largest = loop_per.iter().map(norm).fold(0.0f32, f32::max);
             if largest > 0.0 && largest <= c as f32 {
                 c = f64::from(largest) / 2.0;
