@@ -606,3 +606,85 @@ fn should_read_a_closed_over_number_when_recording_and_an_argument_at_every_call
         assert_eq!(read(passed.call((xs.clone(), scale)).unwrap()), vec![s; 6]);
     }
 }
+
+// --- another instance of the same model -------------------------------------------------------
+
+fn ids(g: &ParamGrads) -> Vec<ParamId> {
+    g.iter().map(|(_, id, _)| id).collect()
+}
+
+/// Two instances of one model (the same paths and shapes, other `ParamId`s: an ensemble, a
+/// seed sweep, a re-initialised model): a kept builder returns each call's gradients under that
+/// call's model's ids, so an optimizer step moves the model it is given. With the first
+/// model's ids the optimizer would find no gradient for the second and leave it unchanged.
+#[test]
+fn should_give_each_model_instance_its_own_parameter_ids() {
+    use burn::optim::{GradientsParams, Optimizer, SgdConfig};
+    let (a, data) = mlp();
+    let (b, _) = mlp();
+    let batch = (data.x.clone(), data.y.clone());
+    let clipped = || {
+        micro_grad_module(|m: &Mlp, (a,): ((Tensor<2>, Tensor<2, Int>),)| mlp_loss(m, a))
+            .transform_fn(|g: ParamGrads| clip_by_global_norm(g, 1.0))
+    };
+    let kept = clipped();
+    let (on_a, _) = kept.call(&a, (batch.clone(),)).unwrap();
+    let (on_b, _) = kept.call(&b, (batch.clone(),)).unwrap();
+    let (fresh, _) = clipped().call(&b, (batch.clone(),)).unwrap();
+    assert_ne!(ids(&on_a), ids(&on_b), "two instances have their own ids");
+    assert_eq!(
+        ids(&on_b),
+        ids(&fresh),
+        "the kept builder returned another model's ids"
+    );
+    assert_eq!(values(&on_b), values(&fresh));
+
+    let grads: GradientsParams = on_b.into_gradients_params();
+    let moved = SgdConfig::new().init().step(1.0, b.clone().train(), grads);
+    let weights = |m: &Mlp| m.l1.weight.val().into_data().to_vec::<f32>().unwrap();
+    assert_ne!(
+        weights(&moved),
+        weights(&b),
+        "the step must move the model it was given"
+    );
+}
+
+/// The same through a kept DP mechanism (no noise: σ = 0, q = 1): its release for a second
+/// model instance carries that model's ids and is cast back to the parameters' dtype (f32), as
+/// a fresh mechanism's is.
+#[test]
+fn should_release_under_each_model_instances_own_ids() {
+    let (a, data) = mlp();
+    let (b, _) = mlp();
+    let n = data.x.dims()[0];
+    let config = DpConfig::new(
+        1.0,
+        0.0,
+        1.0,
+        Neighbouring::AddRemove {
+            expected_batch_size: n as f64,
+        },
+    );
+    let release = |dp: &mut DpMechanism, model: &Mlp| {
+        let mut loader = dp
+            .loader(
+                Arc::new(InMemDataset::new((0..n).collect())),
+                Arc::new(data.clone()),
+                dev(),
+            )
+            .unwrap();
+        let batch = loader.next_batch().unwrap();
+        dp.noisy_gradient(model, mlp_loss, batch).unwrap().0
+    };
+    let mut kept = DpMechanism::seeded(config.clone(), 1).unwrap();
+    release(&mut kept, &a);
+    let second = release(&mut kept, &b);
+    let fresh = release(&mut DpMechanism::seeded(config, 1).unwrap(), &b);
+    assert_eq!(ids(&second), ids(&fresh), "a stale model's ids");
+    assert!(
+        second
+            .iter()
+            .all(|(_, _, g)| g.dtype() == burn::tensor::DType::F32)
+    );
+    assert_eq!(values(&second), values(&fresh));
+}

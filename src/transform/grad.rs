@@ -249,8 +249,11 @@ impl Tree for ParamGrads {
             .iter()
             .map(|(p, i, _)| (p.clone(), *i))
             .collect();
+        // The ids are compared with the structure: a recording of another model instance (the
+        // same paths and shapes, other ids) is not reused, so what it returns carries this
+        // model's ids, the ones `into_gradients_params` registers the gradients under.
         keys.push(Key::Field("#ids".into()));
-        children.push(TreeDef::Static(std::sync::Arc::new(ids)));
+        children.push(TreeDef::static_value(ids));
         for (p, _, g) in self.entries {
             keys.push(Key::Field(p));
             leaves.push(g);
@@ -277,11 +280,9 @@ impl Tree for ParamGrads {
         else {
             return Err(bad(leaves));
         };
-        let Some(TreeDef::Static(ids)) = children.first() else {
-            return Err(bad(leaves));
-        };
-        let ids = ids
-            .downcast_ref::<Vec<(String, ParamId)>>()
+        let ids = children
+            .first()
+            .and_then(|d| d.static_ref::<Vec<(String, ParamId)>>())
             .ok_or_else(|| bad(leaves))?;
         let mut entries = Vec::with_capacity(ids.len());
         for (path, id) in ids {
