@@ -288,6 +288,43 @@ fn should_record_the_loss_once_across_poisson_batches() {
     assert_eq!(dp.mechanism().steps(), 8);
 }
 
+/// A loss closure that moves a value in (a temperature, a weight that changes with the step)
+/// is one closure type whatever the value, and all function pointers of a signature are one
+/// type: each step computes the loss it is given, not the first step's recording.
+#[test]
+fn should_record_a_capturing_loss_or_a_function_pointer_at_every_step() {
+    fn doubled(m: &Linear, b: Batch) -> Tensor<1> {
+        loss(m, b) * 2.0
+    }
+    fn release<F>(dp: &mut DpMechanism, m: &Linear, loss_fn: F) -> Vec<f32>
+    where
+        F: Fn(&Linear, Batch) -> Tensor<1> + Send + Sync + 'static,
+    {
+        let batch = next(dp, 5);
+        values(&dp.noisy_gradient(m, loss_fn, batch).unwrap().0)
+    }
+    let m = model();
+    // C large enough to clip nothing: the released sum is linear in the loss's scale.
+    let fresh = || seeded(config(1e6, 0.0, 1.0), 1);
+    let scaled = |scale: f32| move |m: &Linear, b: Batch| loss(m, b) * scale;
+    let mut kept = fresh();
+    let mut released = Vec::new();
+    for scale in [1.0, 3.0, 3.0, 0.5] {
+        let got = release(&mut kept, &m, scaled(scale));
+        let want = release(&mut fresh(), &m, scaled(scale));
+        assert_eq!(got, want, "scale {scale}: a stale recording");
+        released.push(got);
+    }
+    assert_ne!(released[0], released[1]);
+
+    let pointer = |f: fn(&Linear, Batch) -> Tensor<1>| f;
+    let mut kept = fresh();
+    let plain = release(&mut kept, &m, pointer(loss));
+    let twice = release(&mut kept, &m, pointer(doubled));
+    let want: Vec<f32> = plain.iter().map(|v| v * 2.0).collect();
+    assert_close(&twice, &want, 1e-5);
+}
+
 #[test]
 fn should_take_any_tree_as_the_batch() {
     // A bare tensor: the loss sees one example as [1, 3].

@@ -134,6 +134,9 @@ struct Runners<M, A> {
 #[derive(Default)]
 pub(super) struct ClippedSums {
     runners: Vec<(TypeId, Clipping, Box<dyn Any + Send>)>,
+    /// Every loss passed is one function (the burn-train adapter's own, for the whole run): the
+    /// builders of a loss type are kept whatever the type holds.
+    one_loss: bool,
 }
 
 impl std::fmt::Debug for ClippedSums {
@@ -147,7 +150,10 @@ impl ClippedSums {
     /// example)` (a batch of one), clipped by `clipping`, an example with a non-finite gradient
     /// contributing zero. The first call with a loss function type builds (and keeps) its
     /// builder around that function; later calls with the same type reuse it, and its
-    /// recordings.
+    /// recordings, where the type names one function: it holds nothing (a `fn` item, a closure
+    /// that captures nothing), or every loss passed is one (`one_loss`). Two closures of one
+    /// type that hold other values (a temperature moved in) compute different losses, and all
+    /// function pointers of a signature are one type: such a loss is recorded at every call.
     pub(super) fn sum<M, A, F>(
         &mut self,
         clipping: Clipping,
@@ -160,6 +166,9 @@ impl ClippedSums {
         A: Tree + 'static,
         F: Fn(&M, A) -> Tensor<1> + Send + Sync + 'static,
     {
+        if std::mem::size_of::<F>() != 0 && !self.one_loss {
+            return run(&runners::<M, A, F>(clipping, loss_fn), model, batch);
+        }
         let key = TypeId::of::<(F, M, A)>();
         let found = self
             .runners
@@ -177,44 +186,58 @@ impl ClippedSums {
             .2
             .downcast_ref::<Runners<M, A>>()
             .expect("runners of their key's types");
-        let (leaves, def) = batch.flatten();
-        let sampled = batch_size(&leaves);
-        let (sum, flags) = (runners.sum)(model, A::unflatten(&def, leaves.clone())?)?;
-        let [non_finite, clipped] = counts(flags);
-        if non_finite == 0 {
-            return Ok(ClippedSum {
-                sum,
-                non_finite,
-                clipped,
-            });
-        }
-        // The sum is NaN: again over the finite examples only.
-        let bad = (runners.finder)(model, A::unflatten(&def, leaves.clone())?)?;
-        let bad = bad
-            .into_data()
-            .convert::<f32>()
-            .try_into_vec::<f32>()
-            .expect("f32 flags");
-        let keep: Vec<i64> = (0..sampled as i64)
-            .filter(|&i| bad[i as usize] == 0.0)
-            .collect();
-        let sum = if keep.is_empty() {
-            ParamGrads::zeros(NAME, model)?
-        } else {
-            let index =
-                Tensor::<1, burn::tensor::Int>::from_ints(keep.as_slice(), &leaves[0].device());
-            let rows = leaves
-                .iter()
-                .map(|l| l.clone().select(0, index.clone().into_dispatch()))
-                .collect();
-            (runners.sum)(model, A::unflatten(&def, rows)?)?.0
-        };
-        Ok(ClippedSum {
-            sum,
-            non_finite: sampled - keep.len(),
-            clipped,
-        })
+        run(runners, model, batch)
     }
+
+    /// Keep the builders of every loss type passed from now on, whatever the type holds: the
+    /// caller passes one loss function at every step.
+    pub(super) fn one_loss(&mut self) {
+        self.one_loss = true;
+    }
+}
+
+/// [`ClippedSums::sum`] with the builders of its loss function.
+fn run<M, A>(runners: &Runners<M, A>, model: &M, batch: A) -> Result<ClippedSum, VmapError>
+where
+    M: Module + ModuleDisplay + 'static,
+    A: Tree + 'static,
+{
+    let (leaves, def) = batch.flatten();
+    let sampled = batch_size(&leaves);
+    let (sum, flags) = (runners.sum)(model, A::unflatten(&def, leaves.clone())?)?;
+    let [non_finite, clipped] = counts(flags);
+    if non_finite == 0 {
+        return Ok(ClippedSum {
+            sum,
+            non_finite,
+            clipped,
+        });
+    }
+    // The sum is NaN: again over the finite examples only.
+    let bad = (runners.finder)(model, A::unflatten(&def, leaves.clone())?)?;
+    let bad = bad
+        .into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .expect("f32 flags");
+    let keep: Vec<i64> = (0..sampled as i64)
+        .filter(|&i| bad[i as usize] == 0.0)
+        .collect();
+    let sum = if keep.is_empty() {
+        ParamGrads::zeros(NAME, model)?
+    } else {
+        let index = Tensor::<1, burn::tensor::Int>::from_ints(keep.as_slice(), &leaves[0].device());
+        let rows = leaves
+            .iter()
+            .map(|l| l.clone().select(0, index.clone().into_dispatch()))
+            .collect();
+        (runners.sum)(model, A::unflatten(&def, rows)?)?.0
+    };
+    Ok(ClippedSum {
+        sum,
+        non_finite: sampled - keep.len(),
+        clipped,
+    })
 }
 
 /// The name errors of the clipped sum carry.

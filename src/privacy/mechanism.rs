@@ -251,6 +251,15 @@ impl DpMechanism {
         }
     }
 
+    /// Keep the recordings of every loss function type passed from now on, whatever the type
+    /// holds (by default only a loss that holds nothing, a `fn` item or a closure that captures
+    /// nothing, is recorded once): for a caller that passes one loss at every step (the
+    /// burn-train adapter, which holds the user's loss for the whole run).
+    pub(crate) fn with_one_loss(mut self) -> Self {
+        self.sums.one_loss();
+        self
+    }
+
     /// The settings.
     pub fn config(&self) -> &DpConfig {
         &self.config
@@ -318,9 +327,15 @@ impl DpMechanism {
     /// sampled: every example's gradient of `loss_fn(model, example)` (the example seen as a
     /// batch of one: every leaf keeps a leading dim of 1) clipped to `C`, summed, the noise
     /// added, divided by the configuration's normaliser; the step accounted. Every trainable
-    /// parameter of `model` gets a gradient, on an empty batch too (noise alone). The loss
-    /// function is recorded once per module and batch signature (the batch size is not part of
-    /// it) and the recording is kept across steps.
+    /// parameter of `model` gets a gradient, on an empty batch too (noise alone).
+    ///
+    /// A loss function that holds nothing (a `fn` item such as `loss`, or a closure that
+    /// captures nothing) is recorded once per module and batch signature (the batch size is
+    /// not part of it), and the recording is kept across steps. A closure that captures values
+    /// (`move |m, x| loss(m, x, temperature)`) or a function pointer is **recorded at every
+    /// step**: its type does not say which values or which function it holds, and a kept
+    /// recording would silently compute the first step's loss. To keep its recording, pass what
+    /// changes through the model (a field: a change of it records again) or the batch.
     ///
     /// # Errors
     /// - [`PrivacyError::Batch`]: the batch was sampled by another mechanism, or out of order

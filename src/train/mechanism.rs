@@ -170,7 +170,8 @@ where
         let dp = match seed {
             Some(seed) => DpMechanism::seeded(config, seed)?,
             None => DpMechanism::new(config)?,
-        };
+        }
+        .with_one_loss();
         let examples: Box<dyn Examples<O>> = Box::new(DatasetBatcher { dataset, batcher });
         let device = Device::default();
         let loader = examples.loader(&dp, &device)?;
@@ -299,7 +300,8 @@ where
             ),
             None => DpMechanism::from_record(record),
         }
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?
+        .with_one_loss();
         // The first run's loaders drew batches of the first mechanism, which this one refuses.
         self.loaders.clear();
         Ok(())
