@@ -353,8 +353,10 @@ impl Accumulator for Mean {
         rows.mean_dim(0)
     }
     // `init` and `update`: the default running sum.
+    /// `n = 0` only for an empty batch: `0 / 0`, NaN, as without a microbatch size (the mean
+    /// of no example, `jnp.mean`'s).
     fn finalize<K: AccKind>(&self, carry: Tensor<2, K>, ctx: &AccContext) -> Tensor<2, K> {
-        carry.div_scalar(ctx.num_microbatches.max(1) as f64)
+        carry.div_scalar(ctx.num_microbatches as f64)
     }
 }
 
@@ -381,6 +383,15 @@ impl Accumulator for RunningMean {
     ) -> Tensor<2, K> {
         let k = index as f64;
         carry.mul_scalar(k / (k + 1.0)) + value.div_scalar(k + 1.0)
+    }
+    /// The running mean; of an empty batch (no microbatch, `n = 0`) NaN, the mean of no
+    /// example, as [`Mean`]'s and as without a microbatch size.
+    fn finalize<K: AccKind>(&self, carry: Tensor<2, K>, ctx: &AccContext) -> Tensor<2, K> {
+        if ctx.num_microbatches == 0 {
+            carry.div_scalar(0.0)
+        } else {
+            carry
+        }
     }
 }
 

@@ -262,9 +262,24 @@ fn should_handle_an_empty_batch() {
             .unwrap();
         assert_eq!(floats(s), vec![0.0; 3]);
     }
-    // The mean of no example: NaN (0 / 0, as jnp.mean).
-    let mean = micro_vmap(f).accumulator(Mean).call(xs).unwrap();
-    assert!(floats(mean).iter().all(|v| v.is_nan()));
+    // The mean of no example: NaN (0 / 0, as jnp.mean), with or without microbatches.
+    for m in [None, Some(2)] {
+        let means = [
+            micro_vmap(f)
+                .microbatch_size(m)
+                .accumulator(Mean)
+                .call(xs.clone()),
+            micro_vmap(f)
+                .microbatch_size(m)
+                .accumulator(RunningMean)
+                .call(xs.clone()),
+        ];
+        for mean in means {
+            let mean = mean.unwrap();
+            assert_eq!(mean.dims(), [3]);
+            assert!(floats(mean).iter().all(|v| v.is_nan()), "microbatch {m:?}");
+        }
+    }
 }
 
 #[test]
