@@ -354,6 +354,10 @@ fn should_refuse_bad_arguments() {
     };
     assert!(message.contains("weight"), "{message}");
     assert!(
+        !message.contains("[1]"),
+        "the value's place is not released: {message}"
+    );
+    assert!(
         add_noise(nan, 1.0, NoiseKind::Plain, rng).is_ok(),
         "plain noise passes NaN through"
     );

@@ -7,7 +7,7 @@ use burn::tensor::{DType, Tensor, TensorData};
 use rayon::prelude::*;
 
 use super::draw::{Draw, Ints, Noise};
-use super::{PrivacyError, copies, flat, not_finite};
+use super::{NotFinite, PrivacyError, copies, flat, not_finite};
 use crate::transform::grad::ParamGrads;
 use crate::tree::Leaf;
 
@@ -55,8 +55,8 @@ pub(super) fn hardened(grads: ParamGrads, draw: Draw, k: i32) -> Result<ParamGra
         };
         match released {
             Ok(data) => Leaf::new(copies::to_device(data, &device, dtype)).reshape(shape),
-            Err((i, value)) => {
-                failure = Some(not_finite(path, i, value));
+            Err(NotFinite) => {
+                failure = Some(not_finite(path));
                 // A stand-in of the gradient's shape: the call returns the error, not these.
                 Leaf::new(Tensor::<1>::zeros([n], (&device, dtype))).reshape(shape)
             }
@@ -100,7 +100,7 @@ fn released<E: GridFloat + burn::tensor::Element>(
     mut data: TensorData,
     noise: (&Noise, usize),
     k: i32,
-) -> Result<TensorData, (usize, f64)> {
+) -> Result<TensorData, NotFinite> {
     if let Ok(values) = data.as_mut_slice::<E>() {
         on_grid(values, noise, k)?;
         return Ok(data);
@@ -112,16 +112,16 @@ fn released<E: GridFloat + burn::tensor::Element>(
 }
 
 /// `γ·(round(x/γ) + Z)` for every value `x` with its integer `Z` (coordinates `at..` of
-/// `noise`), `γ = 2^k`, in `x`'s type, written over `x`; the first value that is not finite (it
+/// `noise`), `γ = 2^k`, in `x`'s type, written over `x`; a value that is not finite (it
 /// has no grid point) as an error, before any is written. In parallel, a chunk of the noise at a
 /// time.
 fn on_grid<E: GridFloat>(
     values: &mut [E],
     (noise, at): (&Noise, usize),
     k: i32,
-) -> Result<(), (usize, f64)> {
-    if let Some(i) = first_not_finite(values) {
-        return Err((i, values[i].wide()));
+) -> Result<(), NotFinite> {
+    if first_not_finite(values).is_some() {
+        return Err(NotFinite);
     }
     let (up, down) = (2f64.powi(-k), 2f64.powi(k));
     // The values cut where the chunks of the noise are: disjoint pieces, one task each.

@@ -478,13 +478,18 @@ fn grid_exponent(granularity: f64) -> Result<i32, PrivacyError> {
     }
 }
 
-/// The error for value `i` (flattened) of the gradient at `path`, which is not finite: hardened
-/// noise has no grid point to round it to.
-fn not_finite(path: &str, i: usize, value: f64) -> PrivacyError {
+/// A value of the gradient was not finite: hardened noise has no grid point to round it to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NotFinite;
+
+/// The error for a gradient at `path` that holds a value that is not finite. It names the
+/// parameter only: in a DP step the value and its place would be a release of the data that
+/// no noise covers.
+fn not_finite(path: &str) -> PrivacyError {
     PrivacyError::Argument {
         argument: "grads",
         expected: "finite gradient values (hardened noise rounds them to its grid)",
-        got: format!("{value} at {path}[{i}] (flattened)"),
+        got: format!("a value that is not finite (NaN or ±inf) in {path}"),
     }
 }
 
@@ -499,7 +504,11 @@ fn flat(leaf: Leaf) -> Tensor<1> {
 /// Textbook noise of `std` on every coordinate: on a wgpu or CUDA device drawn there by the
 /// keyed normal kernel, elsewhere `f32` normals drawn on the host and uploaded.
 fn plain(grads: ParamGrads, std: f64, rng: &mut PrivacyRng) -> ParamGrads {
-    let std = std as f32;
+    // In f32, rounded up: never less noise than calibrated.
+    let std = match std as f32 {
+        s if f64::from(s) < std => s.next_up(),
+        s => s,
+    };
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     let (mut key, mut offset) = (None, 0u64);
     grads.map(|_, g| {

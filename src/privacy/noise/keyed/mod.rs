@@ -424,13 +424,13 @@ pub(super) fn add_to(grads: ParamGrads, noise: Keyed) -> Result<ParamGrads, Priv
     }))
 }
 
-/// The error for the first value of `grads` that is not finite.
+/// The error for the first gradient of `grads` that holds a value that is not finite.
 fn non_finite(grads: &ParamGrads) -> PrivacyError {
     for (path, _, g) in grads.iter() {
         let values = copies::to_host(flat(g.clone())).convert::<f64>();
         let values = values.as_slice::<f64>().expect("f64");
-        if let Some(i) = super::grid::first_not_finite(values) {
-            return super::not_finite(path, i, values[i]);
+        if super::grid::first_not_finite(values).is_some() {
+            return super::not_finite(path);
         }
     }
     unreachable!("a value that is not finite was flagged")
