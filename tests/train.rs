@@ -391,6 +391,23 @@ fn should_resume_epsilon_from_the_mechanisms_record_beside_the_checkpoint() {
         "{error}"
     );
     assert_eq!(lost.steps(), 0);
+    // ... and burn-train's own loop in place of the DP strategy: it restores the model but not
+    // the mechanism, whose ε would restart at zero; the first step refuses.
+    let swapped = owner(15);
+    let default_loop = SupervisedTraining::new(&dir, Arc::new(swapped.loader()), valid())
+        .renderer(Box::new(CliMetricsRenderer::new()))
+        .with_application_logger(None)
+        .with_default_checkpointers()
+        .checkpoint(2)
+        .num_epochs(4);
+    let panic = catch_unwind(AssertUnwindSafe(|| {
+        default_loop.launch(learner(&swapped, Mlp::new(&device)))
+    }))
+    .err()
+    .expect("the step refuses");
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert_eq!(message, DpTrainError::RestoredWithoutRecord.to_string());
+    assert_eq!(swapped.steps(), 0);
 
     // Resumed by a new DpTraining of the same settings (as a new process would): epochs 3 and 4.
     let resumed = owner(13);
@@ -507,6 +524,22 @@ fn should_refuse_accumulation_in_the_step_under_another_strategy() {
     let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
     assert_eq!(message, DpTrainError::UnappliedStep.to_string());
     assert_eq!(dp.steps(), 1, "only the first step was accounted");
+}
+
+/// A model loaded from a record by hand (`Module::load_record`) takes no DP step: its owner's
+/// mechanism was not resumed, so ε would not count the steps the weights were trained with.
+#[test]
+fn should_refuse_a_step_of_a_model_loaded_from_a_record() {
+    let dp = owner(16);
+    let trained = Mlp::new(&Device::default());
+    let model = dp.model(Mlp::new(&Device::default()));
+    let model = model.load_record(trained.into_record());
+    let batch = dp.loader().iter().next().unwrap().unwrap();
+    assert!(matches!(
+        model.try_step(batch),
+        Err(DpTrainError::RestoredWithoutRecord)
+    ));
+    assert_eq!(dp.steps(), 0);
 }
 
 #[test]

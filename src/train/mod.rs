@@ -206,6 +206,13 @@ pub enum DpTrainError {
         "dp-train: the Learner's model was made by another DpTraining than the training strategy's: make both with one DpTraining (`dp.model(..)`, `dp.training(..)`)"
     )]
     ForeignModel,
+    /// The model's parameters were loaded from a record (`Module::load_record`, as burn-train
+    /// does when it resumes from a checkpoint) and the mechanism's record was not: its ε would
+    /// restart at zero while the model holds the earlier steps.
+    #[error(
+        "dp-train: the model was loaded from a record (burn-train's checkpoint resume, or Module::load_record) but the mechanism's state was not: its ε would not count the steps the model was trained with. Resume with DpTraining::training (its strategy restores both), or load pre-trained weights into your model before `dp.model(..)`"
+    )]
+    RestoredWithoutRecord,
     /// The training loader was split across devices.
     #[error(
         "dp-train: the DP loader cannot be split across devices (one Poisson sample per step, noised once); train on one device with `DpTraining::training`"
@@ -260,6 +267,8 @@ struct State<M, O> {
     mechanism: Mechanism<M, O>,
     /// A step's gradient was returned and not applied yet.
     unapplied: bool,
+    /// The model was loaded from a record and the mechanism was not resumed since.
+    restored: bool,
 }
 
 /// The one owner of a DP training run's mechanism (a
@@ -286,6 +295,21 @@ impl<M, O> std::fmt::Debug for DpTraining<M, O> {
         f.debug_struct("DpTraining")
             .field("id", &self.shared.id)
             .finish_non_exhaustive()
+    }
+}
+
+impl<M, O> DpTraining<M, O> {
+    fn lock(&self) -> MutexGuard<'_, State<M, O>> {
+        self.shared
+            .state
+            .lock()
+            .expect("dp-train: the mechanism's lock was poisoned by a panic in an earlier step; start a new DpTraining")
+    }
+
+    /// The model's parameters were loaded from a record: no step runs until the mechanism is
+    /// resumed from its own ([`resume`](Self::resume)).
+    fn restored(&self) {
+        self.lock().restored = true;
     }
 }
 
@@ -369,6 +393,7 @@ where
                 state: Mutex::new(State {
                     mechanism,
                     unapplied: false,
+                    restored: false,
                 }),
             }),
         })
@@ -460,13 +485,6 @@ where
         self.lock().mechanism.steps_per_epoch()
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<M, O>> {
-        self.shared
-            .state
-            .lock()
-            .expect("dp-train: the mechanism's lock was poisoned by a panic in an earlier step; start a new DpTraining")
-    }
-
     /// One step's batch, sampled by this owner on `device`.
     fn sample(&self, device: &Device) -> Result<DpBatch<O>, burn::data::dataset::DatasetError> {
         let sample = self
@@ -488,6 +506,9 @@ where
             return Err(DpTrainError::ForeignBatch);
         }
         let mut state = self.lock();
+        if state.restored {
+            return Err(DpTrainError::RestoredWithoutRecord);
+        }
         if state.unapplied {
             return Err(DpTrainError::UnappliedStep);
         }
@@ -508,14 +529,17 @@ where
     /// Continues the run saved at `epoch` in `directory` (see [`Mechanism::resume`]).
     fn resume(&self, directory: &Path, epoch: usize) -> Result<(), DpTrainError> {
         let path = record_path(directory, epoch);
-        self.lock()
+        let mut state = self.lock();
+        state
             .mechanism
             .resume(&path)
             .map_err(|reason| DpTrainError::Resume {
                 epoch,
                 path,
                 reason,
-            })
+            })?;
+        state.restored = false;
+        Ok(())
     }
 
     /// Saves the mechanism's record after `epoch` of a run in `directory`.

@@ -9,6 +9,7 @@ use burn::data::dataset::DatasetError;
 use burn::module::{Devices, Module, ModuleDisplay, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
 use burn::optim::{GradientsParams, ModuleOptimizer, MultiGradientsParams};
+use burn::store::{ModuleRecord, RecordError};
 use burn::tensor::{Device, Tensor};
 use burn_train::{InferenceStep, TrainOutput, TrainStep};
 
@@ -60,7 +61,8 @@ where
     /// step is accounted; apply its gradient (`TrainStep::optimize`) before the next step.
     ///
     /// # Errors
-    /// [`DpTrainError::ForeignBatch`], [`DpTrainError::UnappliedStep`], and the mechanism's
+    /// [`DpTrainError::ForeignBatch`], [`DpTrainError::UnappliedStep`],
+    /// [`DpTrainError::RestoredWithoutRecord`], and the mechanism's
     /// refusals as [`DpTrainError::Privacy`] (a module with BatchNorm in training mode, inputs
     /// that do not fit the loss).
     pub fn try_step(&self, batch: DpBatch<O>) -> Result<TrainOutput<DpStepOutput>, DpTrainError> {
@@ -148,6 +150,15 @@ where
 
     fn map<Mapper: ModuleMapper>(self, mapper: &mut Mapper) -> Self {
         Self::new(self.model.map(mapper), self.dp)
+    }
+
+    /// Your model's, and the owner refuses steps until its mechanism is resumed too
+    /// ([`DpTrainError::RestoredWithoutRecord`]): burn-train loads a checkpoint's model this
+    /// way, and the ε of a model trained before must count those steps.
+    fn try_load_record(self, record: ModuleRecord) -> Result<Self, RecordError> {
+        let model = self.model.try_load_record(record)?;
+        self.dp.restored();
+        Ok(Self::new(model, self.dp))
     }
 }
 
