@@ -128,6 +128,9 @@ impl fmt::Display for DpStatement {
             f,
             "  assumes: the generators' seed is secret (drawn from the operating system){}; \
              every step's batch was sampled by this mechanism and released once, in order; \
+             the batcher makes each example's row from that example alone (no padding to the \
+             batch's longest item that the loss reads, no batch statistics, no mixing of \
+             examples), so that one example changes one row; \
              in a data-parallel run, every peer is trusted (the guarantee is for the released \
              parameters, not for what peers see){}",
             if self.seeded { " -- VIOLATED" } else { "" },
@@ -145,7 +148,8 @@ impl fmt::Display for DpStatement {
             f,
             "  does not cover: hyper-parameter tuning or repeated runs on the same data (each \
              run spends its own ε), the per-step metrics (the counts of clipped and non-finite \
-             examples, the losses), timing side channels, floating-point rounding in the \
+             examples, the losses), the error of a step that failed after reading its batch \
+             (accounted as a step, but not noised), timing side channels, floating-point rounding in the \
              clipping (each example's gradient and its norm are computed in f32: a clipped \
              norm may exceed C by the rounding of that norm) and in the sum (accumulated in \
              f64, at most about B·2⁻⁵³ of the sum of the clipped norms, on wgpu, which has no \
