@@ -263,3 +263,36 @@ fn should_give_per_example_gradients_through_a_checkpointed_scan() {
     }
     assert_close(&got, &want, "per-example d p");
 }
+
+/// A body that draws (a `Dropout` in training mode, which acts only on an autodiff device):
+/// the forward pass applies it as the plain scan does, and the recomputation in the backward
+/// pass draws the same mask, so the gradient is that of the values returned. `y_t =
+/// dropout(x_t)`: `d sum(ys) / d x` is `1 / keep` where `y` kept `x`, 0 where it dropped it.
+#[test]
+fn should_draw_the_same_dropout_mask_forward_and_in_the_recomputation() {
+    use burn::nn::DropoutConfig;
+    let device = dev().autodiff();
+    let (n, d) = (8, 64);
+    let dropout = DropoutConfig::new(0.5).init();
+    let body = move |h: Tensor<1>, x: Tensor<1>| (h, dropout.forward(x));
+    let init = Tensor::<1>::zeros([d], &device);
+    for chunk in [None, Some(1), Some(3)] {
+        let xs = Tensor::<2>::ones([n, d], &device).require_grad();
+        let (_, ys) = checkpoint_chunked_scan(body.clone(), init.clone(), xs.clone())
+            .chunk_size(chunk)
+            .call()
+            .unwrap();
+        let grad = xs.grad(&ys.clone().sum().backward()).unwrap();
+        let ys = vec1(ys.reshape([n * d]));
+        let grad: Vec<f32> = grad.into_data().to_vec().unwrap();
+        let dropped = ys.iter().filter(|&&y| y == 0.0).count();
+        assert!(
+            (n * d / 4..3 * n * d / 4).contains(&dropped),
+            "chunk {chunk:?}: {dropped} of {} dropped (p = 0.5)",
+            n * d
+        );
+        for (i, (y, g)) in ys.iter().zip(&grad).enumerate() {
+            assert_eq!(*g, *y, "chunk {chunk:?}, value {i}: y {y}, gradient {g}");
+        }
+    }
+}

@@ -118,8 +118,8 @@ impl<F> ChunkBody<F> {
         slab.iter().map(|l| l.index(0, t - self.lo)).collect()
     }
 
-    /// Runs `steps` from `carry` over rows of `slab` (leaves as given: without autodiff
-    /// forward, fresh tracked leaves when recomputing).
+    /// Runs `steps` from `carry` over rows of `slab` (leaves as given: untracked forward, fresh
+    /// tracked leaves when recomputing).
     pub(super) fn run<C, X, Y>(
         &self,
         carry: Vec<Leaf>,
@@ -149,7 +149,7 @@ impl<F> ChunkBody<F> {
     }
 
     /// Runs the chunk forward without recording a graph: from `carry` over `slab` (leaves
-    /// without autodiff).
+    /// untracked), the outputs returned without autodiff.
     ///
     /// # Errors
     /// As the loop, and [`VmapError::CapturedTrackedTensor`] when an output is tracked (the

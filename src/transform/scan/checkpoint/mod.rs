@@ -13,12 +13,14 @@ mod tape;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use burn::tensor::{Device, Distribution, Int, Tensor};
 use burn_autodiff::Autodiff;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_backend::TensorMetadata;
 use burn_backend::backend::AutodiffBackend;
+use burn_backend::ops::FloatTensorOps;
 use burn_backend::tensor::FloatTensor;
-use burn_dispatch::{DispatchKindConversion, DispatchTensor};
+use burn_dispatch::{Dispatch, DispatchKindConversion, DispatchTensor};
 
 use self::chunk::{AdBackend, ChunkBody, Input, NAME, ad_of, leaf_of, plain_prim};
 use self::recompute::recompute_chunk;
@@ -60,6 +62,16 @@ use crate::tree::{Leaf, Lift, Tree, TreeDef, rows};
 ///   [`per_example_grads`](crate::per_example_grads), a `vmap`), the steps are recorded with
 ///   the function and differentiated with it: the values and per-example gradients are those
 ///   of the scan, but the transform's backward pass keeps every step's intermediates.
+///
+/// # Random values
+/// A body that draws (a `Dropout` in training mode, `random_like`) draws the same values when
+/// its chunk is recomputed, so the gradient is that of the values returned. The forward pass
+/// runs on the autodiff device without a graph (a layer that acts only on an autodiff device,
+/// `Dropout`, acts as in `scan`), and before a chunk with tracked inputs runs, the device's
+/// generator is seeded with a seed drawn from it (a seeded run stays reproducible); the
+/// recomputation seeds it with that seed again, then goes on from a fresh one. That costs one
+/// read of two integers from the device a chunk, forward and backward. Another thread that
+/// draws from the same generator between the two passes' draws makes them differ.
 ///
 /// # Tensors the body captures
 /// The recomputation rebuilds the graph of each chunk from its checkpoint alone, so a tensor
@@ -256,12 +268,6 @@ where
             let plain = |l: &Leaf| Leaf(detach(l.clone().into_dispatch()));
             let carry_inner: Vec<Leaf> = carry.iter().map(plain).collect();
             let slab_inner: Vec<Leaf> = slab.iter().map(plain).collect();
-            let out = body.forward::<C, X, Y>(&carry_inner, &slab_inner)?;
-            y_def.get_or_insert_with(|| out.y_def.clone());
-            let carry_out = out.carry;
-            let mut ys = out.ys;
-            ys.sort_by_key(|(t, _)| *t);
-            let ys_out = stack(ys.into_iter().map(|(_, y)| y).collect());
             let tracked = |l: &Leaf| ad_of::<U, CS>(l).filter(|t| t.is_tracked());
             let inputs: Vec<_> = (carry.iter().enumerate())
                 .filter_map(|(i, l)| tracked(l).map(|t| (Input::Carry(i), t)))
@@ -270,6 +276,32 @@ where
                         .filter_map(|(j, l)| tracked(l).map(|t| (Input::Xs(j), t))),
                 )
                 .collect();
+            // A chunk the backward pass recomputes draws what it draws again: the generator is
+            // seeded before the chunk runs forward, and again with that seed before it reruns.
+            let device = carry.iter().chain(&slab).next().map(Leaf::device);
+            let seed = match &device {
+                Some(device) if !inputs.is_empty() => Some(reseed(device)),
+                _ => None,
+            };
+            // On the user's autodiff device without a graph (untracked): a layer that acts only
+            // on an autodiff device (`Dropout`) acts as in `scan` and as in the recomputation.
+            let untracked = |l: &Leaf| {
+                let t = l.clone().into_dispatch();
+                Leaf(if t.dtype().is_float() {
+                    Dispatch::float_set_require_grad(t, false)
+                } else {
+                    t
+                })
+            };
+            let out = body.forward::<C, X, Y>(
+                &carry.iter().map(untracked).collect::<Vec<_>>(),
+                &slab.iter().map(untracked).collect::<Vec<_>>(),
+            )?;
+            y_def.get_or_insert_with(|| out.y_def.clone());
+            let carry_out = out.carry;
+            let mut ys = out.ys;
+            ys.sort_by_key(|(t, _)| *t);
+            let ys_out = stack(ys.into_iter().map(|(_, y)| y).collect());
             if inputs.is_empty() {
                 carry = carry_out;
                 parts.push((lo, ys_out));
@@ -280,6 +312,7 @@ where
                 carry_inner,
                 slab_inner,
                 inputs,
+                seed: device.zip(seed),
             };
             let (c, ys) = chunk.connect::<C, X, Y>(carry_out, ys_out);
             carry = c;
@@ -302,6 +335,25 @@ where
     }
 }
 
+/// Seeds the generator of `device`'s backend with a seed drawn from it (a seeded run stays
+/// reproducible), and returns that seed.
+fn reseed(device: &Device) -> u64 {
+    let words = Tensor::<1, Int>::random(
+        [2],
+        Distribution::Uniform(0.0, 2f64.powi(30)),
+        &device.clone().inner(),
+    );
+    let words = words
+        .into_data()
+        .convert::<i64>()
+        .try_to_vec::<i64>()
+        .expect("two integers");
+    // 60 bits (an i32 holds 30 of them a word).
+    let seed = ((words[0] as u64) << 30) ^ words[1] as u64;
+    device.seed(seed);
+    seed
+}
+
 /// Rows of output leaves (one per step) stacked into one leaf per output.
 fn stack(rows: Vec<Vec<Leaf>>) -> Vec<Leaf> {
     let width = rows[0].len();
@@ -322,6 +374,8 @@ struct TrackedChunk<U: AdBackend<CS>, CS: CheckpointStrategy, F> {
     slab_inner: Vec<Leaf>,
     /// The tracked float inputs (carry leaves, then slab leaves), in chain order.
     inputs: Vec<(Input, FloatTensor<Autodiff<U, CS>>)>,
+    /// The user's device and the seed its generator had when the chunk ran forward.
+    seed: Option<(Device, u64)>,
 }
 
 impl<U: AdBackend<CS>, CS: CheckpointStrategy, F> TrackedChunk<U, CS, F> {
@@ -340,6 +394,7 @@ impl<U: AdBackend<CS>, CS: CheckpointStrategy, F> TrackedChunk<U, CS, F> {
             carry_inner,
             slab_inner,
             inputs,
+            seed,
         } = self;
         let is_float = |l: &Leaf| l.dtype().is_float();
         // Float outputs: carry leaves, then ys leaves.
@@ -365,6 +420,7 @@ impl<U: AdBackend<CS>, CS: CheckpointStrategy, F> TrackedChunk<U, CS, F> {
             inputs.iter().map(|(r, _)| *r).collect(),
             float_outputs.clone(),
             (device.clone(), dtype),
+            seed,
         );
         let tape = Arc::new(ChunkTape::new(float_outputs.len(), recompute));
         let mut gate = Autodiff::<U, CS>::from_inner(zeros1::<U>(&device, dtype));

@@ -29,6 +29,7 @@ pub(super) fn recompute_chunk<U, CS, F, C, X, Y>(
     inputs: Vec<Input>,
     float_outputs: Vec<(bool, usize)>,
     (device, dtype): (U::Device, DType),
+    seed: Option<(burn::tensor::Device, u64)>,
 ) -> Recompute<U>
 where
     U: AdBackend<CS>,
@@ -81,11 +82,21 @@ where
             })
             .collect();
         let position = |t: usize| body.steps.iter().position(|&s| s == t).expect("a step");
+        // The generator as the chunk found it forward, so that it draws the same values; then
+        // on from a seed drawn before (not the forward pass's stream again).
+        let resume = seed.as_ref().map(|(user, seed)| {
+            let next = super::reseed(user);
+            user.seed(*seed);
+            (user, next)
+        });
         let out = body
             .run::<C, X, Y>(carry, |t| {
                 rows[position(t)].take().expect("one read per row")
             })
             .unwrap_or_else(|e| panic!("vmap: checkpoint_chunked_scan: recomputing a chunk: {e}"));
+        if let Some((user, next)) = resume {
+            user.seed(next);
+        }
         let mut cotangents = cotangents.into_iter();
         for (is_carry, i) in &float_outputs {
             let Some(cot) = cotangents.next().flatten() else {
