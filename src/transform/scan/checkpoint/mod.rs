@@ -10,8 +10,9 @@ mod chunk;
 mod recompute;
 mod tape;
 
+use std::cell::Cell;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use burn::tensor::{Device, Distribution, Int, Tensor};
 use burn_autodiff::Autodiff;
@@ -69,9 +70,11 @@ use crate::tree::{Leaf, Lift, Tree, TreeDef, rows};
 /// runs on the autodiff device without a graph (a layer that acts only on an autodiff device,
 /// `Dropout`, acts as in `scan`), and before a chunk with tracked inputs runs, the device's
 /// generator is seeded with a seed drawn from it (a seeded run stays reproducible); the
-/// recomputation seeds it with that seed again, then goes on from a fresh one. That costs one
-/// read of two integers from the device a chunk, forward and backward. Another thread that
-/// draws from the same generator between the two passes' draws makes them differ.
+/// recomputation seeds it with that seed again, then goes on from a fresh one. That costs, a
+/// chunk, forward and backward, a read of four integers from the device and a wait for the
+/// chunk's work. Checkpointed scans on several threads take turns for these sections; another
+/// thread that draws from the same generator (Burn's generators are one per backend and
+/// process) while a chunk runs makes the two passes' draws differ.
 ///
 /// # Tensors the body captures
 /// The recomputation rebuilds the graph of each chunk from its checkpoint alone, so a tensor
@@ -276,13 +279,6 @@ where
                         .filter_map(|(j, l)| tracked(l).map(|t| (Input::Xs(j), t))),
                 )
                 .collect();
-            // A chunk the backward pass recomputes draws what it draws again: the generator is
-            // seeded before the chunk runs forward, and again with that seed before it reruns.
-            let device = carry.iter().chain(&slab).next().map(Leaf::device);
-            let seed = match &device {
-                Some(device) if !inputs.is_empty() => Some(reseed(device)),
-                _ => None,
-            };
             // On the user's autodiff device without a graph (untracked): a layer that acts only
             // on an autodiff device (`Dropout`) acts as in `scan` and as in the recomputation.
             let untracked = |l: &Leaf| {
@@ -293,10 +289,22 @@ where
                     t
                 })
             };
-            let out = body.forward::<C, X, Y>(
-                &carry.iter().map(untracked).collect::<Vec<_>>(),
-                &slab.iter().map(untracked).collect::<Vec<_>>(),
-            )?;
+            let forward = || {
+                body.forward::<C, X, Y>(
+                    &carry.iter().map(untracked).collect::<Vec<_>>(),
+                    &slab.iter().map(untracked).collect::<Vec<_>>(),
+                )
+            };
+            // A chunk the backward pass recomputes draws what it draws again: the generator is
+            // seeded before the chunk runs forward, and again with that seed before it reruns.
+            let device = carry.iter().chain(&slab).next().map(Leaf::device);
+            let (out, seed) = match device {
+                Some(device) if !inputs.is_empty() => {
+                    let (out, seed) = seeded(&device, None, forward);
+                    (out?, Some((device, seed)))
+                }
+                _ => (forward()?, None),
+            };
             y_def.get_or_insert_with(|| out.y_def.clone());
             let carry_out = out.carry;
             let mut ys = out.ys;
@@ -312,7 +320,7 @@ where
                 carry_inner,
                 slab_inner,
                 inputs,
-                seed: device.zip(seed),
+                seed,
             };
             let (c, ys) = chunk.connect::<C, X, Y>(carry_out, ys_out);
             carry = c;
@@ -335,8 +343,42 @@ where
     }
 }
 
-/// Seeds the generator of `device`'s backend with a seed drawn from it (a seeded run stays
-/// reproducible), and returns that seed.
+/// `f` run with the generator of `device`'s backend seeded: with `seed`, or with a seed drawn
+/// from it (a seeded run stays reproducible), returned with `f`'s result; the generator then
+/// goes on from a seed drawn before (a rerun does not draw the forward pass's stream again).
+/// `f`'s draws run before the section ends (a lazy backend, Burn's fusion, draws when it runs
+/// its queue). The sections of every thread are run one at a time, so that checkpointed scans
+/// on several threads do not draw from each other's seeds; a scan nested in a body runs inside
+/// its enclosing section.
+fn seeded<R>(device: &Device, seed: Option<u64>, f: impl FnOnce() -> R) -> (R, u64) {
+    static SECTION: Mutex<()> = Mutex::new(());
+    thread_local! {
+        static INSIDE: Cell<bool> = const { Cell::new(false) };
+    }
+    /// Marks this thread inside a section until dropped (a panic included).
+    struct Inside;
+    impl Drop for Inside {
+        fn drop(&mut self) {
+            INSIDE.set(false);
+        }
+    }
+    let _guard = (!INSIDE.get()).then(|| {
+        let guard = SECTION.lock().unwrap_or_else(PoisonError::into_inner);
+        INSIDE.set(true);
+        (guard, Inside)
+    });
+    let next = reseed(device);
+    let seed = seed.unwrap_or_else(|| reseed(device));
+    device.seed(seed);
+    let out = f();
+    device
+        .sync()
+        .unwrap_or_else(|e| panic!("vmap: {NAME}: the device failed while a chunk ran: {e:?}"));
+    device.seed(next);
+    (out, seed)
+}
+
+/// A seed drawn from the generator of `device`'s backend.
 fn reseed(device: &Device) -> u64 {
     let words = Tensor::<1, Int>::random(
         [2],
@@ -349,9 +391,7 @@ fn reseed(device: &Device) -> u64 {
         .try_to_vec::<i64>()
         .expect("two integers");
     // 60 bits (an i32 holds 30 of them a word).
-    let seed = ((words[0] as u64) << 30) ^ words[1] as u64;
-    device.seed(seed);
-    seed
+    ((words[0] as u64) << 30) ^ words[1] as u64
 }
 
 /// Rows of output leaves (one per step) stacked into one leaf per output.

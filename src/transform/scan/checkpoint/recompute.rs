@@ -82,21 +82,17 @@ where
             })
             .collect();
         let position = |t: usize| body.steps.iter().position(|&s| s == t).expect("a step");
-        // The generator as the chunk found it forward, so that it draws the same values; then
-        // on from a seed drawn before (not the forward pass's stream again).
-        let resume = seed.as_ref().map(|(user, seed)| {
-            let next = super::reseed(user);
-            user.seed(*seed);
-            (user, next)
-        });
-        let out = body
-            .run::<C, X, Y>(carry, |t| {
+        let rerun = || {
+            body.run::<C, X, Y>(carry, |t| {
                 rows[position(t)].take().expect("one read per row")
             })
-            .unwrap_or_else(|e| panic!("vmap: checkpoint_chunked_scan: recomputing a chunk: {e}"));
-        if let Some((user, next)) = resume {
-            user.seed(next);
+        };
+        // With the generator as the chunk found it forward: it draws the same values.
+        let out = match &seed {
+            Some((user, seed)) => super::seeded(user, Some(*seed), rerun).0,
+            None => rerun(),
         }
+        .unwrap_or_else(|e| panic!("vmap: checkpoint_chunked_scan: recomputing a chunk: {e}"));
         let mut cotangents = cotangents.into_iter();
         for (is_carry, i) in &float_outputs {
             let Some(cot) = cotangents.next().flatten() else {
