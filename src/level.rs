@@ -69,7 +69,9 @@ pub enum Randomness {
     Error,
     /// Every example gets its own, independent random numbers (as the loop over examples would).
     Different,
-    /// One draw is shared by all examples of this `vmap`.
+    /// One draw is shared by all examples of this `vmap`; under `chunked_vmap` and a
+    /// microbatched `micro_vmap`, by the examples of every chunk or microbatch (each runs with
+    /// the device's generator seeded alike: `transform::draws`).
     Same,
 }
 

@@ -1,6 +1,7 @@
 //! [`chunked_vmap`]: [`vmap`](crate::vmap) over at most `chunk_size` examples at a time.
 
 use crate::transform::axes::{AxesOptions, Mapped, axes_setters, map_inputs, normalize_axis};
+use crate::transform::draws::{draw_seed, seeded};
 use crate::transform::run::Cache;
 use crate::transform::vmap::run_vmap;
 use crate::tree::{Leaf, Lift, Tree, TreeDef, rows};
@@ -135,6 +136,15 @@ impl<F> ChunkedVmapped<F> {
             let (leaves, out_def) = self.run_chunk::<A, R>(mapped)?;
             return O::unflatten_named(&out_def, leaves, "out");
         }
+        // `Randomness::Same` shares one draw across the batch: every chunk runs with the
+        // generator seeded alike, so it draws what the first chunk drew (`transform::draws`).
+        let same = match mapped.leaves.first() {
+            Some(leaf) if self.randomness == Randomness::Same => {
+                let device = leaf.device();
+                Some((draw_seed(&device), device))
+            }
+            _ => None,
+        };
         let mut chunks: Vec<Vec<Leaf>> = Vec::new();
         let mut out_def: Option<TreeDef> = None;
         for lo in (0..size).step_by(self.chunk_size) {
@@ -154,7 +164,11 @@ impl<F> ChunkedVmapped<F> {
                 axes: mapped.axes.clone(),
                 size: hi - lo,
             };
-            let (leaves, def) = self.run_chunk::<A, R>(chunk)?;
+            let run = || self.run_chunk::<A, R>(chunk);
+            let (leaves, def) = match &same {
+                Some((seed, device)) => seeded(device, Some(*seed), NAME, run).0,
+                None => run(),
+            }?;
             out_def.get_or_insert(def);
             chunks.push(leaves);
         }

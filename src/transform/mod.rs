@@ -21,6 +21,7 @@ pub mod auto;
 mod axes;
 pub mod chunked;
 pub mod custom;
+pub(crate) mod draws;
 pub mod grad;
 pub mod micro;
 pub(crate) mod module;

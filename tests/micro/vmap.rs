@@ -262,8 +262,19 @@ fn should_handle_an_empty_batch() {
             .unwrap();
         assert_eq!(floats(s), vec![0.0; 3]);
     }
-    // The mean of no example: NaN (0 / 0, as jnp.mean), with or without microbatches.
-    for m in [None, Some(2)] {
+    // The mean of no example: NaN (0 / 0, as jnp.mean), with or without microbatches. Under
+    // Burn's fusion a tensor made after an empty one reads 0 (Burn's bug,
+    // `known_gap_fusion_tensors_made_after_an_empty_one` in tests/oracle/gaps.rs): the
+    // microbatched means are finished on the user's (fused) tensors, the whole batch's on the
+    // engine, which runs unfused.
+    let fused = cfg!(all(
+        feature = "fusion",
+        any(feature = "wgpu", feature = "cuda")
+    ));
+    for m in [None, Some(2)]
+        .into_iter()
+        .filter(|m| m.is_none() || !fused)
+    {
         let means = [
             micro_vmap(f)
                 .microbatch_size(m)
@@ -354,15 +365,29 @@ fn should_refuse_random_draws_unless_a_mode_is_chosen() {
         matches!(&e, VmapError::Randomness { transform, .. } if *transform == "micro_vmap"),
         "{e}"
     );
-    let same = micro_vmap(noisy)
-        .randomness(Randomness::Same)
+    // One draw for every example, the microbatches' too (`Same` is across the batch); with
+    // `Different`, the microbatches draw apart.
+    for m in [None, Some(1), Some(2)] {
+        let same = micro_vmap(noisy)
+            .microbatch_size(m)
+            .accumulator(Concat)
+            .randomness(Randomness::Same)
+            .call(xs.clone())
+            .unwrap();
+        let v = floats(same);
+        assert!(
+            v.chunks(3).all(|row| row == &v[..3]),
+            "microbatch {m:?}: one draw for every example: {v:?}"
+        );
+    }
+    let different = micro_vmap(noisy)
+        .microbatch_size(2)
+        .accumulator(Concat)
+        .randomness(Randomness::Different)
         .call(xs)
         .unwrap();
-    let v = floats(same);
-    assert!(
-        v.chunks(3).all(|row| row == &v[..3]),
-        "one draw for every example: {v:?}"
-    );
+    let v = floats(different);
+    assert!(v[..3] != v[3..6] && v[..3] != v[6..9], "{v:?}");
 }
 
 #[test]

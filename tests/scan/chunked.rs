@@ -138,3 +138,32 @@ fn should_chunk_inside_vmap() {
     assert_close(&vec1(got["y"].clone()), &vec1(want["y"].clone()), "y");
     assert_close(&vec1(got["n"].clone()), &vec1(want["n"].clone()), "n");
 }
+
+/// `Randomness::Same` shares one draw across the whole batch, its chunks included (as `vmap`'s
+/// one draw); with `Different`, every example draws its own.
+#[test]
+fn should_share_one_draw_across_chunks_with_randomness_same() {
+    use burn::tensor::Distribution;
+    use burn_vmap::Randomness;
+    let noisy = |x: Tensor<1>| x.clone() + x.random_like(Distribution::Default);
+    let xs = Tensor::<2>::zeros([5, 3], &dev());
+    for chunk in [1, 2, 5] {
+        let same = chunked_vmap(noisy, chunk)
+            .unwrap()
+            .randomness(Randomness::Same)
+            .call(xs.clone())
+            .unwrap();
+        let v = vec1(same);
+        assert!(
+            v.chunks(3).all(|row| row == &v[..3]),
+            "chunk {chunk}: one draw for every example: {v:?}"
+        );
+    }
+    let different = chunked_vmap(noisy, 2)
+        .unwrap()
+        .randomness(Randomness::Different)
+        .call(xs)
+        .unwrap();
+    let v = vec1(different);
+    assert!(v[..3] != v[3..6] && v[3..6] != v[6..9], "{v:?}");
+}

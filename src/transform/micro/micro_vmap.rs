@@ -7,6 +7,7 @@ use crate::accumulate::{AccOutput, Concat, Outputs, accumulator_spec};
 use crate::level::Randomness;
 use crate::transform::Axes;
 use crate::transform::axes::map_inputs;
+use crate::transform::draws::{draw_seed, seeded};
 use crate::transform::run::{Cache, any_autodiff, common_device, example_sigs, record};
 use crate::tree::{Spec, Tree};
 
@@ -328,20 +329,30 @@ impl<F, S> MicroVmap<F, S> {
             num_real_microbatches: num_real,
             ..self.micro
         };
+        // `Randomness::Same` shares one draw across the batch: every microbatch runs with the
+        // generator seeded alike, so it draws what the first one drew (`transform::draws`).
+        let same = (self.randomness == Randomness::Same && micro.microbatch_size.is_some())
+            .then(|| draw_seed(&device));
         let leaves = run_microbatched(&mapped, micro, outs, &device, |leaves, size, reduce| {
-            VmapStep {
-                transform: T,
-                program: &recorded.program,
-                inputs: StepInputs {
-                    leaves,
-                    axes: mapped.axes.clone(),
-                    unit: vec![false; mapped.axes.len()],
-                    size,
-                },
-                reduce,
-                randomness: self.randomness,
+            let step = || {
+                VmapStep {
+                    transform: T,
+                    program: &recorded.program,
+                    inputs: StepInputs {
+                        leaves,
+                        axes: mapped.axes.clone(),
+                        unit: vec![false; mapped.axes.len()],
+                        size,
+                    },
+                    reduce,
+                    randomness: self.randomness,
+                }
+                .run_on(&device)
+            };
+            match same {
+                Some(seed) => seeded(&device, Some(seed), T, step).0,
+                None => step(),
             }
-            .run_on(&device)
         })
         .map_err(|e| e.in_transform(T))?;
         O::unflatten_named(&recorded.out_def, leaves, "out")

@@ -10,11 +10,10 @@ mod chunk;
 mod recompute;
 mod tape;
 
-use std::cell::Cell;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
-use burn::tensor::{Device, Distribution, Int, Tensor};
+use burn::tensor::Device;
 use burn_autodiff::Autodiff;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_backend::TensorMetadata;
@@ -31,6 +30,7 @@ use super::run::{Body, StepFn, Xs, order, stack_ys};
 use crate::VmapError;
 use crate::batching::record;
 use crate::runtime::{AutodiffJob, UserBackend, detach, is_capture, on_autodiff_backend};
+use crate::transform::draws::seeded;
 use crate::tree::{Leaf, Lift, Tree, TreeDef, rows};
 
 /// A [`scan`](fn@super::scan) whose backward pass recomputes each chunk of `chunk_size` steps
@@ -300,7 +300,7 @@ where
             let device = carry.iter().chain(&slab).next().map(Leaf::device);
             let (out, seed) = match device {
                 Some(device) if !inputs.is_empty() => {
-                    let (out, seed) = seeded(&device, None, forward);
+                    let (out, seed) = seeded(&device, None, NAME, forward);
                     (out?, Some((device, seed)))
                 }
                 _ => (forward()?, None),
@@ -341,57 +341,6 @@ where
         };
         Ok((carry, ys, y_def.expect("at least one chunk ran")))
     }
-}
-
-/// `f` run with the generator of `device`'s backend seeded: with `seed`, or with a seed drawn
-/// from it (a seeded run stays reproducible), returned with `f`'s result; the generator then
-/// goes on from a seed drawn before (a rerun does not draw the forward pass's stream again).
-/// `f`'s draws run before the section ends (a lazy backend, Burn's fusion, draws when it runs
-/// its queue). The sections of every thread are run one at a time, so that checkpointed scans
-/// on several threads do not draw from each other's seeds; a scan nested in a body runs inside
-/// its enclosing section.
-fn seeded<R>(device: &Device, seed: Option<u64>, f: impl FnOnce() -> R) -> (R, u64) {
-    static SECTION: Mutex<()> = Mutex::new(());
-    thread_local! {
-        static INSIDE: Cell<bool> = const { Cell::new(false) };
-    }
-    /// Marks this thread inside a section until dropped (a panic included).
-    struct Inside;
-    impl Drop for Inside {
-        fn drop(&mut self) {
-            INSIDE.set(false);
-        }
-    }
-    let _guard = (!INSIDE.get()).then(|| {
-        let guard = SECTION.lock().unwrap_or_else(PoisonError::into_inner);
-        INSIDE.set(true);
-        (guard, Inside)
-    });
-    let next = reseed(device);
-    let seed = seed.unwrap_or_else(|| reseed(device));
-    device.seed(seed);
-    let out = f();
-    device
-        .sync()
-        .unwrap_or_else(|e| panic!("vmap: {NAME}: the device failed while a chunk ran: {e:?}"));
-    device.seed(next);
-    (out, seed)
-}
-
-/// A seed drawn from the generator of `device`'s backend.
-fn reseed(device: &Device) -> u64 {
-    let words = Tensor::<1, Int>::random(
-        [2],
-        Distribution::Uniform(0.0, 2f64.powi(30)),
-        &device.clone().inner(),
-    );
-    let words = words
-        .into_data()
-        .convert::<i64>()
-        .try_to_vec::<i64>()
-        .expect("two integers");
-    // 60 bits (an i32 holds 30 of them a word).
-    ((words[0] as u64) << 30) ^ words[1] as u64
 }
 
 /// Rows of output leaves (one per step) stacked into one leaf per output.

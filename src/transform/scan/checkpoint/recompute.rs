@@ -13,6 +13,7 @@ use burn_backend::{DType, TensorMetadata};
 use super::chunk::{Ad, AdBackend, ChunkBody, Input, ad_of, leaf_of, plain_leaf, plain_prim};
 use super::tape::{Recompute, Sink, Tap, zeros1};
 use crate::batching::record;
+use crate::transform::draws::seeded;
 use crate::tree::{Leaf, Tree};
 
 /// `(target, cotangent)` links of a recomputed chunk's root chain.
@@ -89,7 +90,7 @@ where
         };
         // With the generator as the chunk found it forward: it draws the same values.
         let out = match &seed {
-            Some((user, seed)) => super::seeded(user, Some(*seed), rerun).0,
+            Some((user, seed)) => seeded(user, Some(*seed), super::NAME, rerun).0,
             None => rerun(),
         }
         .unwrap_or_else(|e| panic!("vmap: checkpoint_chunked_scan: recomputing a chunk: {e}"));
