@@ -619,7 +619,7 @@ fn ids(g: &ParamGrads) -> Vec<ParamId> {
 /// model's ids the optimizer would find no gradient for the second and leave it unchanged.
 #[test]
 fn should_give_each_model_instance_its_own_parameter_ids() {
-    use burn::optim::{GradientsParams, Optimizer, SgdConfig};
+    use burn::optim::{GradientsParams, SgdConfig};
     let (a, data) = mlp();
     let (b, _) = mlp();
     let batch = (data.x.clone(), data.y.clone());

@@ -284,7 +284,7 @@ fn should_draw_the_same_dropout_mask_forward_and_in_the_recomputation() {
             .unwrap();
         let grad = xs.grad(&ys.clone().sum().backward()).unwrap();
         let ys = vec1(ys.reshape([n * d]));
-        let grad: Vec<f32> = grad.into_data().to_vec().unwrap();
+        let grad: Vec<f32> = grad.into_data().try_to_vec().unwrap();
         let dropped = ys.iter().filter(|&&y| y == 0.0).count();
         assert!(
             (n * d / 4..3 * n * d / 4).contains(&dropped),
