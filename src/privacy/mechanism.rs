@@ -251,10 +251,8 @@ impl DpMechanism {
         }
     }
 
-    /// Keep the recordings of every loss function type passed from now on, whatever the type
-    /// holds (by default only a loss that holds nothing, a `fn` item or a closure that captures
-    /// nothing, is recorded once): for a caller that passes one loss at every step (the
-    /// burn-train adapter, which holds the user's loss for the whole run).
+    /// Keep the recordings of any loss type (see [`noisy_gradient`](Self::noisy_gradient)): for
+    /// a caller that passes one loss at every step (the burn-train adapter).
     pub(crate) fn with_one_loss(mut self) -> Self {
         self.sums.one_loss();
         self
@@ -329,13 +327,11 @@ impl DpMechanism {
     /// added, divided by the configuration's normaliser; the step accounted. Every trainable
     /// parameter of `model` gets a gradient, on an empty batch too (noise alone).
     ///
-    /// A loss function that holds nothing (a `fn` item such as `loss`, or a closure that
-    /// captures nothing) is recorded once per module and batch signature (the batch size is
-    /// not part of it), and the recording is kept across steps. A closure that captures values
-    /// (`move |m, x| loss(m, x, temperature)`) or a function pointer is **recorded at every
-    /// step**: its type does not say which values or which function it holds, and a kept
-    /// recording would silently compute the first step's loss. To keep its recording, pass what
-    /// changes through the model (a field: a change of it records again) or the batch.
+    /// A loss that holds nothing (a `fn` item, a closure that captures nothing) is recorded
+    /// once per module and batch signature (not the batch size) and kept across steps. One that
+    /// captures values (`move |m, x| loss(m, x, t)`), or a function pointer, is **recorded at
+    /// every step**: its type does not say what it holds. To keep its recording, pass what
+    /// changes through the model (a field: its change records again) or the batch.
     ///
     /// # Errors
     /// - [`PrivacyError::Batch`]: the batch was sampled by another mechanism, or out of order
