@@ -100,9 +100,45 @@ where
     }
 }
 
-/// A DP mechanism without noise (σ = 0, every example sampled: q = 1) kept across a step on
-/// `before` and a step on `after` releases on the second step exactly what a fresh mechanism's
-/// first step on `after` releases.
+/// A DP mechanism without noise (σ = 0, every example sampled: q = 1) for `n` examples.
+fn noiseless(n: usize) -> DpMechanism {
+    let config = DpConfig::new(
+        1.0,
+        0.0,
+        1.0,
+        Neighbouring::AddRemove {
+            expected_batch_size: n as f64,
+        },
+    );
+    DpMechanism::seeded(config, 1).unwrap()
+}
+
+/// One step of `dp` on `model` over every example of `data`: the released gradient.
+fn release<M, const D: usize, K>(
+    dp: &mut DpMechanism,
+    model: &M,
+    data: &Select<D, K>,
+    loss: fn(&M, Batch<D, K>) -> Tensor<1>,
+) -> ParamGrads
+where
+    M: Module + burn::module::ModuleDisplay + 'static,
+    K: burn::tensor::kind::Numeric + 'static,
+    Tensor<D, K>: Tree + Clone,
+{
+    let n = data.x.dims()[0];
+    let mut loader = dp
+        .loader(
+            Arc::new(InMemDataset::new((0..n).collect())),
+            Arc::new(data.clone()),
+            dev(),
+        )
+        .unwrap();
+    let batch = loader.next_batch().unwrap();
+    dp.noisy_gradient(model, loss, batch).unwrap().0
+}
+
+/// A [`noiseless`] mechanism kept across a step on `before` and a step on `after` releases on
+/// the second step exactly what a fresh mechanism's first step on `after` releases.
 fn check_kept_mechanism<M, const D: usize, K>(
     before: &M,
     after: &M,
@@ -114,29 +150,10 @@ fn check_kept_mechanism<M, const D: usize, K>(
     Tensor<D, K>: Tree + Clone,
 {
     let n = data.x.dims()[0];
-    let config = DpConfig::new(
-        1.0,
-        0.0,
-        1.0,
-        Neighbouring::AddRemove {
-            expected_batch_size: n as f64,
-        },
-    );
-    let release = |dp: &mut DpMechanism, model: &M| {
-        let mut loader = dp
-            .loader(
-                Arc::new(InMemDataset::new((0..n).collect())),
-                Arc::new(data.clone()),
-                dev(),
-            )
-            .unwrap();
-        let batch = loader.next_batch().unwrap();
-        values(&dp.noisy_gradient(model, loss, batch).unwrap().0)
-    };
-    let mut kept = DpMechanism::seeded(config.clone(), 1).unwrap();
-    let first = release(&mut kept, before);
-    let second = release(&mut kept, after);
-    let fresh = release(&mut DpMechanism::seeded(config, 1).unwrap(), after);
+    let mut kept = noiseless(n);
+    let first = values(&release(&mut kept, before, &data, loss));
+    let second = values(&release(&mut kept, after, &data, loss));
+    let fresh = values(&release(&mut noiseless(n), after, &data, loss));
     assert_eq!(second, fresh, "the mechanism replayed a stale recording");
     assert_ne!(first, fresh, "the field's change must change the gradient");
 }
@@ -657,29 +674,10 @@ fn should_release_under_each_model_instances_own_ids() {
     let (a, data) = mlp();
     let (b, _) = mlp();
     let n = data.x.dims()[0];
-    let config = DpConfig::new(
-        1.0,
-        0.0,
-        1.0,
-        Neighbouring::AddRemove {
-            expected_batch_size: n as f64,
-        },
-    );
-    let release = |dp: &mut DpMechanism, model: &Mlp| {
-        let mut loader = dp
-            .loader(
-                Arc::new(InMemDataset::new((0..n).collect())),
-                Arc::new(data.clone()),
-                dev(),
-            )
-            .unwrap();
-        let batch = loader.next_batch().unwrap();
-        dp.noisy_gradient(model, mlp_loss, batch).unwrap().0
-    };
-    let mut kept = DpMechanism::seeded(config.clone(), 1).unwrap();
-    release(&mut kept, &a);
-    let second = release(&mut kept, &b);
-    let fresh = release(&mut DpMechanism::seeded(config, 1).unwrap(), &b);
+    let mut kept = noiseless(n);
+    release(&mut kept, &a, &data, mlp_loss);
+    let second = release(&mut kept, &b, &data, mlp_loss);
+    let fresh = release(&mut noiseless(n), &b, &data, mlp_loss);
     assert_eq!(ids(&second), ids(&fresh), "a stale model's ids");
     assert!(
         second
