@@ -8,9 +8,9 @@
 //! sum = clipped_sum(model, my_batch)         # my shard's Poisson batch, no noise (zeros if empty)
 //! mine = reduce_scatter_sum(sum by slice ++ [failed?, fingerprint] in every block)
 //!                                            # the complete sum of MY slice, every rank's flags
+//! account one step                           # every rank's ε is the one-process ε
 //! noised = (mine + noise) / B                # my generator, std calibrated to all d
 //! update = all_gather(noised ++ [failed?])   # every slice, copied: the same bits on each rank
-//! account one step                           # every rank's ε is the one-process ε
 //! ```
 //!
 //! Each rank samples its shard with Poisson sampling at the mechanism's `q`: every example of
@@ -61,7 +61,8 @@ pub enum DistributedError {
     #[error(transparent)]
     Privacy(#[from] PrivacyError),
     /// A collective failed: [`CollectiveError::Timeout`] when a peer is stalled or dead (stop
-    /// the job and restart it from its last checkpoint).
+    /// the job and restart it from its last checkpoint). A step whose all-gather failed was
+    /// accounted on every rank that reached it.
     #[error(transparent)]
     Collective(#[from] CollectiveError),
     /// The step failed on other ranks (each returns its own error); nothing was released on
@@ -440,14 +441,15 @@ impl<C: Collective> DistributedDp<C> {
         // every rank.
         // The noise calibrated to every coordinate of the gradient, `blocks.len()`.
         debug_assert_eq!(blocks.len(), dims);
+        // Every rank has read its slice of the total by now: the step is accounted, failed or
+        // not, before the slices go out (a rank whose all-gather fails has accounted it as the
+        // ranks that completed it have: their accountants stay equal).
+        self.mechanism.account_released()?;
         let noised = self.mechanism.noise_part(noise, received.sum, &device);
         let block = blocks.gathered_block(noised.as_deref().ok());
         let mut gathered = blocks.gathered_buffer();
         self.engine
             .all_gather(&block, &mut gathered, self.timeout)?;
-        // Every rank has read its slice of the total by now: the step is accounted, failed or
-        // not.
-        self.mechanism.account_released()?;
         noised?;
         let update = blocks
             .assemble(&gathered)
