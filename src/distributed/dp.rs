@@ -611,4 +611,76 @@ mod tests {
         .unwrap_err();
         assert!(matches!(err, DistributedError::Checkpoint { .. }), "{err}");
     }
+
+    /// One rank whose peers stall after the reduce-scatter: its all-gather times out.
+    struct GatherTimesOut;
+
+    impl Collective for GatherTimesOut {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn size(&self) -> usize {
+            1
+        }
+        fn all_reduce_sum(&self, _: &mut [f32], _: Duration) -> Result<(), CollectiveError> {
+            Ok(())
+        }
+        fn broadcast(&self, _: &mut [f32], _: usize, _: Duration) -> Result<(), CollectiveError> {
+            Ok(())
+        }
+        fn broadcast_bytes(
+            &self,
+            _: &mut [u8],
+            _: usize,
+            _: Duration,
+        ) -> Result<(), CollectiveError> {
+            Ok(())
+        }
+        fn all_gather(&self, _: &[f32], _: &mut [f32], t: Duration) -> Result<(), CollectiveError> {
+            Err(CollectiveError::Timeout {
+                operation: "all_gather",
+                waited: t,
+                rank: 0,
+            })
+        }
+    }
+
+    /// A rank whose all-gather fails has read its slice of the sum: it accounts the step, as
+    /// the ranks that completed the all-gather do (their accountants stay equal).
+    #[test]
+    fn should_account_a_step_whose_all_gather_failed() {
+        use burn::data::dataloader::batcher::Batcher;
+        use burn::data::dataset::InMemDataset;
+        use burn::nn::{Linear, LinearConfig};
+
+        #[derive(Clone)]
+        struct Rows;
+        impl Batcher<f32, Tensor<2>> for Rows {
+            fn batch(&self, items: Vec<f32>, device: &Device) -> Tensor<2> {
+                let n = items.len();
+                let values = items.into_iter().flat_map(|v| [v, 1.0]).collect::<Vec<_>>();
+                Tensor::from_data(burn::tensor::TensorData::new(values, [n, 2]), device)
+            }
+        }
+        let config = crate::privacy::DpConfig::new(
+            1.0,
+            1.0,
+            1.0,
+            crate::privacy::Neighbouring::AddRemove {
+                expected_batch_size: 4.0,
+            },
+        );
+        let mechanism = DpMechanism::new(config).unwrap();
+        let mut dp = DistributedDp::new(mechanism, GatherTimesOut, Duration::ZERO).unwrap();
+        let device = Device::default();
+        let data = Arc::new(InMemDataset::new(vec![1.0f32, 2.0, 3.0, 4.0]));
+        let mut loader = dp.loader(data, Arc::new(Rows), device.clone()).unwrap();
+        let model: Linear = LinearConfig::new(2, 1).init(&device);
+        let loss = |m: &Linear, x: Tensor<2>| m.forward(x).sum();
+        let err = dp
+            .noisy_gradient(&model, loss, loader.next_batch().unwrap())
+            .unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+        assert_eq!(dp.mechanism().steps(), 1, "the step is accounted");
+    }
 }
